@@ -1,0 +1,32 @@
+# Common compile settings for every sluice target.
+set(SLUICE_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    -Wcast-align -Wunused -Woverloaded-virtual -Wimplicit-fallthrough
+    # GCC 12 reports false -Wrestrict positives inside libstdc++ string code at -O3.
+    -Wno-restrict)
+if(SLUICE_WERROR)
+  list(APPEND SLUICE_WARNINGS -Werror)
+endif()
+
+set(SLUICE_SANITIZE_FLAGS "")
+if(SLUICE_SANITIZE)
+  string(REPLACE ";" "," _san "${SLUICE_SANITIZE}")
+  set(SLUICE_SANITIZE_FLAGS -fsanitize=${_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+endif()
+
+# sluice_configure(target): warnings, sanitizers, includes from the repo root.
+function(sluice_configure target)
+  target_compile_options(${target} PRIVATE ${SLUICE_WARNINGS} ${SLUICE_SANITIZE_FLAGS})
+  target_link_options(${target} PRIVATE ${SLUICE_SANITIZE_FLAGS})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
+endfunction()
+
+# sluice_library(name SOURCES ... DEPS ...): one static library per top-level folder.
+function(sluice_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  sluice_configure(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  if(SLUICE_SANITIZE)
+    target_link_options(${name} PUBLIC ${SLUICE_SANITIZE_FLAGS})
+  endif()
+endfunction()

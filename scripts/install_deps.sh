@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages sluice builds, tests and benchmarks with.
+# Idempotent: does nothing (no apt-get update either) when everything is present.
+#
+#   bash scripts/install_deps.sh          # lean profile: build + tests
+#   bash scripts/install_deps.sh --full   # also what the benchmarks compare against (fio, ...)
+set -euo pipefail
+
+lean=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev liburing-dev librocksdb-dev libtbb-dev libcli11-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread zlib1g-dev
+  python3 python3-numpy python3-scipy python3-pytest
+)
+full=(fio python3-matplotlib python3-torch time)
+
+want=("${lean[@]}")
+case "${1:-}" in
+  --full) want+=("${full[@]}") ;;
+  ""|--lean) ;;
+  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+  *) echo "install_deps.sh: unknown flag '$1' (expected --lean or --full)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#want[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+sudo_cmd=()
+[[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

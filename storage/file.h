@@ -1,0 +1,75 @@
+#pragma once
+// Files: a move-only fd with its path (for error messages), the O_DIRECT probe, and atomic
+// writes (temporary name, fsync, rename) so nothing is ever left half-written.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace sluice {
+
+// O_DIRECT needs buffers, offsets and lengths aligned to the logical block size; 4096 also
+// satisfies 4Kn disks. All sluice io uses this alignment.
+inline constexpr uint32_t kDirectAlignBytes = 4096;
+
+enum class OpenMode {
+  kRead,       // existing file, read-only
+  kReadWrite,  // existing file
+  kCreate,     // create or truncate, read-write
+};
+
+class File {
+ public:
+  File() = default;
+  ~File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Opens `path`. With want_direct, tries O_DIRECT and falls back to buffered io (with one
+  // warning per directory) where the filesystem refuses it (tmpfs); direct() says which.
+  static Result<File> Open(const std::string& path, OpenMode mode, bool want_direct);
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  bool direct() const { return direct_; }
+  bool valid() const { return fd_ >= 0; }
+
+  Result<uint64_t> SizeBytes() const;
+  // Sets the size (ftruncate). Growing does not allocate blocks; use Allocate for that.
+  Status Truncate(uint64_t size_bytes);
+  // Reserves blocks (fallocate), so a later write cannot fail with ENOSPC halfway.
+  Status Allocate(uint64_t size_bytes);
+  Status Sync();
+
+ private:
+  int fd_ = -1;
+  bool direct_ = false;
+  std::string path_;
+};
+
+// True when files in `dir` accept O_DIRECT (probes with a temporary file).
+Result<bool> ProbeDirectIo(const std::string& dir);
+
+// Writes `path` atomically: the bytes go to "<path>.tmp-<pid>", are fsynced, then renamed over
+// `path`, and the directory is fsynced. On error the temporary file is removed.
+Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes);
+Status WriteFileAtomic(const std::string& path, const std::string& text);
+
+// Reads a whole (small) file.
+Result<std::string> ReadFileToString(const std::string& path);
+
+// fsyncs a directory so a rename in it is durable.
+Status SyncDirectory(const std::string& dir);
+
+// Plain synchronous helpers that finish short transfers and retry EINTR; errors name path,
+// offset and length. For metadata and small files; bulk io goes through IoExecutor.
+Status PreadFull(const File& file, std::byte* buffer, size_t length_bytes, uint64_t offset_bytes);
+Status PwriteFull(const File& file, const std::byte* buffer, size_t length_bytes,
+                  uint64_t offset_bytes);
+
+}  // namespace sluice

@@ -1,0 +1,28 @@
+#include "storage/io_session.h"
+
+#include "common/units.h"
+
+namespace sluice {
+
+Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
+  SLUICE_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(config.backend));
+  SLUICE_ASSIGN_OR_RETURN(auto backend,
+                          MakeBackend(kind, static_cast<uint32_t>(config.queue_depth)));
+  return std::make_unique<IoSession>(std::move(backend),
+                                     static_cast<uint32_t>(config.merge_max.value));
+}
+
+IoSession::IoSession(std::unique_ptr<IoBackend> backend, uint32_t slot_bytes)
+    : executor_(std::move(backend)),
+      slot_bytes_(static_cast<uint32_t>(AlignUp(slot_bytes, kDirectAlignBytes))),
+      staging_(uint64_t{executor_.queue_depth()} * slot_bytes_, kDirectAlignBytes),
+      requests_(executor_.queue_depth()) {}
+
+void IoSession::EnsureSlotBytes(uint32_t bytes) {
+  bytes = static_cast<uint32_t>(AlignUp(bytes, kDirectAlignBytes));
+  if (bytes <= slot_bytes_) return;
+  slot_bytes_ = bytes;
+  staging_ = AlignedBuffer(uint64_t{queue_depth()} * slot_bytes_, kDirectAlignBytes);
+}
+
+}  // namespace sluice

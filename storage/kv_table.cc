@@ -1,0 +1,143 @@
+#include "storage/kv_table.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <cstring>
+
+#include "storage/file.h"
+
+namespace sluice {
+namespace {
+
+constexpr const char* kWidthKey = "\xff" "sluice.row_bytes";
+
+// Big-endian keys keep RocksDB's byte order equal to numeric order, so sorted batches hit
+// neighbouring blocks.
+void EncodeKey(uint64_t key, char out[8]) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(key & 0xff);
+    key >>= 8;
+  }
+}
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  if (s.IsIOError()) return IoError(what + ": " + s.ToString());
+  if (s.IsCorruption()) return Corruption(what + ": " + s.ToString());
+  if (s.IsNotFound()) return NotFound(what + ": " + s.ToString());
+  return IoError(what + ": " + s.ToString());
+}
+
+}  // namespace
+
+KvTable::KvTable(std::string path, uint32_t row_bytes, rocksdb::DB* db,
+                 std::shared_ptr<rocksdb::Cache> cache, bool wal)
+    : path_(std::move(path)), row_bytes_(row_bytes), db_(db), cache_(std::move(cache)), wal_(wal) {}
+
+KvTable::~KvTable() { delete db_; }
+
+uint64_t KvTable::BudgetBytes(const KvTableOptions& options) {
+  return options.block_cache_bytes + 2 * options.memtable_bytes;
+}
+
+Result<std::unique_ptr<KvTable>> KvTable::Open(const std::string& path, uint32_t row_bytes,
+                                               const KvTableOptions& options) {
+  if (row_bytes == 0) return InvalidArgument("kv table " + path + ": row width must be > 0");
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.compression = rocksdb::kNoCompression;
+  db_options.write_buffer_size = options.memtable_bytes;
+  db_options.max_write_buffer_number = 2;
+  db_options.max_background_jobs = 1;  // a compaction thread, not a pool, on 2 cores
+  auto cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.cache_index_and_filter_blocks = true;  // so they count against the cache's bound
+  db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  if (options.direct_reads) {
+    // Create the directory first so the probe can look at its filesystem.
+    rocksdb::Env::Default()->CreateDirIfMissing(path);
+    auto direct = ProbeDirectIo(path);
+    db_options.use_direct_reads = direct.ok() && direct.value();
+  }
+  rocksdb::DB* db = nullptr;
+  SLUICE_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &db), "open kv table " + path));
+  std::unique_ptr<KvTable> kv(new KvTable(path, row_bytes, db, cache, options.wal));
+
+  std::string stored;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kWidthKey, &stored);
+  if (s.IsNotFound()) {
+    rocksdb::WriteOptions w;
+    SLUICE_RETURN_IF_ERROR(FromRocks(db->Put(w, kWidthKey, std::to_string(row_bytes)),
+                                     "write kv table header " + path));
+  } else {
+    SLUICE_RETURN_IF_ERROR(FromRocks(s, "read kv table header " + path));
+    if (stored != std::to_string(row_bytes)) {
+      return InvalidArgument("kv table " + path + " holds rows of " + stored +
+                             " bytes, not the " + std::to_string(row_bytes) + " asked for");
+    }
+  }
+  return kv;
+}
+
+Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
+                         std::vector<bool>& found) const {
+  const size_t n = keys.size();
+  found.assign(n, false);
+  if (n == 0) return Status::Ok();
+  std::vector<char> key_bytes(n * 8);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    EncodeKey(keys[i], &key_bytes[i * 8]);
+    slices[i] = rocksdb::Slice(&key_bytes[i * 8], 8);
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(),
+                values.data(), statuses.data());
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    SLUICE_RETURN_IF_ERROR(
+        FromRocks(statuses[i], "get key " + std::to_string(keys[i]) + " from " + path_));
+    if (values[i].size() != row_bytes_) {
+      return Corruption("kv table " + path_ + ": key " + std::to_string(keys[i]) + " holds " +
+                        std::to_string(values[i].size()) + " bytes, expected " +
+                        std::to_string(row_bytes_));
+    }
+    std::memcpy(out + i * row_bytes_, values[i].data(), row_bytes_);
+    found[i] = true;
+  }
+  return Status::Ok();
+}
+
+Status KvTable::Write(std::span<const uint64_t> keys, const std::byte* rows) {
+  rocksdb::WriteBatch batch;
+  char key[8];
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EncodeKey(keys[i], key);
+    batch.Put(rocksdb::Slice(key, 8),
+              rocksdb::Slice(reinterpret_cast<const char*>(rows + i * row_bytes_), row_bytes_));
+  }
+  rocksdb::WriteOptions options;
+  options.disableWAL = !wal_;
+  return FromRocks(db_->Write(options, &batch), "write " + std::to_string(keys.size()) +
+                                                    " rows to kv table " + path_);
+}
+
+Status KvTable::Flush() {
+  return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush kv table " + path_);
+}
+
+uint64_t KvTable::MemoryBytes() const {
+  uint64_t memtables = 0, readers = 0;
+  db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &memtables);
+  db_->GetIntProperty("rocksdb.estimate-table-readers-mem", &readers);
+  return cache_->GetUsage() + memtables + readers;
+}
+
+}  // namespace sluice

@@ -1,0 +1,93 @@
+#pragma once
+// RowFile: a table of fixed-width rows (the width need not be aligned) in one file, read and
+// written with O_DIRECT through a thread's IoSession.
+//
+// Reads of an arbitrary id set sort the ids, merge neighbouring rows into aligned reads of at
+// most merge_max bytes (also across gaps up to merge_gap), and copy the rows out in the caller's
+// order. Writes go by aligned extent: all rows that share an extent are written together; an
+// extent only partly covered is read, patched and written back (read-modify-write).
+//
+// Thread safety: any number of threads may call any method concurrently, each with its own
+// IoSession. Extents are guarded by striped reader-writer locks, so a write never races a read
+// or another write of the same extent and rows narrower than a sector never lose updates.
+// Partitioned tables are contiguous row ranges: ReadRange/WriteRange.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <span>
+#include <string>
+
+#include "storage/file.h"
+#include "storage/io_session.h"
+
+namespace sluice {
+
+struct RowFileOptions {
+  uint32_t merge_max_bytes = 128 * 1024;  // raised to fit one row plus alignment
+  uint32_t merge_gap_bytes = 0;
+  bool direct = true;
+};
+RowFileOptions RowFileOptionsFrom(const IoConfig& config);
+
+class RowFile {
+ public:
+  // Creates (or truncates) `path` with num_rows zeroed rows and its blocks reserved, so later
+  // writes cannot fail halfway for lack of space.
+  static Result<std::unique_ptr<RowFile>> Create(const std::string& path, uint32_t row_bytes,
+                                                 uint64_t num_rows, const RowFileOptions& options);
+  // Opens an existing file; its size must be exactly FileBytes(row_bytes, num_rows).
+  static Result<std::unique_ptr<RowFile>> Open(const std::string& path, uint32_t row_bytes,
+                                               uint64_t num_rows, bool writable,
+                                               const RowFileOptions& options);
+  // The file's size: num_rows * row_bytes rounded up to kDirectAlignBytes.
+  static uint64_t FileBytes(uint32_t row_bytes, uint64_t num_rows);
+
+  // Reads rows ids[i] into out + i * row_bytes. Ids may repeat and come in any order.
+  Status ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out) const;
+  // Writes rows + i * row_bytes to row ids[i]. If an id repeats, its last row wins.
+  Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows);
+  // Rows [first_row, first_row + count) as one contiguous byte range.
+  Status ReadRange(IoSession& io, uint64_t first_row, uint64_t count, std::byte* out) const;
+  Status WriteRange(IoSession& io, uint64_t first_row, uint64_t count, const std::byte* rows);
+
+  Status Sync() { return file_.Sync(); }
+  const std::string& path() const { return file_.path(); }
+  uint32_t row_bytes() const { return row_bytes_; }
+  uint64_t num_rows() const { return num_rows_; }
+  bool direct() const { return file_.direct(); }
+
+ private:
+  static constexpr size_t kStripes = 256;
+  class StripeLock;
+
+  RowFile(File file, uint32_t row_bytes, uint64_t num_rows, const RowFileOptions& options);
+  // The part of row `id` inside extent `e` (rows may straddle two extents).
+  struct Span {
+    uint32_t row_offset;     // from the row's first byte
+    uint32_t extent_offset;  // from the extent's first byte
+    uint32_t length;
+  };
+  Span Clip(uint64_t id, const IoSession::Extent& e) const;
+  Status CheckIds(std::span<const uint64_t> ids) const;
+  Status CheckRange(uint64_t first_row, uint64_t count) const;
+  // Sorts ids into io.sorted() and groups them into io.extents(); dedupe keeps the last
+  // occurrence of an id (for writes).
+  void PlanExtents(IoSession& io, std::span<const uint64_t> ids, bool dedupe,
+                   uint32_t gap_bytes) const;
+  // Splits the byte range of rows [first, first + count) into aligned extents.
+  void PlanRange(IoSession& io, uint64_t first_row, uint64_t count) const;
+  // Writes io.extents(); fill(extent, buffer) copies the new bytes into an extent's buffer.
+  template <typename Fill>
+  Status WriteExtents(IoSession& io, Fill fill, uint64_t data_begin, uint64_t data_end,
+                      bool by_rows);
+
+  File file_;
+  uint32_t row_bytes_;
+  uint64_t num_rows_;
+  RowFileOptions options_;
+  mutable std::array<std::shared_mutex, kStripes> stripes_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,209 @@
+#include "storage/row_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/storage/test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::FaultSession;
+using testing::Session;
+using testing::TempDir;
+
+// The reference: the same table as a plain in-memory array.
+struct Model {
+  uint32_t w;
+  std::vector<std::byte> bytes;
+  Model(uint32_t row_bytes, uint64_t rows) : w(row_bytes), bytes(row_bytes * rows) {}
+  std::byte* row(uint64_t id) { return bytes.data() + id * w; }
+};
+
+void RandomBytes(std::mt19937_64& rng, std::byte* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(rng());
+}
+
+struct Params {
+  BackendKind backend;
+  uint32_t row_bytes;
+  uint32_t merge_max;
+  uint32_t merge_gap;
+};
+
+class RowFileRandomTest : public ::testing::TestWithParam<Params> {};
+
+TEST_P(RowFileRandomTest, MatchesAnInMemoryArrayUnderRandomReadsAndWrites) {
+  const Params p = GetParam();
+  TempDir dir;
+  constexpr uint64_t kRows = 5000;
+  RowFileOptions options{p.merge_max, p.merge_gap, true};
+  auto table = RowFile::Create(dir.File("t.rows"), p.row_bytes, kRows, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto io = Session(p.backend);
+  Model model(p.row_bytes, kRows);
+  std::mt19937_64 rng(p.row_bytes * 31 + p.merge_max);
+  RandomBytes(rng, model.bytes.data(), model.bytes.size());
+  ASSERT_TRUE((*table)->WriteRange(*io, 0, kRows, model.bytes.data()).ok());
+
+  for (int round = 0; round < 30; ++round) {
+    // A write of random rows (repeats allowed: the last one wins), then a read of others.
+    std::vector<uint64_t> ids(1 + rng() % 300);
+    for (auto& id : ids) id = rng() % 4 == 0 ? rng() % 50 : rng() % kRows;
+    std::vector<std::byte> rows(ids.size() * p.row_bytes);
+    RandomBytes(rng, rows.data(), rows.size());
+    ASSERT_TRUE((*table)->WriteRows(*io, ids, rows.data()).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::memcpy(model.row(ids[i]), &rows[i * p.row_bytes], p.row_bytes);
+    }
+    std::vector<uint64_t> reads(1 + rng() % 500);
+    for (auto& id : reads) id = rng() % kRows;
+    std::vector<std::byte> got(reads.size() * p.row_bytes);
+    ASSERT_TRUE((*table)->ReadRows(*io, reads, got.data()).ok());
+    for (size_t i = 0; i < reads.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&got[i * p.row_bytes], model.row(reads[i]), p.row_bytes), 0)
+          << "round " << round << " row " << reads[i];
+    }
+    // A range write and read at unaligned boundaries.
+    const uint64_t first = rng() % kRows;
+    const uint64_t count = rng() % std::min<uint64_t>(kRows - first, 700);
+    std::vector<std::byte> range(count * p.row_bytes);
+    RandomBytes(rng, range.data(), range.size());
+    ASSERT_TRUE((*table)->WriteRange(*io, first, count, range.data()).ok());
+    std::memcpy(model.row(first), range.data(), range.size());
+  }
+  std::vector<std::byte> all(model.bytes.size());
+  ASSERT_TRUE((*table)->ReadRange(*io, 0, kRows, all.data()).ok());
+  EXPECT_EQ(std::memcmp(all.data(), model.bytes.data(), all.size()), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Geometries, RowFileRandomTest,
+    ::testing::Values(Params{BackendKind::kAuto, 100, 128 * 1024, 0},
+                      Params{BackendKind::kAuto, 12, 4096, 0},       // no merging, tiny rows
+                      Params{BackendKind::kAuto, 4096, 4096, 0},     // aligned rows
+                      Params{BackendKind::kAuto, 5000, 8192, 0},     // rows wider than a page
+                      Params{BackendKind::kPread, 100, 64 * 1024, 16 * 1024},  // gap merging
+                      Params{BackendKind::kPread, 37, 4096, 4096}));
+
+TEST(RowFileTest, MergingReadsFewerRequestsThanRows) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 128, 100000, RowFileOptions{});
+  ASSERT_TRUE(table.ok());
+  auto io = Session(BackendKind::kAuto);
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 100000; i += 3) ids.push_back(i);  // dense: every third row
+  std::vector<std::byte> out(ids.size() * 128);
+  ASSERT_TRUE((*table)->ReadRows(*io, ids, out.data()).ok());
+  // 100000 rows x 128 B = 12.5 MB in 128 KiB reads: about 100 requests, not 33334.
+  EXPECT_LT(io->executor().stats().requests, 120u);
+}
+
+TEST(RowFileTest, ConcurrentWriteBacksOfRowsSharingASectorLoseNothing) {
+  TempDir dir;
+  constexpr uint32_t kWidth = 12;  // 341 rows share each 4 KiB extent
+  constexpr uint64_t kRows = 20000;
+  constexpr int kThreads = 4;
+  auto table = RowFile::Create(dir.File("t.rows"), kWidth, kRows, RowFileOptions{});
+  ASSERT_TRUE(table.ok());
+  RowFile& t = *table.value();
+  // Thread k owns rows with id % kThreads == k, so every extent is written by every thread.
+  auto worker = [&](int k) {
+    auto io = Session(BackendKind::kAuto, 8);
+    std::mt19937_64 rng(k);
+    for (int round = 1; round <= 40; ++round) {
+      std::vector<uint64_t> ids;
+      for (uint64_t id = static_cast<uint64_t>(k); id < kRows; id += kThreads) {
+        if (rng() % 3 == 0 || round == 40) ids.push_back(id);
+      }
+      std::vector<std::byte> rows(ids.size() * kWidth);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        std::memset(&rows[i * kWidth], round, kWidth);
+        std::memcpy(&rows[i * kWidth], &ids[i], sizeof(uint64_t));
+      }
+      ASSERT_TRUE(t.WriteRows(*io, ids, rows.data()).ok());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) threads.emplace_back(worker, k);
+  for (auto& th : threads) th.join();
+  auto io = Session(BackendKind::kPread);
+  std::vector<std::byte> all(kRows * kWidth);
+  ASSERT_TRUE(t.ReadRange(*io, 0, kRows, all.data()).ok());
+  for (uint64_t id = 0; id < kRows; ++id) {
+    uint64_t stored;
+    std::memcpy(&stored, &all[id * kWidth], sizeof(stored));
+    ASSERT_EQ(stored, id) << "row " << id << " lost its last update";
+    ASSERT_EQ(all[id * kWidth + 8], std::byte{40}) << "row " << id;
+  }
+}
+
+TEST(RowFileTest, OpenRefusesAFileOfTheWrongSize) {
+  TempDir dir;
+  ASSERT_TRUE(RowFile::Create(dir.File("t.rows"), 100, 1000, RowFileOptions{}).ok());
+  ASSERT_EQ(::truncate(dir.File("t.rows").c_str(), 50000), 0);
+  auto reopened = RowFile::Open(dir.File("t.rows"), 100, 1000, false, RowFileOptions{});
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().message(),
+            "row file " + dir.File("t.rows") +
+                " is 50000 bytes; 1000 rows of 100 bytes need 102400 (truncated?)");
+  EXPECT_EQ(RowFile::Open(dir.File("none"), 100, 1000, false, {}).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(RowFileTest, OutOfRangeIdsAreRefusedBeforeAnyIo) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 16, 100, RowFileOptions{});
+  auto io = Session(BackendKind::kAuto);
+  std::vector<uint64_t> ids = {3, 100};
+  std::vector<std::byte> rows(2 * 16);
+  Status s = (*table)->ReadRows(*io, ids, rows.data());
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("row id 100 is out of range"), std::string::npos);
+  EXPECT_EQ((*table)->WriteRows(*io, ids, rows.data()).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ((*table)->ReadRange(*io, 90, 11, rows.data()).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(io->executor().stats().syscall_ops, 0u);
+}
+
+TEST(RowFileTest, EioDuringReadAndEnospcDuringWriteBackAreReported) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 64, 10000, RowFileOptions{4096, 0, true});
+  FaultBackend* fault = nullptr;
+  auto io = FaultSession(&fault);
+  fault->AddRule({IoKind::kRead, 5, 1, FaultType::kError, EIO, 0, 0});
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 10000; i += 97) ids.push_back(i);
+  std::vector<std::byte> rows(ids.size() * 64);
+  Status s = (*table)->ReadRows(*io, ids, rows.data());
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("read " + dir.File("t.rows") + " offset "), std::string::npos);
+  fault->AddRule({IoKind::kWrite, 0, 1, FaultType::kError, ENOSPC, 0, 0});
+  s = (*table)->WriteRows(*io, ids, rows.data());
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  // The session stays usable after errors.
+  EXPECT_TRUE((*table)->ReadRows(*io, ids, rows.data()).ok());
+}
+
+TEST(RowFileTest, ShortReadsInsideRowReadsAreFinished) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 100, 3000, RowFileOptions{});
+  auto plain = Session(BackendKind::kPread);
+  std::vector<std::byte> init(300000);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<std::byte>(i % 253);
+  ASSERT_TRUE((*table)->WriteRange(*plain, 0, 3000, init.data()).ok());
+  FaultBackend* fault = nullptr;
+  auto io = FaultSession(&fault);
+  fault->AddRule({IoKind::kRead, 0, 1000, FaultType::kShortTransfer, 0, 4096, 0});
+  std::vector<uint64_t> ids = {2999, 0, 1500, 1501, 77};
+  std::vector<std::byte> out(ids.size() * 100);
+  ASSERT_TRUE((*table)->ReadRows(*io, ids, out.data()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&out[i * 100], &init[ids[i] * 100], 100), 0);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
