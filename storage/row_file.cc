@@ -66,8 +66,10 @@ uint64_t RowFile::FileBytes(uint32_t row_bytes, uint64_t num_rows) {
 
 RowFile::RowFile(File file, uint32_t row_bytes, uint64_t num_rows, const RowFileOptions& options)
     : file_(std::move(file)), row_bytes_(row_bytes), num_rows_(num_rows), options_(options) {
-  // Any single row, wherever it falls, must fit in one merged extent.
-  const uint64_t min_merge = AlignUp(row_bytes, kDirectAlignBytes) + kDirectAlignBytes;
+  // Any single row, wherever it falls, must fit in one extent: an unaligned row may straddle
+  // one more page than its aligned size.
+  const uint64_t min_merge = AlignUp(row_bytes, kDirectAlignBytes) +
+                             (row_bytes % kDirectAlignBytes == 0 ? 0 : kDirectAlignBytes);
   options_.merge_max_bytes = static_cast<uint32_t>(
       std::max<uint64_t>(AlignUp(options_.merge_max_bytes, kDirectAlignBytes), min_merge));
 }

@@ -1,0 +1,20 @@
+"""Shared pytest fixtures: where the sluice binary is."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def sluice_bin() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("SLUICE_BIN", ROOT / "build/release/train/sluice"))
+    if not path.exists():
+        pytest.fail(f"sluice binary not found at {path}: build first (scripts/test.sh does)")
+    return path
+
+
+def run(binary: pathlib.Path, *args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
