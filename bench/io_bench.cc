@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/aligned_buffer.h"
 #include "common/units.h"
 #include "storage/row_file.h"
 
@@ -93,6 +94,37 @@ int RunRandom(const Args& a) {
   return 0;
 }
 
+// The executor alone on random aligned reads, no RowFile: separates io-loop cost from the
+// row layer's (sorting, planning, copying out).
+int RunRaw(const Args& a) {
+  auto file = File::Open(a.file, OpenMode::kRead, true);
+  SLUICE_CHECK(file.ok() && file->direct(), "%s", a.file.c_str());
+  const uint64_t blocks = file->SizeBytes().value() / a.row_bytes;
+  auto io = MakeSession(a);
+  AlignedBuffer buffer(uint64_t{static_cast<uint32_t>(a.qd)} * a.row_bytes, kDirectAlignBytes);
+  std::mt19937_64 rng(4321);
+  uint64_t done = 0;
+  auto prepare = [&](size_t, uint32_t slot) {
+    IoRequest& r = io->slot_request(slot);
+    r = IoRequest{IoKind::kRead, &file.value(), (rng() % blocks) * a.row_bytes, a.row_bytes,
+                  buffer.data() + uint64_t{slot} * a.row_bytes, {}};
+    return &r;
+  };
+  auto complete = [&](size_t, uint32_t, IoRequest&) {
+    ++done;
+    return IoNext::kDone;
+  };
+  auto start = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - start).count() < a.seconds) {
+    Status s = io->executor().Stream(a.batch, prepare, complete);
+    SLUICE_CHECK(s.ok(), "%s", s.ToString().c_str());
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("{\"mode\": \"raw\", \"backend\": \"%s\", \"qd\": %d, \"iops\": %.0f}\n",
+              a.backend.c_str(), a.qd, static_cast<double>(done) / elapsed);
+  return 0;
+}
+
 struct MergeResult {
   double seconds = 0;
   uint64_t requests = 0;
@@ -164,6 +196,7 @@ int main(int argc, char** argv) {
   CLI::App app{"sluice storage-layer benchmark (see bench/io_vs_fio.sh)"};
   app.require_subcommand(1);
   for (auto* sub : {app.add_subcommand("rand", "random single-row reads, merging off"),
+                    app.add_subcommand("raw", "random reads through the executor alone"),
                     app.add_subcommand("merge", "random row sets in a partition: merging gains")}) {
     sub->add_option("--file", a.file, "existing file to read (O_DIRECT)")->required();
     sub->add_option("--row-bytes", a.row_bytes, "row width");
@@ -178,5 +211,6 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("rand")) return sluice::RunRandom(a);
+  if (app.got_subcommand("raw")) return sluice::RunRaw(a);
   return sluice::RunMerge(a);
 }

@@ -58,6 +58,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=10, help="length of each run")
     parser.add_argument("--bench", type=pathlib.Path, default=ROOT / "build/release/bench/io_bench",
                         help="the io_bench binary")
+    parser.add_argument("--skip-pread", action="store_true", help="only fio vs io_uring")
+    parser.add_argument("--skip-merge", action="store_true", help="skip the merging table")
     args = parser.parse_args()
 
     ensure_file(args.file, args.size_gib)
@@ -66,11 +68,21 @@ def main() -> int:
     runs: dict[str, list[float]] = {"fio io_uring qd32": [], "sluice io_uring qd32": []}
     for t in (1, 2, 4):
         runs[f"sluice pread {t} thread(s)"] = []
-    for r in range(args.rounds):
-        runs["fio io_uring qd32"].append(fio_randread(args.file, args.seconds))
+    def sluice_uring() -> None:
         res = io_bench(args.bench, "rand", "--file", f, "--backend", "uring", "--qd", "32",
                        "--seconds", s)
         runs["sluice io_uring qd32"].append(res[0]["iops"])
+
+    def fio() -> None:
+        runs["fio io_uring qd32"].append(fio_randread(args.file, args.seconds))
+
+    for r in range(args.rounds):
+        # Alternate which goes first: the disk's throughput drifts, and a fixed order would
+        # hand one side the drift.
+        for run in ((fio, sluice_uring) if r % 2 == 0 else (sluice_uring, fio)):
+            run()
+        if args.skip_pread:
+            continue
         for t in (1, 2, 4):
             res = io_bench(args.bench, "rand", "--file", f, "--backend", "pread", "--qd", "1",
                            "--threads", str(t), "--seconds", s)
@@ -84,12 +96,16 @@ def main() -> int:
     print("| configuration | IOPS (median) | MB/s | min..max IOPS | vs fio |")
     print("|---|---:|---:|---:|---:|")
     for name, values in runs.items():
+        if not values:
+            continue
         m = statistics.median(values)
         print(f"| {name} | {m:,.0f} | {m * 4096 / 1e6:,.1f} | {min(values):,.0f}..{max(values):,.0f}"
               f" | {m / fio_median:.2f} |")
     ratios = [a / b for a, b in zip(runs["sluice io_uring qd32"], runs["fio io_uring qd32"])]
     print(f"\nmedian of per-round ratios sluice/fio: {statistics.median(ratios):.3f}")
 
+    if args.skip_merge:
+        return 0
     print("\nMerging neighbouring rows: random row sets inside one partition of 1M rows x 128 B "
           "(128 MB), io_uring qd32, 5 sets each\n")
     print("| density | variant | rows/s | requests per set | MB read per set |")

@@ -125,9 +125,9 @@ void RowFile::PlanExtents(IoSession& io, std::span<const uint64_t> ids, bool ded
   auto& sorted = io.sorted();
   sorted.resize(ids.size());
   for (uint32_t i = 0; i < ids.size(); ++i) sorted[i] = {ids[i], i};
-  // Stable: among equal ids the later position comes last, so dedupe keeps the last write.
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Pairs compare by (id, position): among equal ids the later position comes last, so dedupe
+  // keeps the last write. (std::sort does not allocate; std::stable_sort would.)
+  std::sort(sorted.begin(), sorted.end());
   if (dedupe) {
     size_t out = 0;
     for (size_t i = 0; i < sorted.size(); ++i) {

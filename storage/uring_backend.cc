@@ -29,14 +29,18 @@ class UringBackend final : public IoBackend {
       io_uring_prep_write(sqe, op.fd, op.buffer, op.length_bytes, op.offset_bytes);
     }
     io_uring_sqe_set_data64(sqe, op.tag);
+    // Submit each op at once rather than in one batch at SubmitAndWait: a batch of three or
+    // more is plugged in the block layer and reaches the device later. On this machine's
+    // virtio disk (mq-deadline) random 4 KiB reads at depth 32 went from about 55k to 67k IOPS,
+    // fio's own figure (docs/io.md).
+    SubmitPending();
   }
 
   size_t SubmitAndWait(std::span<IoCompletion> out) override {
     while (true) {
       int rc = io_uring_submit_and_wait(&ring_, 1);
       if (rc >= 0) break;
-      SLUICE_CHECK(rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring_enter failed: %s",
-                   std::strerror(-rc));
+      CheckTransient(rc);
     }
     size_t n = 0;
     unsigned head;
@@ -50,6 +54,16 @@ class UringBackend final : public IoBackend {
   }
 
  private:
+  static void CheckTransient(int rc) {
+    SLUICE_CHECK(rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring_enter failed: %s",
+                 std::strerror(-rc));
+  }
+  void SubmitPending() {
+    // EAGAIN/EBUSY leave the sqe queued; SubmitAndWait submits it with the rest.
+    int rc = io_uring_submit(&ring_);
+    if (rc < 0) CheckTransient(rc);
+  }
+
   io_uring ring_;
   uint32_t queue_depth_;
 };
@@ -60,7 +74,19 @@ Result<std::unique_ptr<IoBackend>> MakeUringBackend(uint32_t queue_depth) {
   SLUICE_CHECK(queue_depth >= 1 && queue_depth <= 4096, "queue depth %u", queue_depth);
   io_uring ring;
   // The completion queue gets twice the entries (liburing's default), so it cannot overflow.
-  int rc = io_uring_queue_init(queue_depth, &ring, 0);
+  // A ring has one issuing thread, which reaps its completions inside io_uring_enter: the
+  // kernel need not interrupt it to run completion work (COOP/DEFER_TASKRUN; 5.19+ and 6.1+).
+  // Older kernels refuse the flags with EINVAL; fall back to a plain ring.
+  const unsigned kFlagSets[] = {
+      IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+      IORING_SETUP_COOP_TASKRUN,
+      0,
+  };
+  int rc = -EINVAL;
+  for (unsigned flags : kFlagSets) {
+    rc = io_uring_queue_init(queue_depth, &ring, flags);
+    if (rc != -EINVAL) break;
+  }
   if (rc < 0) {
     return Unavailable("io_uring_queue_init(depth " + std::to_string(queue_depth) +
                        "): " + std::strerror(-rc));
