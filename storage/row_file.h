@@ -57,6 +57,9 @@ class RowFile {
   uint32_t row_bytes() const { return row_bytes_; }
   uint64_t num_rows() const { return num_rows_; }
   bool direct() const { return file_.direct(); }
+  // The underlying file, for callers that do aligned whole-extent io themselves (the block
+  // cache's direct path). They must not race RowFile's own writes of the same extents.
+  const File& file() const { return file_; }
 
  private:
   static constexpr size_t kStripes = 256;

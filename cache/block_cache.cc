@@ -1,0 +1,134 @@
+#include "cache/block_cache.h"
+
+#include <cstring>
+
+#include "common/units.h"
+
+namespace sluice {
+
+BlockCache::BlockCache(RowFile* table, const BlockCacheOptions& options)
+    : table_(table),
+      options_(options),
+      num_blocks_(static_cast<uint32_t>((table->num_rows() + options.rows_per_block - 1) /
+                                        options.rows_per_block)),
+      block_bytes_(uint64_t{options.rows_per_block} * table->row_bytes()),
+      slot_stride_(AlignUp(block_bytes_, kDirectAlignBytes)),
+      direct_path_(block_bytes_ % kDirectAlignBytes == 0),
+      arena_(options.capacity_blocks * slot_stride_, kDirectAlignBytes),
+      slot_of_(num_blocks_, kNoSlot),
+      block_in_slot_(options.capacity_blocks, 0),
+      dirty_(options.capacity_blocks, 0) {
+  SLUICE_CHECK(options.rows_per_block >= 1 && options.capacity_blocks >= 1, "cache geometry");
+}
+
+uint32_t BlockCache::rows_in_block(BlockId b) const {
+  const uint64_t first = uint64_t{b} * options_.rows_per_block;
+  return static_cast<uint32_t>(std::min<uint64_t>(options_.rows_per_block,
+                                                  table_->num_rows() - first));
+}
+
+std::byte* BlockCache::block_data(BlockId b) {
+  SLUICE_CHECK(slot_of_[b] != kNoSlot, "block %u is not resident", b);
+  return slot_data(slot_of_[b]);
+}
+
+void BlockCache::MarkDirty(BlockId b) {
+  SLUICE_CHECK(slot_of_[b] != kNoSlot, "block %u is not resident", b);
+  dirty_[slot_of_[b]] = 1;
+}
+
+Status BlockCache::RunIo(IoSession& io, const Plan& plan, uint64_t first, uint64_t last) {
+  writes_.clear();
+  reads_.clear();
+  for (uint64_t t = first; t < last; ++t) {
+    for (const EvictOp& e : plan.step_evictions(t)) {
+      SLUICE_CHECK(slot_of_[e.block] == e.slot, "plan evicts block %u from slot %u, not its own",
+                   e.block, e.slot);
+      if (dirty_[e.slot]) writes_.push_back({e.block, e.slot});
+      dirty_[e.slot] = 0;
+      slot_of_[e.block] = kNoSlot;
+    }
+    for (const LoadOp& l : plan.step_loads(t)) {
+      SLUICE_CHECK(slot_of_[l.block] == kNoSlot, "plan loads resident block %u", l.block);
+      slot_of_[l.block] = l.slot;
+      block_in_slot_[l.slot] = l.block;
+      reads_.push_back({l.block, l.slot});
+    }
+  }
+  return Transfer(io, writes_, reads_);
+}
+
+Status BlockCache::FlushDirty(IoSession& io) {
+  writes_.clear();
+  for (uint32_t s = 0; s < options_.capacity_blocks; ++s) {
+    if (dirty_[s] && slot_of_[block_in_slot_[s]] == s) writes_.push_back({block_in_slot_[s], s});
+    dirty_[s] = 0;
+  }
+  reads_.clear();
+  return Transfer(io, writes_, reads_);
+}
+
+Status BlockCache::Transfer(IoSession& io, const std::vector<Move>& writes,
+                            const std::vector<Move>& reads) {
+  stats_.blocks_written_back += writes.size();
+  stats_.blocks_loaded += reads.size();
+  if (direct_path_ && table_->direct()) return TransferDirect(io, writes, reads);
+  // Row paths: the write-backs finish before the loads start (two calls).
+  SLUICE_RETURN_IF_ERROR(TransferRows(io, writes, /*write=*/true));
+  return TransferRows(io, reads, /*write=*/false);
+}
+
+Status BlockCache::TransferDirect(IoSession& io, const std::vector<Move>& writes,
+                                  const std::vector<Move>& reads) {
+  const File* file = &table_->file();
+  auto request = [&](const Move& m, IoKind kind) {
+    const uint64_t bytes = uint64_t{rows_in_block(m.block)} * table_->row_bytes();
+    return IoRequest{kind, file, uint64_t{m.block} * block_bytes_,
+                     static_cast<uint32_t>(AlignUp(bytes, kDirectAlignBytes)), slot_data(m.slot),
+                     {}};
+  };
+  requests_.clear();
+  for (const Move& m : writes) requests_.push_back(request(m, IoKind::kWrite));
+  if (options_.write_back_before_load) {
+    SLUICE_RETURN_IF_ERROR(io.executor().Execute(requests_));
+    requests_.clear();
+  }
+  for (const Move& m : reads) requests_.push_back(request(m, IoKind::kRead));
+  for (const IoRequest& r : requests_) {
+    (r.kind == IoKind::kRead ? stats_.bytes_read : stats_.bytes_written) += r.length_bytes;
+  }
+  return io.executor().Execute(requests_);
+}
+
+Status BlockCache::TransferRows(IoSession& io, const std::vector<Move>& moves, bool write) {
+  if (moves.empty()) return Status::Ok();
+  const uint32_t w = table_->row_bytes();
+  if (options_.rows_per_block == 1) {
+    ids_.resize(moves.size());
+    rows_.resize(moves.size() * w);
+    for (size_t i = 0; i < moves.size(); ++i) ids_[i] = moves[i].block;
+    if (write) {
+      for (size_t i = 0; i < moves.size(); ++i) {
+        std::memcpy(&rows_[i * w], slot_data(moves[i].slot), w);
+      }
+      stats_.bytes_written += rows_.size();
+      return table_->WriteRows(io, ids_, rows_.data());
+    }
+    SLUICE_RETURN_IF_ERROR(table_->ReadRows(io, ids_, rows_.data()));
+    for (size_t i = 0; i < moves.size(); ++i) {
+      std::memcpy(slot_data(moves[i].slot), &rows_[i * w], w);
+    }
+    stats_.bytes_read += rows_.size();
+    return Status::Ok();
+  }
+  for (const Move& m : moves) {
+    const uint64_t first_row = uint64_t{m.block} * options_.rows_per_block;
+    const uint32_t rows = rows_in_block(m.block);
+    (write ? stats_.bytes_written : stats_.bytes_read) += uint64_t{rows} * w;
+    SLUICE_RETURN_IF_ERROR(write ? table_->WriteRange(io, first_row, rows, slot_data(m.slot))
+                                 : table_->ReadRange(io, first_row, rows, slot_data(m.slot)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice

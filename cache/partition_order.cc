@@ -1,0 +1,112 @@
+#include "cache/partition_order.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "common/units.h"
+
+namespace sluice {
+namespace {
+
+class Builder {
+ public:
+  Builder(uint32_t p, std::vector<uint32_t> order, bool shuffle_buckets, uint64_t seed)
+      : p_(p), order_(std::move(order)), trained_(uint64_t{p} * p, false), rng_(seed),
+        shuffle_(shuffle_buckets) {}
+
+  // Makes `target` the resident set (swapping partitions in one at a time) and emits a state.
+  void MoveTo(const std::vector<uint32_t>& target, PartitionOrder& out) {
+    std::vector<uint32_t> next = target;
+    if (!resident_.empty()) {
+      for (uint32_t x : target) {
+        if (std::find(resident_.begin(), resident_.end(), x) == resident_.end()) ++out.swaps;
+      }
+    }
+    resident_ = std::move(next);
+    Emit(out);
+  }
+
+  const std::vector<uint32_t>& order() const { return order_; }
+
+ private:
+  void Emit(PartitionOrder& out) {
+    BufferState state;
+    state.resident = resident_;
+    for (uint32_t a : resident_) {
+      for (uint32_t b : resident_) {
+        const uint64_t k = uint64_t{a} * p_ + b;
+        if (trained_[k]) continue;
+        trained_[k] = true;
+        state.buckets.emplace_back(a, b);
+      }
+    }
+    if (shuffle_) std::shuffle(state.buckets.begin(), state.buckets.end(), rng_);
+    out.states.push_back(std::move(state));
+  }
+
+  uint32_t p_;
+  std::vector<uint32_t> order_;
+  std::vector<bool> trained_;
+  std::vector<uint32_t> resident_;
+  std::mt19937_64 rng_;
+  bool shuffle_;
+};
+
+}  // namespace
+
+uint64_t SwapLowerBound(uint32_t p, uint32_t c) {
+  c = std::min(c, p);
+  if (c < 2) return 0;
+  const uint64_t pairs = uint64_t{p} * (p - 1) / 2 - uint64_t{c} * (c - 1) / 2;
+  return (pairs + c - 2) / (c - 1);
+}
+
+Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind kind,
+                                          uint64_t seed) {
+  if (p == 0) return InvalidArgument("a partition ordering needs at least one partition");
+  if (c < 2 && p > 1) {
+    return InvalidArgument("a partition ordering needs at least 2 resident partitions, got " +
+                           std::to_string(c));
+  }
+  c = std::min(c, p);
+  std::vector<uint32_t> order(p);
+  std::iota(order.begin(), order.end(), 0u);
+  std::mt19937_64 rng(seed);
+  if (kind == OrderingKind::kRandomized) std::shuffle(order.begin(), order.end(), rng);
+  Builder builder(p, order, kind == OrderingKind::kRandomized, seed ^ 0x9e3779b97f4a7c15ull);
+  PartitionOrder out;
+  // Invariant at the top of each round: resident = fixed group F (c-1 partitions from g) plus
+  // the first partition after it.
+  uint32_t g = 0;
+  builder.MoveTo(std::vector<uint32_t>(order.begin(), order.begin() + c), out);
+  while (g + c < p) {  // more than one partition after F: sweep them through the last slot
+    std::vector<uint32_t> state(order.begin() + g, order.begin() + g + c - 1);
+    state.push_back(0);
+    for (uint32_t k = g + c; k < p; ++k) {
+      state.back() = order[k];
+      builder.MoveTo(state, out);
+    }
+    // F is paired with everything after it: the next c-1 partitions become F.
+    g += c - 1;
+    const uint32_t end = std::min(p, g + c);
+    builder.MoveTo(std::vector<uint32_t>(order.begin() + g, order.begin() + end), out);
+  }
+  return out;
+}
+
+Result<uint32_t> ResidentPartitions(uint64_t budget_bytes, uint64_t reserved_bytes,
+                                    uint64_t partition_bytes, uint32_t p) {
+  const uint64_t room = budget_bytes > reserved_bytes ? budget_bytes - reserved_bytes : 0;
+  const uint64_t fit = partition_bytes == 0 ? p : room / partition_bytes;
+  if (fit < 2 && p > 1) {
+    return FailedPrecondition(
+        "the memory budget " + FormatBytes(budget_bytes) + " leaves " + FormatBytes(room) +
+        " for partitions of " + FormatBytes(partition_bytes) + ": 2 must fit at once (needs " +
+        FormatBytes(reserved_bytes + 2 * partition_bytes) + "); raise memory.budget or use more "
+        "partitions");
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(fit, p));
+}
+
+}  // namespace sluice

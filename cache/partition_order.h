@@ -1,0 +1,46 @@
+#pragma once
+// Edge-bucket orderings for link prediction with p partitions of which c fit in memory.
+// Every bucket (i, j) must be trained while partitions i and j are both resident; the cost is
+// the number of partition swaps (loads after the initial fill).
+//
+//   beta:       Marius's BETA idea: hold c-1 partitions fixed and sweep every later partition
+//               through the last slot (each swap covers c-1 new partition pairs), then move on
+//               to the next c-1 partitions.
+//   randomized: the same over a seeded random permutation of the partitions, with the
+//               buckets of each buffer state shuffled.
+//
+// Lower bound on swaps (a counting argument, as in the Marius paper, Mohoney et al., OSDI
+// 2021): there are p(p-1)/2 unordered pairs of distinct partitions to bring together; the
+// initial fill brings c(c-1)/2; each swap loads one partition, which meets at most the c-1
+// others resident, so swaps >= ceil((p(p-1)/2 - c(c-1)/2) / (c-1)).
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sluice {
+
+struct BufferState {
+  std::vector<uint32_t> resident;                       // c partitions (fewer if p < c)
+  std::vector<std::pair<uint32_t, uint32_t>> buckets;   // (src, dst) trained in this state
+};
+
+struct PartitionOrder {
+  std::vector<BufferState> states;
+  uint64_t swaps = 0;  // partition loads after the initial fill
+};
+
+enum class OrderingKind { kBeta, kRandomized };
+
+// Requires 1 <= p and 2 <= c (c > p is clamped to p).
+Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind kind,
+                                          uint64_t seed);
+uint64_t SwapLowerBound(uint32_t p, uint32_t c);
+
+// How many partitions fit: (budget - reserved) / partition_bytes, at most p. Fails, saying
+// what would be needed, when fewer than 2 fit (a bucket needs two partitions at once).
+Result<uint32_t> ResidentPartitions(uint64_t budget_bytes, uint64_t reserved_bytes,
+                                    uint64_t partition_bytes, uint32_t p);
+
+}  // namespace sluice

@@ -1,0 +1,153 @@
+#pragma once
+// Planners turn the block sets of the coming steps into per-step plans: which blocks to load
+// into which slots, and which to evict (writing dirty ones back). A step needs its whole block
+// set resident at once; blocks of the last `protect_steps` steps are never evicted either, so
+// io for a few steps may run ahead of compute without destroying blocks still in use.
+//
+//   oracle: evict the resident block whose next use is farthest, looking at most `window`
+//           steps ahead; blocks not used within the window go first, clean before dirty, then
+//           least recently used. With a window covering the trace this is Belady's MIN.
+//   lru:    evict the least recently used block (no lookahead).
+//   static: pin the hottest blocks (by access frequency in the trace, or given scores, as
+//           Quiver and PaGraph pin by degree) in all slots but those the largest step needs;
+//           other blocks are read through those reserve slots for one step.
+//   none:   read-through: every step loads all of its blocks and evicts them after.
+//
+// The oracle is incremental: OraclePlanner::Append feeds steps as the sampler produces them,
+// and PlanNext plans step t once steps up to t + window are appended (or Finish was called).
+
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/trace.h"
+#include "common/status.h"
+
+namespace sluice {
+
+enum class PlannerKind { kOracle, kLru, kStatic, kNone };
+Result<PlannerKind> ParsePlannerKind(const std::string& name);
+const char* PlannerKindName(PlannerKind kind);
+
+inline constexpr uint64_t kWholeTrace = ~uint64_t{0};
+
+struct PlannerOptions {
+  uint32_t capacity_blocks = 0;     // slots in the arena
+  uint64_t window_steps = kWholeTrace;  // oracle lookahead
+  uint32_t protect_steps = 0;       // blocks of the last d steps stay resident (io run-ahead)
+  std::vector<double> static_scores;  // static: hotness per block; empty = trace frequency
+};
+
+struct LoadOp {
+  BlockId block;
+  uint32_t slot;
+};
+struct EvictOp {
+  BlockId block;
+  uint32_t slot;
+  bool write_back;  // the block was written since it was loaded
+};
+
+struct PlanStats {
+  uint64_t steps = 0;
+  uint64_t accesses = 0;       // distinct blocks per step, summed
+  uint64_t loads = 0;
+  uint64_t evictions = 0;
+  uint64_t write_backs = 0;
+};
+
+// Per-step loads and evictions in CSR form. A step's evictions free the slots its loads use.
+struct Plan {
+  std::vector<uint64_t> load_offsets{0};
+  std::vector<LoadOp> loads;
+  std::vector<uint64_t> evict_offsets{0};
+  std::vector<EvictOp> evictions;
+  PlanStats stats;
+
+  uint64_t num_steps() const { return load_offsets.size() - 1; }
+  std::span<const LoadOp> step_loads(uint64_t t) const {
+    return {loads.data() + load_offsets[t], loads.data() + load_offsets[t + 1]};
+  }
+  std::span<const EvictOp> step_evictions(uint64_t t) const {
+    return {evictions.data() + evict_offsets[t], evictions.data() + evict_offsets[t + 1]};
+  }
+};
+
+// Plans a whole known trace. Fails (naming the step) when a step needs more blocks than fit.
+Result<Plan> MakePlan(const AccessTrace& trace, PlannerKind kind, const PlannerOptions& options);
+
+// The oracle (and LRU) planner over a growing trace.
+class HeapPlanner {
+ public:
+  HeapPlanner(PlannerKind kind, uint32_t num_blocks, const PlannerOptions& options);
+
+  // Appends the next step's blocks (what the sampler produced).
+  void Append(std::span<const BlockId> blocks, bool writes);
+  // No more steps will be appended: the window may look past the end.
+  void Finish() { finished_ = true; }
+  // True when the next step can be planned: its window is appended (or the trace finished).
+  bool Ready() const;
+  // Plans the next step, appending its ops to `plan`.
+  Status PlanNext(Plan& plan);
+  uint64_t next_step() const { return next_step_; }
+
+ private:
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  struct Entry {
+    uint64_t next_use;   // kNever: not used within the window
+    uint8_t clean;       // among equal next uses, clean blocks go first
+    uint64_t age;        // then the least recently used (larger = older)
+    BlockId block;
+    uint32_t version;
+    bool operator<(const Entry& o) const {  // max-heap: top is the best victim
+      if (next_use != o.next_use) return next_use < o.next_use;
+      if (clean != o.clean) return clean < o.clean;
+      if (age != o.age) return age < o.age;
+      return block < o.block;  // deterministic: the larger id goes first
+    }
+  };
+  // The entry of resident block b as of step t: pinned and protected blocks sort last.
+  Entry CurrentEntry(BlockId b, uint64_t t) const;
+  void Push(BlockId b, uint64_t t);
+  void PushPinned(BlockId b);
+  bool Protected(BlockId b, uint64_t t) const;
+  void EnterWindow(uint64_t t);
+  void ReleaseProtected(uint64_t t);
+  Result<uint32_t> TakeSlot(uint64_t t, Plan& plan);
+  void UpdateAfterStep(uint64_t t);
+  void CompactIfNeeded(uint64_t t);
+  void TrimConsumed();
+  uint64_t StepOf(uint64_t pos) const { return pos_step_[pos - base_pos_]; }
+
+  PlannerKind kind_;
+  PlannerOptions options_;
+  bool finished_ = false;
+  // The appended window, positions relative to base_pos_.
+  std::vector<BlockId> blocks_;
+  std::vector<uint64_t> step_first_;  // per appended step (from base_step_): first position
+  std::vector<uint8_t> step_writes_;
+  std::vector<uint64_t> next_pos_;    // per position: the block's next position, or kNever
+  std::vector<uint64_t> pos_step_;    // per position: its step
+  uint64_t base_pos_ = 0;
+  uint64_t base_step_ = 0;
+  uint64_t appended_steps_ = 0;
+  uint64_t next_step_ = 0;
+  // Per block.
+  std::vector<uint64_t> last_pos_;    // latest appended position of the block, or kNever
+  std::vector<uint64_t> next_use_;    // next use step after its last planned access
+  std::vector<uint64_t> last_step_;   // last planned step that used it
+  std::vector<uint32_t> slot_of_;     // kNone when not resident
+  std::vector<uint32_t> version_;
+  std::vector<uint8_t> dirty_;
+  std::vector<uint64_t> mark_;        // step stamp: in the current step's set
+  std::priority_queue<Entry> heap_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<BlockId> misses_;
+  uint32_t resident_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,80 @@
+#include "cache/partition_order.h"
+
+#include <algorithm>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+void ExpectCoversEveryBucketOnce(const PartitionOrder& order, uint32_t p, uint32_t c) {
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  std::vector<uint32_t> previous;
+  uint64_t loads = 0;
+  for (size_t s = 0; s < order.states.size(); ++s) {
+    const BufferState& state = order.states[s];
+    ASSERT_LE(state.resident.size(), std::min(c, p));
+    for (auto [i, j] : state.buckets) {
+      ASSERT_TRUE(seen.insert({i, j}).second) << "bucket trained twice";
+      ASSERT_TRUE(std::count(state.resident.begin(), state.resident.end(), i) &&
+                  std::count(state.resident.begin(), state.resident.end(), j))
+          << "bucket (" << i << "," << j << ") trained without both partitions resident";
+    }
+    if (s > 0) {
+      for (uint32_t x : state.resident) {
+        loads += std::count(previous.begin(), previous.end(), x) == 0;
+      }
+    }
+    previous = state.resident;
+  }
+  EXPECT_EQ(seen.size(), uint64_t{p} * p);
+  EXPECT_EQ(loads, order.swaps);
+}
+
+TEST(PartitionOrderTest, BetaTrainsEveryBucketWithBothPartitionsResident) {
+  for (uint32_t p : {1u, 2u, 3u, 4u, 7u, 16u, 33u}) {
+    for (uint32_t c : {2u, 3u, 4u, 8u}) {
+      for (OrderingKind kind : {OrderingKind::kBeta, OrderingKind::kRandomized}) {
+        auto order = MakePartitionOrder(p, c, kind, 7);
+        ASSERT_TRUE(order.ok());
+        ExpectCoversEveryBucketOnce(order.value(), p, c);
+        EXPECT_GE(order->swaps, SwapLowerBound(p, c)) << "p " << p << " c " << c;
+      }
+    }
+  }
+}
+
+TEST(PartitionOrderTest, BetaStaysCloseToTheLowerBound) {
+  // 16 partitions, 4 resident (the configuration of the link-prediction issue).
+  auto order = MakePartitionOrder(16, 4, OrderingKind::kBeta, 0);
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(SwapLowerBound(16, 4), 38u);  // ceil((120 - 6) / 3)
+  EXPECT_LE(order->swaps, 38u + 16u);
+  auto big = MakePartitionOrder(64, 8, OrderingKind::kBeta, 0);
+  EXPECT_LE(static_cast<double>(big->swaps), 1.25 * static_cast<double>(SwapLowerBound(64, 8)));
+}
+
+TEST(PartitionOrderTest, RandomizedOrderDependsOnTheSeedOnly) {
+  auto a = MakePartitionOrder(12, 3, OrderingKind::kRandomized, 5);
+  auto b = MakePartitionOrder(12, 3, OrderingKind::kRandomized, 5);
+  auto c = MakePartitionOrder(12, 3, OrderingKind::kRandomized, 6);
+  EXPECT_EQ(a->states[3].buckets, b->states[3].buckets);
+  bool differs = false;
+  for (size_t s = 0; s < std::min(a->states.size(), c->states.size()); ++s) {
+    differs |= a->states[s].resident != c->states[s].resident;
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(PartitionOrderTest, ResidentCountComesFromTheBudget) {
+  EXPECT_EQ(ResidentPartitions(1000, 200, 100, 16).value(), 8u);
+  EXPECT_EQ(ResidentPartitions(100000, 0, 100, 16).value(), 16u);
+  auto tight = ResidentPartitions(250, 100, 100, 16);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_NE(tight.status().message().find("2 must fit at once"), std::string::npos);
+  EXPECT_FALSE(MakePartitionOrder(8, 1, OrderingKind::kBeta, 0).ok());
+}
+
+}  // namespace
+}  // namespace sluice
