@@ -26,13 +26,7 @@ const char* PlannerKindName(PlannerKind kind) {
 HeapPlanner::HeapPlanner(PlannerKind kind, uint32_t num_blocks, const PlannerOptions& options)
     : kind_(kind),
       options_(options),
-      last_pos_(num_blocks, kNever),
-      next_use_(num_blocks, kNever),
-      last_step_(num_blocks, kNever),
-      slot_of_(num_blocks, kNone),
-      version_(num_blocks, 0),
-      dirty_(num_blocks, 0),
-      mark_(num_blocks, 0) {
+      st_(num_blocks) {
   SLUICE_CHECK(kind == PlannerKind::kOracle || kind == PlannerKind::kLru, "heap planner kind");
   if (kind_ == PlannerKind::kLru) options_.window_steps = 0;
   free_slots_.resize(options.capacity_blocks);
@@ -43,13 +37,16 @@ void HeapPlanner::Append(std::span<const BlockId> blocks, bool writes) {
   const uint64_t step = appended_steps_++;
   step_first_.push_back(base_pos_ + blocks_.size());
   step_writes_.push_back(writes ? 1 : 0);
+  // Only a block's first occurrence in a step is kept: the planner works on distinct sets.
   for (BlockId b : blocks) {
+    BlockState& s = st_[b];
+    if (s.last_pos != kNever && s.last_append_step == step) continue;
     const uint64_t p = base_pos_ + blocks_.size();
     blocks_.push_back(b);
-    next_pos_.push_back(kNever);
-    pos_step_.push_back(step);
-    if (last_pos_[b] != kNever && last_pos_[b] >= base_pos_) next_pos_[last_pos_[b] - base_pos_] = p;
-    last_pos_[b] = p;
+    next_use_of_.push_back(kNever);
+    if (s.last_pos != kNever && s.last_pos >= base_pos_) next_use_of_[s.last_pos - base_pos_] = step;
+    s.last_pos = p;
+    s.last_append_step = step;
   }
 }
 
@@ -61,20 +58,34 @@ bool HeapPlanner::Ready() const {
 }
 
 bool HeapPlanner::Protected(BlockId b, uint64_t t) const {
-  return options_.protect_steps > 0 && last_step_[b] != kNever &&
-         last_step_[b] + options_.protect_steps >= t;
+  return options_.protect_steps > 0 && st_[b].last_step != kNever &&
+         st_[b].last_step + options_.protect_steps >= t;
+}
+
+// Layout, high to low: next use (40 bits; kNever saturates), clean (1), age (55), block (32).
+HeapPlanner::Entry HeapPlanner::MakeEntry(uint64_t next_use, bool clean, uint64_t last_step,
+                                          BlockId b, uint32_t version) {
+  constexpr uint64_t kStepMask = (uint64_t{1} << 40) - 1;
+  constexpr uint64_t kAgeMask = (uint64_t{1} << 55) - 1;
+  const uint64_t next = next_use == kNever ? kStepMask : std::min(next_use, kStepMask - 1);
+  const uint64_t age = kAgeMask - std::min(last_step, kAgeMask);  // older = larger
+  const uint64_t hi = (next << 24) | (uint64_t{clean} << 23) | (age >> 32);
+  const uint64_t lo = ((age & 0xffffffffu) << 32) | b;
+  return Entry{(static_cast<unsigned __int128>(hi) << 64) | lo, version};
 }
 
 HeapPlanner::Entry HeapPlanner::CurrentEntry(BlockId b, uint64_t t) const {
-  if (mark_[b] == t + 1 || Protected(b, t)) return Entry{0, 0, 0, b, version_[b]};
-  const uint64_t age = last_step_[b] == kNever ? kNever : kNever - last_step_[b];
-  if (kind_ == PlannerKind::kLru) return Entry{1, 0, age, b, version_[b]};
-  return Entry{next_use_[b], static_cast<uint8_t>(dirty_[b] ? 0 : 1), age, b, version_[b]};
+  // Pinned (in the current step) and protected blocks sort below every candidate.
+  if (st_[b].mark == t + 1 || Protected(b, t)) return Entry{b, st_[b].version};
+  const uint64_t last = st_[b].last_step == kNever ? 0 : st_[b].last_step;
+  if (kind_ == PlannerKind::kLru) return MakeEntry(1, false, last, b, st_[b].version);
+  return MakeEntry(st_[b].next_use, st_[b].dirty == 0, last, b, st_[b].version);
 }
 
 void HeapPlanner::Push(BlockId b, uint64_t t) {
-  ++version_[b];
-  heap_.push(CurrentEntry(b, t));
+  ++st_[b].version;
+  heap_.push_back(CurrentEntry(b, t));
+  std::push_heap(heap_.begin(), heap_.end());
 }
 
 // Step t + W enters the window: resident blocks whose next use it is stop counting as
@@ -88,8 +99,8 @@ void HeapPlanner::EnterWindow(uint64_t t) {
   const uint64_t end = rel + 1 < step_first_.size() ? step_first_[rel + 1] : base_pos_ + blocks_.size();
   for (uint64_t p = step_first_[rel]; p < end; ++p) {
     const BlockId b = blocks_[p - base_pos_];
-    if (slot_of_[b] != kNone && next_use_[b] == kNever) {
-      next_use_[b] = front;
+    if (st_[b].slot_of != kNone && st_[b].next_use == kNever) {
+      st_[b].next_use = front;
       Push(b, t);
     }
   }
@@ -104,7 +115,7 @@ void HeapPlanner::ReleaseProtected(uint64_t t) {
   const uint64_t rel = s - base_step_;
   for (uint64_t p = step_first_[rel]; p < step_first_[rel + 1]; ++p) {
     const BlockId b = blocks_[p - base_pos_];
-    if (slot_of_[b] != kNone && last_step_[b] == s) Push(b, t);
+    if (st_[b].slot_of != kNone && st_[b].last_step == s) Push(b, t);
   }
 }
 
@@ -115,21 +126,24 @@ Result<uint32_t> HeapPlanner::TakeSlot(uint64_t t, Plan& plan) {
     return slot;
   }
   while (!heap_.empty()) {
-    const Entry e = heap_.top();
-    if (e.version != version_[e.block] || slot_of_[e.block] == kNone) {
-      heap_.pop();
+    const Entry e = heap_.front();
+    const BlockId b = e.block();
+    if (e.version != st_[b].version || st_[b].slot_of == kNone) {
+      std::pop_heap(heap_.begin(), heap_.end());
+      heap_.pop_back();
       continue;
     }
-    if (mark_[e.block] == t + 1 || Protected(e.block, t)) break;  // only pinned ones remain
-    heap_.pop();
-    const uint32_t slot = slot_of_[e.block];
-    const bool write_back = dirty_[e.block] != 0;
-    plan.evictions.push_back(EvictOp{e.block, slot, write_back});
+    if (st_[b].mark == t + 1 || Protected(b, t)) break;  // only pinned ones remain
+    std::pop_heap(heap_.begin(), heap_.end());
+    heap_.pop_back();
+    const uint32_t slot = st_[b].slot_of;
+    const bool write_back = st_[b].dirty != 0;
+    plan.evictions.push_back(EvictOp{b, slot, write_back});
     ++plan.stats.evictions;
     plan.stats.write_backs += write_back ? 1 : 0;
-    slot_of_[e.block] = kNone;
-    dirty_[e.block] = 0;
-    ++version_[e.block];
+    st_[b].slot_of = kNone;
+    st_[b].dirty = 0;
+    ++st_[b].version;
     --resident_;
     return slot;
   }
@@ -148,23 +162,14 @@ void HeapPlanner::UpdateAfterStep(uint64_t t) {
   const uint64_t end = rel + 1 < step_first_.size() ? step_first_[rel + 1] : base_pos_ + blocks_.size();
   const uint64_t w = options_.window_steps;
   for (uint64_t p = first; p < end; ++p) {
-    const BlockId b = blocks_[p - base_pos_];
-    if (last_step_[b] == t) continue;  // a repeat within the step
-    last_step_[b] = t;
-    if (step_writes_[rel]) dirty_[b] = 1;
-    // The next use in a later step (skip repeats within this step).
-    uint64_t np = next_pos_[p - base_pos_];
-    while (np != kNever && StepOf(np) == t) np = next_pos_[np - base_pos_];
-    uint64_t next = np == kNever ? kNever : StepOf(np);
+    BlockState& s = st_[blocks_[p - base_pos_]];
+    s.last_step = t;
+    if (step_writes_[rel]) s.dirty = 1;
+    uint64_t next = next_use_of_[p - base_pos_];
     if (w != kWholeTrace && next != kNever && next > t + w) next = kNever;
-    next_use_[b] = next;
-  }
-  for (uint64_t p = first; p < end; ++p) {
-    const BlockId b = blocks_[p - base_pos_];
-    if (mark_[b] == t + 1) {
-      mark_[b] = 0;  // unpinned: push its real (or protected) entry once
-      Push(b, t + 1);
-    }
+    s.next_use = next;
+    s.mark = 0;  // unpinned: push its real (or protected) entry
+    Push(blocks_[p - base_pos_], t + 1);
   }
 }
 
@@ -180,20 +185,19 @@ Status HeapPlanner::PlanNext(Plan& plan) {
   misses_.clear();
   for (uint64_t p = first; p < end; ++p) {
     const BlockId b = blocks_[p - base_pos_];
-    if (mark_[b] == t + 1) continue;
-    mark_[b] = t + 1;
+    st_[b].mark = t + 1;
     ++plan.stats.accesses;
-    if (slot_of_[b] == kNone) {
+    if (st_[b].slot_of == kNone) {
       misses_.push_back(b);
     } else {
-      ++version_[b];  // pinned for this step: its old heap entries go stale
+      ++st_[b].version;  // pinned for this step: its old heap entries go stale
     }
   }
   for (BlockId b : misses_) {
     SLUICE_ASSIGN_OR_RETURN(uint32_t slot, TakeSlot(t, plan));
-    slot_of_[b] = slot;
+    st_[b].slot_of = slot;
     ++resident_;
-    ++version_[b];
+    ++st_[b].version;
     plan.loads.push_back(LoadOp{b, slot});
     ++plan.stats.loads;
   }
@@ -202,22 +206,19 @@ Status HeapPlanner::PlanNext(Plan& plan) {
   plan.evict_offsets.push_back(plan.evictions.size());
   ++plan.stats.steps;
   ++next_step_;
-  CompactIfNeeded(next_step_);
+  CompactIfNeeded();
   TrimConsumed();
   return Status::Ok();
 }
 
-void HeapPlanner::CompactIfNeeded(uint64_t t) {
+// Drops stale entries once they outnumber live ones 3 to 1: O(n), amortised O(1) per push.
+void HeapPlanner::CompactIfNeeded() {
   if (heap_.size() <= 4 * uint64_t{resident_} + 4096) return;
-  std::vector<Entry> live;
-  live.reserve(resident_);
-  while (!heap_.empty()) {
-    const Entry e = heap_.top();
-    heap_.pop();
-    if (e.version == version_[e.block] && slot_of_[e.block] != kNone) live.push_back(e);
-  }
-  (void)t;
-  heap_ = std::priority_queue<Entry>(std::less<Entry>(), std::move(live));
+  auto stale = [&](const Entry& e) {
+    return e.version != st_[e.block()].version || st_[e.block()].slot_of == kNone;
+  };
+  heap_.erase(std::remove_if(heap_.begin(), heap_.end(), stale), heap_.end());
+  std::make_heap(heap_.begin(), heap_.end());
 }
 
 // Drops appended steps that are planned and no longer needed (protection looks d+1 back).
@@ -231,8 +232,7 @@ void HeapPlanner::TrimConsumed() {
       (drop_steps < step_first_.size() ? step_first_[drop_steps] : base_pos_ + blocks_.size()) -
       base_pos_;
   blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<int64_t>(drop_pos));
-  next_pos_.erase(next_pos_.begin(), next_pos_.begin() + static_cast<int64_t>(drop_pos));
-  pos_step_.erase(pos_step_.begin(), pos_step_.begin() + static_cast<int64_t>(drop_pos));
+  next_use_of_.erase(next_use_of_.begin(), next_use_of_.begin() + static_cast<int64_t>(drop_pos));
   step_first_.erase(step_first_.begin(), step_first_.begin() + static_cast<int64_t>(drop_steps));
   step_writes_.erase(step_writes_.begin(), step_writes_.begin() + static_cast<int64_t>(drop_steps));
   base_pos_ += drop_pos;

@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <queue>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,19 +96,17 @@ class HeapPlanner {
  private:
   static constexpr uint64_t kNever = ~uint64_t{0};
   static constexpr uint32_t kNone = ~uint32_t{0};
+  // A heap entry: the eviction key packed into 128 bits so comparisons are one instruction
+  // pair. Larger = better victim: next use (kNever = not within the window), then clean before
+  // dirty, then least recently used, then the larger block id (deterministic ties).
   struct Entry {
-    uint64_t next_use;   // kNever: not used within the window
-    uint8_t clean;       // among equal next uses, clean blocks go first
-    uint64_t age;        // then the least recently used (larger = older)
-    BlockId block;
+    unsigned __int128 key;
     uint32_t version;
-    bool operator<(const Entry& o) const {  // max-heap: top is the best victim
-      if (next_use != o.next_use) return next_use < o.next_use;
-      if (clean != o.clean) return clean < o.clean;
-      if (age != o.age) return age < o.age;
-      return block < o.block;  // deterministic: the larger id goes first
-    }
+    BlockId block() const { return static_cast<BlockId>(key); }
+    bool operator<(const Entry& o) const { return key < o.key; }
   };
+  static Entry MakeEntry(uint64_t next_use, bool clean, uint64_t last_step, BlockId b,
+                         uint32_t version);
   // The entry of resident block b as of step t: pinned and protected blocks sort last.
   Entry CurrentEntry(BlockId b, uint64_t t) const;
   void Push(BlockId b, uint64_t t);
@@ -119,32 +116,34 @@ class HeapPlanner {
   void ReleaseProtected(uint64_t t);
   Result<uint32_t> TakeSlot(uint64_t t, Plan& plan);
   void UpdateAfterStep(uint64_t t);
-  void CompactIfNeeded(uint64_t t);
+  void CompactIfNeeded();
   void TrimConsumed();
-  uint64_t StepOf(uint64_t pos) const { return pos_step_[pos - base_pos_]; }
 
   PlannerKind kind_;
   PlannerOptions options_;
   bool finished_ = false;
-  // The appended window, positions relative to base_pos_.
+  // The appended window (distinct blocks per step), positions relative to base_pos_.
   std::vector<BlockId> blocks_;
   std::vector<uint64_t> step_first_;  // per appended step (from base_step_): first position
   std::vector<uint8_t> step_writes_;
-  std::vector<uint64_t> next_pos_;    // per position: the block's next position, or kNever
-  std::vector<uint64_t> pos_step_;    // per position: its step
+  std::vector<uint64_t> next_use_of_;  // per position: the step of the block's next use
   uint64_t base_pos_ = 0;
   uint64_t base_step_ = 0;
   uint64_t appended_steps_ = 0;
   uint64_t next_step_ = 0;
-  // Per block.
-  std::vector<uint64_t> last_pos_;    // latest appended position of the block, or kNever
-  std::vector<uint64_t> next_use_;    // next use step after its last planned access
-  std::vector<uint64_t> last_step_;   // last planned step that used it
-  std::vector<uint32_t> slot_of_;     // kNone when not resident
-  std::vector<uint32_t> version_;
-  std::vector<uint8_t> dirty_;
-  std::vector<uint64_t> mark_;        // step stamp: in the current step's set
-  std::priority_queue<Entry> heap_;
+  // Per block, together so one access touches one cache line.
+  struct BlockState {
+    uint64_t last_pos = kNever;   // latest appended position of the block
+    uint64_t last_append_step = 0;  // the step of that position
+    uint64_t next_use = kNever;   // next use step after its last planned access
+    uint64_t last_step = kNever;  // last planned step that used it
+    uint64_t mark = 0;            // step + 1 while it is in the current step's set (pinned)
+    uint32_t slot_of = kNone;     // kNone when not resident
+    uint32_t version = 0;         // bumped whenever its heap entries go stale
+    uint8_t dirty = 0;
+  };
+  std::vector<BlockState> st_;
+  std::vector<Entry> heap_;  // a binary max-heap with stale entries (lazy deletion)
   std::vector<uint32_t> free_slots_;
   std::vector<BlockId> misses_;
   uint32_t resident_ = 0;

@@ -1,0 +1,272 @@
+// cache_bench: loads and bytes read by the oracle, LRU, static and none planners on Zipf traces
+// and on access traces derived from real datasets, all measured in one run; plus the planner's
+// speed and a window-size sweep. Prints markdown tables.
+//
+//   cache_bench [--universe 1000000] [--length-factor 20] [--step 2048] [--row-bytes 64]
+//               [--datasets ../shared/datasets]
+
+#include <CLI/CLI.hpp>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/planner.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  uint32_t universe = 1'000'000;
+  uint32_t length_factor = 20;
+  uint32_t step = 2048;
+  uint32_t row_bytes = 64;  // a dim-16 float32 row
+  std::string datasets = "../shared/datasets";
+};
+
+AccessTrace ZipfTrace(uint32_t universe, uint64_t accesses, uint32_t step, double alpha,
+                      uint64_t seed) {
+  std::vector<double> cdf(universe);
+  double sum = 0;
+  for (uint32_t r = 0; r < universe; ++r) cdf[r] = sum += std::pow(r + 1.0, -alpha);
+  std::vector<BlockId> rank_to_block(universe);
+  std::iota(rank_to_block.begin(), rank_to_block.end(), 0u);
+  std::mt19937_64 rng(seed);
+  std::shuffle(rank_to_block.begin(), rank_to_block.end(), rng);  // hot ids scattered
+  std::uniform_real_distribution<double> u(0, sum);
+  AccessTrace trace(universe);
+  std::vector<BlockId> blocks(step);
+  for (uint64_t done = 0; done < accesses; done += step) {
+    for (auto& b : blocks) {
+      const auto r = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+      b = rank_to_block[std::min<size_t>(static_cast<size_t>(r), universe - 1)];
+    }
+    trace.AddStep(blocks, true);
+  }
+  return trace;
+}
+
+struct Row {
+  std::string policy;
+  uint64_t loads = 0;
+  uint64_t write_backs = 0;
+  double seconds = 0;
+};
+
+Row Run(const AccessTrace& trace, PlannerKind kind, uint32_t capacity, uint64_t window) {
+  PlannerOptions options;
+  options.capacity_blocks = capacity;
+  options.window_steps = window;
+  auto start = Clock::now();
+  auto plan = MakePlan(trace, kind, options);
+  Row row;
+  row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  SLUICE_CHECK(plan.ok(), "%s", plan.status().ToString().c_str());
+  row.policy = PlannerKindName(kind);
+  if (kind == PlannerKind::kOracle) {
+    row.policy += window == kWholeTrace ? " (W=all)" : " (W=" + std::to_string(window) + ")";
+  }
+  row.loads = plan->stats.loads;
+  row.write_backs = plan->stats.write_backs;
+  return row;
+}
+
+void Table(const char* title, const AccessTrace& trace, const std::vector<double>& fractions,
+           uint32_t row_bytes) {
+  std::printf("\n### %s\n\n%llu steps, %llu accesses, %u blocks (rows of %u B)\n\n", title,
+              static_cast<unsigned long long>(trace.num_steps()),
+              static_cast<unsigned long long>(trace.num_accesses()), trace.num_blocks(),
+              row_bytes);
+  std::printf("| capacity | policy | loads | MB read | write-backs | vs lru | plan Maccess/s |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|\n");
+  for (double f : fractions) {
+    const auto capacity = static_cast<uint32_t>(f * trace.num_blocks());
+    std::vector<Row> rows = {Run(trace, PlannerKind::kOracle, capacity, kWholeTrace),
+                             Run(trace, PlannerKind::kOracle, capacity, 200),
+                             Run(trace, PlannerKind::kLru, capacity, 0),
+                             Run(trace, PlannerKind::kStatic, capacity, 0),
+                             Run(trace, PlannerKind::kNone, capacity, 0)};
+    const double lru = static_cast<double>(rows[2].loads);
+    for (const Row& r : rows) {
+      std::printf("| %.0f%% | %s | %llu | %.1f | %llu | %.3f | %.1f |\n", f * 100,
+                  r.policy.c_str(), static_cast<unsigned long long>(r.loads),
+                  static_cast<double>(r.loads) * row_bytes / 1e6,
+                  static_cast<unsigned long long>(r.write_backs),
+                  static_cast<double>(r.loads) / lru,
+                  static_cast<double>(trace.num_accesses()) / r.seconds / 1e6);
+    }
+    std::fflush(stdout);
+  }
+}
+
+void Sweep(const AccessTrace& trace, uint32_t capacity) {
+  std::printf("\n### Window sweep: Zipf 1.0, capacity 10%%\n\n");
+  std::printf("| window (steps) | loads | vs lru | plan Maccess/s |\n|---:|---:|---:|---:|\n");
+  const double lru = static_cast<double>(Run(trace, PlannerKind::kLru, capacity, 0).loads);
+  for (uint64_t w : {uint64_t{0}, uint64_t{1}, uint64_t{10}, uint64_t{50}, uint64_t{200},
+                     uint64_t{1000}, kWholeTrace}) {
+    Row r = Run(trace, PlannerKind::kOracle, capacity, w);
+    std::printf("| %s | %llu | %.3f | %.1f |\n",
+                w == kWholeTrace ? "all" : std::to_string(w).c_str(),
+                static_cast<unsigned long long>(r.loads), static_cast<double>(r.loads) / lru,
+                static_cast<double>(trace.num_accesses()) / r.seconds / 1e6);
+    std::fflush(stdout);
+  }
+}
+
+// FB15k-237: entity accesses of a seeded shuffle of the train triples, 1000 per step (heads
+// and tails) plus 500 shared uniform negatives per step, for `epochs` epochs.
+bool Fb15kTrace(const std::string& dir, int epochs, AccessTrace* out) {
+  std::unordered_map<std::string, uint32_t> ids;
+  std::ifstream dict(dir + "/entities.dict");
+  std::string line;
+  while (std::getline(dict, line)) {
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos) ids.emplace(line.substr(tab + 1), static_cast<uint32_t>(ids.size()));
+  }
+  gzFile gz = gzopen((dir + "/train.txt.gz").c_str(), "rb");
+  if (ids.empty() || gz == nullptr) return false;
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  char buffer[4096];
+  while (gzgets(gz, buffer, sizeof(buffer)) != nullptr) {
+    std::istringstream fields(buffer);
+    std::string h, r, t;
+    if (fields >> h >> r >> t) edges.emplace_back(ids.at(h), ids.at(t));
+  }
+  gzclose(gz);
+  const auto entities = static_cast<uint32_t>(ids.size());
+  *out = AccessTrace(entities);
+  std::mt19937_64 rng(2026);
+  std::vector<BlockId> step;
+  for (int e = 0; e < epochs; ++e) {
+    std::shuffle(edges.begin(), edges.end(), rng);
+    for (size_t first = 0; first < edges.size(); first += 1000) {
+      step.clear();
+      for (size_t i = first; i < std::min(edges.size(), first + 1000); ++i) {
+        step.push_back(edges[i].first);
+        step.push_back(edges[i].second);
+      }
+      for (int n = 0; n < 500; ++n) step.push_back(static_cast<BlockId>(rng() % entities));
+      out->AddStep(step, true);
+    }
+  }
+  return true;
+}
+
+// Criteo sample: the 26 categorical ids of each sample, one row per distinct (feature, value)
+// (an empty value is its own row), batches of 128 samples, seeded shuffles per epoch.
+bool CriteoTrace(const std::string& path, int epochs, AccessTrace* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::unordered_map<std::string, uint32_t> ids;
+  std::vector<std::vector<BlockId>> samples;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<BlockId> cats;
+    size_t start = 0;
+    for (int col = 0; col < 40; ++col) {
+      const size_t tab = line.find('\t', start);
+      const std::string field = line.substr(start, tab == std::string::npos ? tab : tab - start);
+      if (col >= 14) {
+        auto [it, added] = ids.emplace(std::to_string(col) + ":" + field,
+                                       static_cast<uint32_t>(ids.size()));
+        cats.push_back(it->second);
+      }
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (cats.size() == 26) samples.push_back(std::move(cats));
+  }
+  *out = AccessTrace(static_cast<uint32_t>(ids.size()));
+  std::mt19937_64 rng(2026);
+  std::vector<BlockId> step;
+  for (int e = 0; e < epochs; ++e) {
+    std::shuffle(samples.begin(), samples.end(), rng);
+    for (size_t first = 0; first < samples.size(); first += 128) {
+      step.clear();
+      for (size_t i = first; i < std::min(samples.size(), first + 128); ++i) {
+        step.insert(step.end(), samples[i].begin(), samples[i].end());
+      }
+      out->AddStep(step, true);
+    }
+  }
+  return !samples.empty();
+}
+
+// Planning speed of the incremental oracle, W=200, as the pipeline would drive it.
+void PlannerSpeed(const AccessTrace& trace, uint32_t capacity) {
+  PlannerOptions options;
+  options.capacity_blocks = capacity;
+  options.window_steps = 200;
+  HeapPlanner planner(PlannerKind::kOracle, trace.num_blocks(), options);
+  Plan plan;
+  auto start = Clock::now();
+  for (uint64_t t = 0; t < trace.num_steps(); ++t) {
+    planner.Append(trace.step(t), true);
+    while (planner.Ready()) SLUICE_CHECK(planner.PlanNext(plan).ok(), "plan");
+    if (plan.loads.size() > (1u << 22)) {  // a pipeline consumes plans as it goes
+      plan = Plan();
+    }
+  }
+  planner.Finish();
+  while (planner.Ready()) SLUICE_CHECK(planner.PlanNext(plan).ok(), "plan");
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("\nIncremental oracle (W=200, capacity 10%%, Zipf 1.0): %.1f M block accesses "
+              "planned per second on one core (%llu accesses in %.2f s)\n",
+              static_cast<double>(trace.num_accesses()) / s / 1e6,
+              static_cast<unsigned long long>(trace.num_accesses()), s);
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) {
+  sluice::Args a;
+  CLI::App app{"sluice cache planner benchmark"};
+  app.add_option("--universe", a.universe, "blocks in the Zipf traces");
+  app.add_option("--length-factor", a.length_factor, "Zipf trace length / universe");
+  app.add_option("--step", a.step, "accesses per step in the Zipf traces");
+  app.add_option("--row-bytes", a.row_bytes, "bytes per block, for MB read");
+  app.add_option("--datasets", a.datasets, "the shared datasets directory");
+  CLI11_PARSE(app, argc, argv);
+  using namespace sluice;  // NOLINT(google-build-using-namespace): main only
+  const std::vector<double> fractions = {0.05, 0.10, 0.25, 0.50};
+  const uint64_t length = uint64_t{a.universe} * a.length_factor;
+  std::printf("# Cache planners: loads at capacities 5/10/25/50%% (oracle W=all and W=200, "
+              "lru, static, none)\n");
+  AccessTrace zipf10 = ZipfTrace(a.universe, length, a.step, 1.0, 1);
+  PlannerSpeed(zipf10, a.universe / 10);
+  for (double alpha : {0.8, 1.0, 1.2}) {
+    char title[64];
+    std::snprintf(title, sizeof(title), "Zipf alpha %.1f", alpha);
+    if (alpha == 1.0) {
+      Table(title, zipf10, fractions, a.row_bytes);
+    } else {
+      Table(title, ZipfTrace(a.universe, length, a.step, alpha, 1), fractions, a.row_bytes);
+    }
+  }
+  Sweep(zipf10, a.universe / 10);
+  AccessTrace real(1);
+  if (Fb15kTrace(a.datasets + "/fb15k-237", 3, &real)) {
+    Table("FB15k-237 entities (3 epochs, batch 1000 + 500 negatives)", real, fractions, 200);
+  } else {
+    std::printf("\nFB15k-237 not found under %s: skipped\n", a.datasets.c_str());
+  }
+  if (CriteoTrace(a.datasets + "/criteo-sample/train.csv", 10, &real)) {
+    Table("Criteo sample categorical ids (10 epochs, batch 128)", real, fractions, a.row_bytes);
+  } else {
+    std::printf("\nCriteo sample not found under %s: skipped\n", a.datasets.c_str());
+  }
+  return 0;
+}
