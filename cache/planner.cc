@@ -71,7 +71,7 @@ HeapPlanner::Entry HeapPlanner::MakeEntry(uint64_t next_use, bool clean, uint64_
   const uint64_t age = kAgeMask - std::min(last_step, kAgeMask);  // older = larger
   const uint64_t hi = (next << 24) | (uint64_t{clean} << 23) | (age >> 32);
   const uint64_t lo = ((age & 0xffffffffu) << 32) | b;
-  return Entry{(static_cast<unsigned __int128>(hi) << 64) | lo, version};
+  return Entry{(static_cast<Key>(hi) << 64) | lo, version};
 }
 
 HeapPlanner::Entry HeapPlanner::CurrentEntry(BlockId b, uint64_t t) const {

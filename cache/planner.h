@@ -99,8 +99,9 @@ class HeapPlanner {
   // A heap entry: the eviction key packed into 128 bits so comparisons are one instruction
   // pair. Larger = better victim: next use (kNever = not within the window), then clean before
   // dirty, then least recently used, then the larger block id (deterministic ties).
+  __extension__ typedef unsigned __int128 Key;  // GCC/Clang 128-bit integer
   struct Entry {
-    unsigned __int128 key;
+    Key key;
     uint32_t version;
     BlockId block() const { return static_cast<BlockId>(key); }
     bool operator<(const Entry& o) const { return key < o.key; }
