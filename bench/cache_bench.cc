@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/partition_order.h"
 #include "cache/planner.h"
 
 namespace sluice {
@@ -90,8 +91,22 @@ void Table(const char* title, const AccessTrace& trace, const std::vector<double
               row_bytes);
   std::printf("| capacity | policy | loads | MB read | write-backs | vs lru | plan Maccess/s |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|\n");
+  uint64_t largest_step = 0;
+  {
+    std::vector<uint64_t> stamp(trace.num_blocks(), 0);
+    for (uint64_t t = 0; t < trace.num_steps(); ++t) {
+      uint64_t distinct = 0;
+      for (BlockId b : trace.step(t)) distinct += stamp[b] != t + 1 ? (stamp[b] = t + 1, 1) : 0;
+      largest_step = std::max(largest_step, distinct);
+    }
+  }
   for (double f : fractions) {
     const auto capacity = static_cast<uint32_t>(f * trace.num_blocks());
+    if (capacity < largest_step) {
+      std::printf("| %.0f%% | (a step needs %llu blocks, more than %u) | | | | | |\n", f * 100,
+                  static_cast<unsigned long long>(largest_step), capacity);
+      continue;
+    }
     std::vector<Row> rows = {Run(trace, PlannerKind::kOracle, capacity, kWholeTrace),
                              Run(trace, PlannerKind::kOracle, capacity, 200),
                              Run(trace, PlannerKind::kLru, capacity, 0),
@@ -204,6 +219,29 @@ bool CriteoTrace(const std::string& path, int epochs, AccessTrace* out) {
   return !samples.empty();
 }
 
+// Partition swaps per epoch for BETA and the randomized ordering against the lower bound.
+void Orderings() {
+  std::printf("\n### Partition orderings: swaps per epoch\n\n");
+  std::printf("| partitions p | resident c | lower bound | beta | beta / bound | randomized "
+              "(median of 5 seeds) |\n|---:|---:|---:|---:|---:|---:|\n");
+  for (uint32_t p : {8u, 16u, 32u, 64u, 128u}) {
+    for (uint32_t c : {2u, 4u, 8u}) {
+      if (c >= p) continue;
+      const uint64_t bound = SwapLowerBound(p, c);
+      const uint64_t beta = MakePartitionOrder(p, c, OrderingKind::kBeta, 0)->swaps;
+      std::vector<uint64_t> random;
+      for (uint64_t seed = 1; seed <= 5; ++seed) {
+        random.push_back(MakePartitionOrder(p, c, OrderingKind::kRandomized, seed)->swaps);
+      }
+      std::sort(random.begin(), random.end());
+      std::printf("| %u | %u | %llu | %llu | %.2f | %llu |\n", p, c,
+                  static_cast<unsigned long long>(bound), static_cast<unsigned long long>(beta),
+                  static_cast<double>(beta) / static_cast<double>(bound),
+                  static_cast<unsigned long long>(random[2]));
+    }
+  }
+}
+
 // Planning speed of the incremental oracle, W=200, as the pipeline would drive it.
 void PlannerSpeed(const AccessTrace& trace, uint32_t capacity) {
   PlannerOptions options;
@@ -245,6 +283,7 @@ int main(int argc, char** argv) {
   const uint64_t length = uint64_t{a.universe} * a.length_factor;
   std::printf("# Cache planners: loads at capacities 5/10/25/50%% (oracle W=all and W=200, "
               "lru, static, none)\n");
+  Orderings();
   AccessTrace zipf10 = ZipfTrace(a.universe, length, a.step, 1.0, 1);
   PlannerSpeed(zipf10, a.universe / 10);
   for (double alpha : {0.8, 1.0, 1.2}) {

@@ -62,24 +62,27 @@ bool HeapPlanner::Protected(BlockId b, uint64_t t) const {
          st_[b].last_step + options_.protect_steps >= t;
 }
 
-// Layout, high to low: next use (40 bits; kNever saturates), clean (1), age (55), block (32).
-HeapPlanner::Entry HeapPlanner::MakeEntry(uint64_t next_use, bool clean, uint64_t last_step,
-                                          BlockId b, uint32_t version) {
+// Layout, high to low: next use (40 bits; kNever saturates), clean (1), fewer past uses (23),
+// older last use (32, modulo 2^32 steps), block (32).
+HeapPlanner::Entry HeapPlanner::MakeEntry(uint64_t next_use, bool clean, uint64_t uses,
+                                          uint64_t last_step, BlockId b, uint32_t version) {
   constexpr uint64_t kStepMask = (uint64_t{1} << 40) - 1;
-  constexpr uint64_t kAgeMask = (uint64_t{1} << 55) - 1;
+  constexpr uint64_t kUsesMask = (uint64_t{1} << 23) - 1;
   const uint64_t next = next_use == kNever ? kStepMask : std::min(next_use, kStepMask - 1);
-  const uint64_t age = kAgeMask - std::min(last_step, kAgeMask);  // older = larger
-  const uint64_t hi = (next << 24) | (uint64_t{clean} << 23) | (age >> 32);
-  const uint64_t lo = ((age & 0xffffffffu) << 32) | b;
+  const uint64_t rare = kUsesMask - std::min(uses, kUsesMask);
+  const uint64_t old = 0xffffffffu - (last_step & 0xffffffffu);
+  const uint64_t hi = (next << 24) | (uint64_t{clean} << 23) | rare;
+  const uint64_t lo = (old << 32) | b;
   return Entry{(static_cast<Key>(hi) << 64) | lo, version};
 }
 
 HeapPlanner::Entry HeapPlanner::CurrentEntry(BlockId b, uint64_t t) const {
   // Pinned (in the current step) and protected blocks sort below every candidate.
-  if (st_[b].mark == t + 1 || Protected(b, t)) return Entry{b, st_[b].version};
-  const uint64_t last = st_[b].last_step == kNever ? 0 : st_[b].last_step;
-  if (kind_ == PlannerKind::kLru) return MakeEntry(1, false, last, b, st_[b].version);
-  return MakeEntry(st_[b].next_use, st_[b].dirty == 0, last, b, st_[b].version);
+  const BlockState& s = st_[b];
+  if (s.mark == t + 1 || Protected(b, t)) return Entry{b, s.version};
+  const uint64_t last = s.last_step == kNever ? 0 : s.last_step;
+  if (kind_ == PlannerKind::kLru) return MakeEntry(1, false, 0, last, b, s.version);
+  return MakeEntry(s.next_use, s.dirty == 0, s.uses, last, b, s.version);
 }
 
 void HeapPlanner::Push(BlockId b, uint64_t t) {
@@ -164,6 +167,7 @@ void HeapPlanner::UpdateAfterStep(uint64_t t) {
   for (uint64_t p = first; p < end; ++p) {
     BlockState& s = st_[blocks_[p - base_pos_]];
     s.last_step = t;
+    ++s.uses;
     if (step_writes_[rel]) s.dirty = 1;
     uint64_t next = next_use_of_[p - base_pos_];
     if (w != kWholeTrace && next != kNever && next > t + w) next = kNever;

@@ -6,7 +6,8 @@
 //
 //   oracle: evict the resident block whose next use is farthest, looking at most `window`
 //           steps ahead; blocks not used within the window go first, clean before dirty, then
-//           least recently used. With a window covering the trace this is Belady's MIN.
+//           the least often used so far, then the least recently used. With a window covering
+//           the trace this is Belady's MIN.
 //   lru:    evict the least recently used block (no lookahead).
 //   static: pin the hottest blocks (by access frequency in the trace, or given scores, as
 //           Quiver and PaGraph pin by degree) in all slots but those the largest step needs;
@@ -98,7 +99,8 @@ class HeapPlanner {
   static constexpr uint32_t kNone = ~uint32_t{0};
   // A heap entry: the eviction key packed into 128 bits so comparisons are one instruction
   // pair. Larger = better victim: next use (kNever = not within the window), then clean before
-  // dirty, then least recently used, then the larger block id (deterministic ties).
+  // dirty, then fewer past uses (beyond the window, past frequency is the best estimate of
+  // reuse on skewed traces), then least recently used, then the larger block id.
   __extension__ typedef unsigned __int128 Key;  // GCC/Clang 128-bit integer
   struct Entry {
     Key key;
@@ -106,8 +108,8 @@ class HeapPlanner {
     BlockId block() const { return static_cast<BlockId>(key); }
     bool operator<(const Entry& o) const { return key < o.key; }
   };
-  static Entry MakeEntry(uint64_t next_use, bool clean, uint64_t last_step, BlockId b,
-                         uint32_t version);
+  static Entry MakeEntry(uint64_t next_use, bool clean, uint64_t uses, uint64_t last_step,
+                         BlockId b, uint32_t version);
   // The entry of resident block b as of step t: pinned and protected blocks sort last.
   Entry CurrentEntry(BlockId b, uint64_t t) const;
   void Push(BlockId b, uint64_t t);
@@ -141,6 +143,7 @@ class HeapPlanner {
     uint64_t mark = 0;            // step + 1 while it is in the current step's set (pinned)
     uint32_t slot_of = kNone;     // kNone when not resident
     uint32_t version = 0;         // bumped whenever its heap entries go stale
+    uint32_t uses = 0;            // steps that used it so far
     uint8_t dirty = 0;
   };
   std::vector<BlockState> st_;

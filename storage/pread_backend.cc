@@ -1,7 +1,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <deque>
+#include <vector>
 
 #include "storage/io_backend.h"
 
@@ -12,22 +12,23 @@ namespace {
 // reference backend in tests and the fallback where io_uring is unavailable.
 class PreadBackend final : public IoBackend {
  public:
-  explicit PreadBackend(uint32_t queue_depth) : queue_depth_(queue_depth) {}
+  explicit PreadBackend(uint32_t queue_depth) : queue_depth_(queue_depth), ring_(queue_depth) {}
 
   const char* name() const override { return "pread"; }
   uint32_t queue_depth() const override { return queue_depth_; }
 
   void Prepare(const IoOp& op) override {
-    SLUICE_CHECK(pending_.size() < queue_depth_, "more than %u ops outstanding", queue_depth_);
-    pending_.push_back(op);
+    SLUICE_CHECK(count_ < queue_depth_, "more than %u ops outstanding", queue_depth_);
+    ring_[(head_ + count_++) % queue_depth_] = op;
   }
 
   size_t SubmitAndWait(std::span<IoCompletion> out) override {
-    SLUICE_CHECK(!pending_.empty(), "SubmitAndWait with nothing outstanding");
+    SLUICE_CHECK(count_ > 0, "SubmitAndWait with nothing outstanding");
     size_t n = 0;
-    while (!pending_.empty() && n < out.size()) {
-      const IoOp op = pending_.front();
-      pending_.pop_front();
+    while (count_ > 0 && n < out.size()) {
+      const IoOp op = ring_[head_];
+      head_ = (head_ + 1) % queue_depth_;
+      --count_;
       const off_t offset = static_cast<off_t>(op.offset_bytes);
       ssize_t rc = op.kind == IoKind::kRead ? ::pread(op.fd, op.buffer, op.length_bytes, offset)
                                             : ::pwrite(op.fd, op.buffer, op.length_bytes, offset);
@@ -38,7 +39,9 @@ class PreadBackend final : public IoBackend {
 
  private:
   uint32_t queue_depth_;
-  std::deque<IoOp> pending_;
+  std::vector<IoOp> ring_;  // ops prepared and not yet executed, in order
+  uint32_t head_ = 0;
+  uint32_t count_ = 0;
 };
 
 }  // namespace

@@ -69,13 +69,14 @@ uint64_t ReferenceLoads(const AccessTrace& trace, uint32_t capacity, uint64_t wi
   std::set<BlockId> resident;
   std::map<BlockId, uint64_t> last_use;
   std::map<BlockId, bool> dirty;
+  std::map<BlockId, uint64_t> uses;
   uint64_t loads = 0;
   for (uint64_t t = 0; t < trace.num_steps(); ++t) {
     std::vector<BlockId> need = DistinctOf(trace.step(t));
     for (BlockId b : need) {
       if (resident.count(b)) continue;
       if (resident.size() == capacity) {
-        std::tuple<uint64_t, int, uint64_t, BlockId> worst{0, 0, 0, 0};
+        std::tuple<uint64_t, int, uint64_t, uint64_t, BlockId> worst{0, 0, 0, 0, 0};
         bool found = false;
         for (BlockId r : resident) {
           if (std::find(need.begin(), need.end(), r) != need.end()) continue;
@@ -90,10 +91,11 @@ uint64_t ReferenceLoads(const AccessTrace& trace, uint32_t capacity, uint64_t wi
             }
           }
           auto key = std::make_tuple(lru ? 1 : next, lru ? 0 : (dirty[r] ? 0 : 1),
-                                     ~uint64_t{0} - last_use[r], r);
+                                     lru ? 0 : ~uint64_t{0} - uses[r], ~uint64_t{0} - last_use[r],
+                                     r);
           if (!found || key > worst) worst = key, found = true;
         }
-        resident.erase(std::get<3>(worst));
+        resident.erase(std::get<4>(worst));
       }
       resident.insert(b);
       dirty[b] = false;
@@ -101,6 +103,7 @@ uint64_t ReferenceLoads(const AccessTrace& trace, uint32_t capacity, uint64_t wi
     }
     for (BlockId b : need) {
       last_use[b] = t;
+      ++uses[b];
       if (trace.writes(t)) dirty[b] = true;
     }
   }
