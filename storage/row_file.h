@@ -62,7 +62,9 @@ class RowFile {
   const File& file() const { return file_; }
 
  private:
-  static constexpr size_t kStripes = 256;
+  // 32, not more: a call holds all stripes it touches at once, and ThreadSanitizer tracks at
+  // most 64 locks held by one thread.
+  static constexpr size_t kStripes = 32;
   class StripeLock;
 
   RowFile(File file, uint32_t row_bytes, uint64_t num_rows, const RowFileOptions& options);

@@ -73,7 +73,7 @@ TEST_P(RowFileRandomTest, MatchesAnInMemoryArrayUnderRandomReadsAndWrites) {
     std::vector<std::byte> range(count * p.row_bytes);
     RandomBytes(rng, range.data(), range.size());
     ASSERT_TRUE((*table)->WriteRange(*io, first, count, range.data()).ok());
-    std::memcpy(model.row(first), range.data(), range.size());
+    if (count > 0) std::memcpy(model.row(first), range.data(), range.size());
   }
   std::vector<std::byte> all(model.bytes.size());
   ASSERT_TRUE((*table)->ReadRange(*io, 0, kRows, all.data()).ok());
