@@ -1,5 +1,6 @@
 #include "cache/block_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/units.h"
@@ -17,7 +18,8 @@ BlockCache::BlockCache(RowFile* table, const BlockCacheOptions& options)
       arena_(options.capacity_blocks * slot_stride_, kDirectAlignBytes),
       slot_of_(num_blocks_, kNoSlot),
       block_in_slot_(options.capacity_blocks, 0),
-      dirty_(options.capacity_blocks, 0) {
+      dirty_(options.capacity_blocks, 0),
+      pins_(options.capacity_blocks, 0) {
   SLUICE_CHECK(options.rows_per_block >= 1 && options.capacity_blocks >= 1, "cache geometry");
 }
 
@@ -32,6 +34,27 @@ std::byte* BlockCache::block_data(BlockId b) {
   return slot_data(slot_of_[b]);
 }
 
+Result<uint32_t> SlotsFromBudget(uint64_t budget_bytes, uint64_t reserved_bytes,
+                                 uint64_t block_bytes, uint32_t min_slots) {
+  const uint64_t slot_bytes = AlignUp(block_bytes, kDirectAlignBytes);
+  const uint64_t room = budget_bytes > reserved_bytes ? budget_bytes - reserved_bytes : 0;
+  const uint64_t slots = std::min<uint64_t>(room / slot_bytes, ~uint32_t{0});
+  if (slots < min_slots) {
+    return FailedPrecondition("the memory budget " + FormatBytes(budget_bytes) + " leaves " +
+                              FormatBytes(room) + " for the cache: " + std::to_string(slots) +
+                              " slots of " + FormatBytes(slot_bytes) + ", but one step needs " +
+                              std::to_string(min_slots) + " (" +
+                              FormatBytes(reserved_bytes + min_slots * slot_bytes) +
+                              " in all); raise memory.budget or shrink the batch");
+  }
+  return static_cast<uint32_t>(slots);
+}
+
+BlockCache::Pin BlockCache::PinBlock(BlockId b) {
+  SLUICE_CHECK(slot_of_[b] != kNoSlot, "pinning block %u, which is not resident", b);
+  return Pin(this, slot_of_[b]);
+}
+
 void BlockCache::MarkDirty(BlockId b) {
   SLUICE_CHECK(slot_of_[b] != kNoSlot, "block %u is not resident", b);
   dirty_[slot_of_[b]] = 1;
@@ -44,6 +67,7 @@ Status BlockCache::RunIo(IoSession& io, const Plan& plan, uint64_t first, uint64
     for (const EvictOp& e : plan.step_evictions(t)) {
       SLUICE_CHECK(slot_of_[e.block] == e.slot, "plan evicts block %u from slot %u, not its own",
                    e.block, e.slot);
+      SLUICE_CHECK(pins_[e.slot] == 0, "plan evicts block %u, which is pinned", e.block);
       if (dirty_[e.slot]) writes_.push_back({e.block, e.slot});
       dirty_[e.slot] = 0;
       slot_of_[e.block] = kNoSlot;

@@ -20,6 +20,7 @@
 // Thread safety: none; one thread runs io and compute in turn (the pipeline adds overlap).
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "cache/planner.h"
@@ -41,8 +42,32 @@ struct BlockCacheStats {
   uint64_t bytes_written = 0;
 };
 
+// How many slots of `block_bytes` fit in what the budget leaves after `reserved_bytes`. Fails,
+// saying what would be needed, when fewer than `min_slots` (the largest step's block count) fit.
+Result<uint32_t> SlotsFromBudget(uint64_t budget_bytes, uint64_t reserved_bytes,
+                                 uint64_t block_bytes, uint32_t min_slots);
+
 class BlockCache {
  public:
+  // Keeps a resident block in place while held: a plan that evicts a pinned block is a bug
+  // (checked). Move-only; unpins when destroyed.
+  class Pin {
+   public:
+    Pin(Pin&& other) noexcept : cache_(std::exchange(other.cache_, nullptr)), slot_(other.slot_) {}
+    Pin& operator=(Pin&&) = delete;
+    Pin(const Pin&) = delete;
+    ~Pin() {
+      if (cache_ != nullptr) --cache_->pins_[slot_];
+    }
+    std::byte* data() const { return cache_->slot_data(slot_); }
+
+   private:
+    friend class BlockCache;
+    Pin(BlockCache* cache, uint32_t slot) : cache_(cache), slot_(slot) { ++cache_->pins_[slot_]; }
+    BlockCache* cache_;
+    uint32_t slot_;
+  };
+
   BlockCache(RowFile* table, const BlockCacheOptions& options);
 
   uint32_t num_blocks() const { return num_blocks_; }
@@ -55,6 +80,8 @@ class BlockCache {
   // The resident block's bytes. Requires: b is resident.
   std::byte* block_data(BlockId b);
   bool resident(BlockId b) const { return slot_of_[b] != kNoSlot; }
+  // Pins a resident block (requires: resident).
+  Pin PinBlock(BlockId b);
   // Marks a resident block as written, so its eviction writes it back.
   void MarkDirty(BlockId b);
   // Writes back every dirty resident block (a checkpoint's flush); they stay resident.
@@ -83,6 +110,7 @@ class BlockCache {
   std::vector<uint32_t> slot_of_;
   std::vector<BlockId> block_in_slot_;
   std::vector<uint8_t> dirty_;  // per slot
+  std::vector<uint32_t> pins_;  // per slot
   std::vector<Move> writes_, reads_;
   std::vector<IoRequest> requests_;
   std::vector<uint64_t> ids_;

@@ -112,5 +112,30 @@ TEST(BlockCacheTest, WithoutWriteBackBeforeLoadAStaleReadIsCaught) {
   EXPECT_FALSE(CacheMatchesArray(Geometry{4096, 1}, *io, /*rule=*/false, 1));
 }
 
+TEST(BlockCacheTest, SlotsComeFromTheBudget) {
+  EXPECT_EQ(SlotsFromBudget(1 << 20, 0, 4096, 10).value(), 256u);
+  EXPECT_EQ(SlotsFromBudget(1 << 20, 512 << 10, 100, 10).value(), 128u);  // slots are 4 KiB
+  auto tight = SlotsFromBudget(1 << 20, 1 << 20, 4096, 1);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_NE(tight.status().message().find("one step needs 1"), std::string::npos);
+}
+
+TEST(BlockCacheDeathTest, EvictingAPinnedBlockIsABug) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 4096, 16, RowFileOptions{});
+  BlockCache cache(table->get(), BlockCacheOptions{1, 1, true});
+  AccessTrace trace(16);
+  std::vector<BlockId> a = {3}, b = {5};
+  trace.AddStep(a, false);
+  trace.AddStep(b, false);
+  PlannerOptions options;
+  options.capacity_blocks = 1;
+  auto plan = MakePlan(trace, PlannerKind::kLru, options);
+  auto io = Session(BackendKind::kPread);
+  ASSERT_TRUE(cache.RunIo(*io, plan.value(), 0, 1).ok());
+  BlockCache::Pin pin = cache.PinBlock(3);
+  EXPECT_DEATH((void)cache.RunIo(*io, plan.value(), 1, 2), "pinned");
+}
+
 }  // namespace
 }  // namespace sluice
