@@ -1,0 +1,3 @@
+"""sluice preprocessing: raw data into the on-disk dataset format (docs/format.md)."""
+FORMAT_NAME = "sluice-dataset"
+FORMAT_VERSION = 1

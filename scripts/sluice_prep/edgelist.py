@@ -1,0 +1,247 @@
+"""Edge lists for link prediction: CSV/TSV/space-separated, with or without a header, integer
+or string ids, optional relation and weight columns, CRLF or LF. Streams: text is parsed once
+in blocks into a scratch file of original ids; a second pass over that file renumbers."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+
+from .graph import EdgeChunk, GraphSpec, Progress, build_graph, degree_stats, write_names
+from .textio import BadLines, open_text
+from .writer import DatasetWriter, PrepError
+
+BLOCK_BYTES = 32 << 20
+CHUNK_EDGES = 4 << 20
+
+
+def sniff(first: str) -> str | None:
+    """The delimiter of a line: tab, comma, semicolon, or None for runs of spaces."""
+    for d in ("\t", ",", ";"):
+        if d in first:
+            return d
+    return None
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+class EdgeListReader:
+    """Parses an edge list into blocks of (src, dst, rel, weight) columns of raw ids."""
+
+    def __init__(self, path: str, delimiter: str | None, header: str, src_col: int, dst_col: int,
+                 rel_col: int | None, weight_col: int | None, ids: str, bad: BadLines):
+        self.path = pathlib.Path(path)
+        self.cols = {"src": src_col, "dst": dst_col}
+        if rel_col is not None:
+            self.cols["rel"] = rel_col
+        if weight_col is not None:
+            self.cols["weight"] = weight_col
+        self.ncols_min = max(self.cols.values()) + 1
+        self.bad = bad
+        with open_text(self.path) as f:
+            head = [line.rstrip("\r\n") for _, line in zip(range(2), f)]
+        if not head or not head[0].strip():
+            raise PrepError(f"{self.path}: empty edge list")
+        self.delimiter = sniff(head[0]) if delimiter == "auto" else (delimiter or None)
+        first = self._split(head[0])
+        if header == "auto":
+            # A header when some column is numeric on the second line but not on the first.
+            # (A file whose columns are all text needs --header yes.)
+            second = self._split(head[1]) if len(head) > 1 else []
+            has_header = any(_is_number(second[c]) and not _is_number(first[c])
+                             for c in range(min(len(first), len(second))))
+        else:
+            has_header = header == "yes"
+        self.skip_first = has_header
+        if ids == "auto":
+            probe = self._split(head[1]) if has_header and len(head) > 1 else first
+            ids = "int" if all(_is_int(probe[c]) for c in (src_col, dst_col) if c < len(probe)) else "str"
+        self.string_ids = ids == "str"
+
+    def _split(self, line: str) -> list[str]:
+        return [f.strip() for f in (line.split(self.delimiter) if self.delimiter else line.split())]
+
+    def blocks(self):
+        """Yields dicts of column arrays (ids as int64 or lists of str, weight as float32)."""
+        number = 0
+        rows: dict[str, list] = {k: [] for k in self.cols}
+        with open_text(self.path) as f:
+            for line in f:
+                number += 1
+                if number == 1 and self.skip_first:
+                    continue
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                fields = self._split(line)
+                if len(fields) < self.ncols_min:
+                    self.bad.bad(f"{self.path}:{number}",
+                                 f"expected at least {self.ncols_min} fields, got {len(fields)}")
+                    continue
+                try:
+                    parsed = {k: self._value(k, fields[c]) for k, c in self.cols.items()}
+                except ValueError as e:
+                    self.bad.bad(f"{self.path}:{number}", str(e))
+                    continue
+                for k, v in parsed.items():
+                    rows[k].append(v)
+                if len(rows["src"]) >= CHUNK_EDGES:
+                    yield self._arrays(rows)
+                    rows = {k: [] for k in self.cols}
+        if rows["src"]:
+            yield self._arrays(rows)
+
+    def _value(self, column: str, text: str):
+        if column == "weight":
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"weight '{text}' is not a number") from None
+        if column == "rel":
+            if not text:
+                raise ValueError("empty relation")
+            return text
+        if not self.string_ids:
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{column} id '{text}' is not an integer (use --ids str)") from None
+        if not text:
+            raise ValueError(f"empty {column} id")
+        return text
+
+    @staticmethod
+    def _arrays(rows: dict[str, list]) -> dict:
+        out = {}
+        for k, v in rows.items():
+            if k == "weight":
+                out[k] = np.asarray(v, dtype=np.float32)
+            elif v and isinstance(v[0], int):
+                out[k] = np.asarray(v, dtype=np.int64)
+            else:
+                out[k] = v
+        return out
+
+
+def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str = "auto",
+                  src_col: int = 0, dst_col: int = 1, rel_col: int | None = None,
+                  weight_col: int | None = None, ids: str = "auto", valid_frac: float = 0.0,
+                  test_frac: float = 0.0, partitions: int = 1, partitioning: str = "random",
+                  seed: int = 0, on_error: str = "stop", overwrite: bool = False,
+                  name: str | None = None) -> pathlib.Path:
+    if not 0 <= valid_frac < 1 or not 0 <= test_frac < 1 or valid_frac + test_frac >= 1:
+        raise PrepError("--valid-frac and --test-frac must be in [0, 1) and sum below 1")
+    bad = BadLines(on_error)
+    reader = EdgeListReader(path, delimiter, header, src_col, dst_col, rel_col, weight_col, ids, bad)
+    writer = DatasetWriter(out, overwrite)
+    try:
+        return _convert(reader, writer, valid_frac, test_frac, partitions, partitioning, seed, bad,
+                        name or pathlib.Path(path).stem)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, test_frac: float,
+             partitions: int, partitioning: str, seed: int, bad: BadLines, name: str):
+    has_rel, has_weight = "rel" in reader.cols, "weight" in reader.cols
+    node_names: dict[str, int] = {}
+    rel_names: dict[str, int] = {}
+    scratch = writer.scratch("edges.raw")
+    rec = np.dtype([("src", np.int64), ("dst", np.int64), ("rel", np.int64), ("weight", np.float32)])
+    uniques = []
+    total = 0
+    progress = Progress(f"parsing {reader.path.name}")
+    with open(scratch, "wb") as f:
+        for block in reader.blocks():
+            r = np.zeros(len(block["src"]), dtype=rec)
+            for col in ("src", "dst"):
+                v = block[col]
+                if isinstance(v, list):
+                    v = np.fromiter((node_names.setdefault(x, len(node_names)) for x in v), np.int64, len(v))
+                r[col] = v
+            if has_rel:  # relation ids, integer or not, are names numbered by first appearance
+                v = block["rel"]
+                r["rel"] = np.fromiter((rel_names.setdefault(x, len(rel_names)) for x in v),
+                                       np.int64, len(v))
+            if has_weight:
+                r["weight"] = block["weight"]
+            if not reader.string_ids:
+                uniques.append(np.unique(np.concatenate([r["src"], r["dst"]])))
+                if len(uniques) > 8:
+                    uniques = [np.unique(np.concatenate(uniques))]
+            f.write(r.tobytes())
+            total += len(r)
+            progress.add(len(r))
+    progress.finish()
+    bad.report()
+    if total == 0:
+        raise PrepError(f"{reader.path}: no edges")
+    if reader.string_ids:
+        num_nodes, original = len(node_names), None
+    else:
+        original = np.unique(np.concatenate(uniques))
+        num_nodes = len(original)
+    num_relations = len(rel_names) if has_rel else 1
+    spec = GraphSpec(num_nodes=num_nodes, num_relations=num_relations, num_partitions=partitions,
+                     partitioning=partitioning, seed=seed, has_rel=has_rel, has_weight=has_weight)
+
+    def chunks():
+        rng = np.random.default_rng(seed + 1)  # the same split draw on every pass
+        raw = np.memmap(scratch, dtype=rec, mode="r")
+        for start in range(0, len(raw), CHUNK_EDGES):
+            r = np.array(raw[start:start + CHUNK_EDGES])
+            src, dst = r["src"], r["dst"]
+            if original is not None:
+                src, dst = np.searchsorted(original, src), np.searchsorted(original, dst)
+            u = rng.random(len(r))
+            split = np.where(u < test_frac, 2, np.where(u < test_frac + valid_frac, 1, 0))
+            for k, s in enumerate(("train", "valid", "test")):
+                m = split == k
+                if m.any():
+                    yield EdgeChunk(s, src[m], dst[m], r["rel"][m] if has_rel else None,
+                                    r["weight"][m] if has_weight else None)
+
+    g = build_graph(writer, spec, chunks, total)
+    order = np.argsort(g.new_id)
+    if original is not None:
+        writer.put("nodes.original_ids", "nodes/original_ids.bin", original[order], np.int64)
+    else:
+        names = [None] * num_nodes
+        for s, i in node_names.items():
+            names[i] = s
+        write_names(writer, "nodes.names", "nodes/names", names, order)
+    if rel_names:
+        names = [None] * len(rel_names)
+        for s, i in rel_names.items():
+            names[i] = s
+        write_names(writer, "relations.names", "relations/names", names)
+    writer.put("nodes.out_degree", "nodes/out_degree.bin", g.out_degree, np.int64)
+    writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
+    stats = {**degree_stats(g.out_degree, g.in_degree), "skipped_lines": bad.skipped,
+             "edges_per_second": round(g.edges_per_second)}
+    result = writer.commit({
+        "task": "link_prediction", "name": name,
+        "counts": {"nodes": num_nodes, "relations": num_relations, "feature_dim": 0, "classes": 0,
+                   "edges": g.edges, "samples": {}},
+        "partitions": {"count": partitions, "bounds": g.bounds.tolist(), "method": partitioning,
+                       "seed": seed},
+        "stats": stats,
+    })
+    print(f"wrote {result}: {num_nodes:,} nodes, {total:,} edges", file=sys.stderr)
+    return result

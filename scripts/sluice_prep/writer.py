@@ -1,0 +1,108 @@
+"""Writes a dataset directory: arrays appended in pieces with their CRC-32 computed as written,
+then manifest.json, then one rename of the temporary directory into place. An interrupted run
+leaves only `<dir>.tmp-<pid>`, never a half-dataset at `<dir>`."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import zlib
+from typing import Any
+
+import numpy as np
+
+from . import FORMAT_NAME, FORMAT_VERSION
+
+
+class PrepError(Exception):
+    """A bad input or a failed step: one line saying what, where and why."""
+
+
+class ArrayFile:
+    """An array written in appended pieces; tracks element count, bytes and CRC-32."""
+
+    def __init__(self, path: pathlib.Path, rel: str, dtype: np.dtype, width: int = 1):
+        self.path, self.rel, self.dtype, self.width = path, rel, np.dtype(dtype), width
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "wb")
+        self.rows = 0
+        self.crc = 0
+
+    def append(self, values: np.ndarray) -> None:
+        data = np.ascontiguousarray(values, dtype=self.dtype)
+        if self.width > 1 and (data.ndim != 2 or data.shape[1] != self.width):
+            raise PrepError(f"{self.rel}: rows of width {self.width} expected, got shape {data.shape}")
+        buf = data.tobytes()
+        self._f.write(buf)
+        self.crc = zlib.crc32(buf, self.crc)
+        self.rows += data.shape[0] if data.ndim else 1
+
+    def close(self) -> dict[str, Any]:
+        self._f.close()
+        shape = [self.rows] if self.width == 1 else [self.rows, self.width]
+        size = self.path.stat().st_size
+        expected = self.rows * self.width * self.dtype.itemsize
+        if size != expected:
+            raise PrepError(f"{self.path}: wrote {size} bytes, expected {expected}")
+        return {"path": self.rel, "dtype": _dtype_name(self.dtype), "shape": shape, "bytes": size,
+                "crc32": f"{self.crc & 0xffffffff:08x}"}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    names = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64",
+             np.dtype(np.uint8): "uint8", np.dtype(np.uint64): "uint64",
+             np.dtype(np.float16): "float16", np.dtype(np.float32): "float32"}
+    if dtype not in names:
+        raise PrepError(f"dtype {dtype} is not part of the dataset format")
+    return names[dtype]
+
+
+class DatasetWriter:
+    """Collects arrays under roles and commits them with a manifest.
+
+    Usage: w = DatasetWriter(out_dir); f = w.array(role, path, dtype); f.append(...);
+    w.commit(manifest_fields). Without commit() (an exception), abort() removes everything."""
+
+    def __init__(self, out_dir: str | os.PathLike, overwrite: bool = False):
+        self.out = pathlib.Path(out_dir)
+        if self.out.exists() and not overwrite:
+            raise PrepError(f"{self.out} exists (pass --overwrite to replace it)")
+        self.tmp = self.out.with_name(f"{self.out.name}.tmp-{os.getpid()}")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        self.files: dict[str, ArrayFile] = {}
+
+    def array(self, role: str, rel: str, dtype, width: int = 1) -> ArrayFile:
+        if role in self.files:
+            raise PrepError(f"role {role} written twice")
+        f = ArrayFile(self.tmp / rel, rel, dtype, width)
+        self.files[role] = f
+        return f
+
+    def put(self, role: str, rel: str, values: np.ndarray, dtype=None) -> None:
+        values = np.asarray(values)
+        width = values.shape[1] if values.ndim == 2 else 1
+        f = self.array(role, rel, dtype or values.dtype, width)
+        f.append(values)
+
+    def scratch(self, name: str) -> pathlib.Path:
+        """A scratch path inside the temporary directory (removed at commit)."""
+        path = self.tmp / "_scratch" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def commit(self, manifest: dict[str, Any]) -> pathlib.Path:
+        files = {role: f.close() for role, f in sorted(self.files.items())}
+        shutil.rmtree(self.tmp / "_scratch", ignore_errors=True)
+        full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest, "files": files}
+        (self.tmp / "manifest.json").write_text(json.dumps(full, indent=2) + "\n")
+        if self.out.exists():
+            shutil.rmtree(self.out)
+        os.rename(self.tmp, self.out)
+        return self.out
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            f._f.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,183 @@
+"""scripts/sluice_prep.py: conversions checked against known statistics, the dataset invariants
+of docs/format.md, the C++ reader (sluice info --verify), and bad input."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PREP = ROOT / "scripts/sluice_prep.py"
+DATASETS = pathlib.Path(os.environ.get("SLUICE_DATASETS", ROOT.parent / "shared/datasets"))
+
+
+def prep(*args, check=True):
+    proc = subprocess.run([sys.executable, str(PREP), *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def load(ds: pathlib.Path, role: str) -> np.ndarray:
+    f = json.loads((ds / "manifest.json").read_text())["files"][role]
+    return np.fromfile(ds / f["path"], dtype=f["dtype"]).reshape(f["shape"])
+
+
+def names(ds: pathlib.Path, role: str) -> list[str]:
+    offsets, data = load(ds, f"{role}.offsets"), load(ds, f"{role}.bytes").tobytes()
+    return [data[offsets[k]:offsets[k + 1]].decode() for k in range(len(offsets) - 1)]
+
+
+def check_buckets(ds: pathlib.Path, split: str) -> None:
+    """Every edge of bucket (i, j) has its source in partition i and destination in j, sorted;
+    and the destination-sorted copy holds the same edges."""
+    m = json.loads((ds / "manifest.json").read_text())
+    bounds = np.array(m["partitions"]["bounds"])
+    p = len(bounds) - 1
+    part = lambda ids: np.searchsorted(bounds, ids, side="right") - 1  # noqa: E731
+    src, dst = load(ds, f"edges.{split}.src"), load(ds, f"edges.{split}.dst")
+    off = load(ds, f"edges.{split}.buckets")
+    assert off[0] == 0 and off[-1] == len(src) and np.all(np.diff(off) >= 0)
+    for i in range(p):
+        for j in range(p):
+            a, b = off[i * p + j], off[i * p + j + 1]
+            assert np.all(part(src[a:b]) == i) and np.all(part(dst[a:b]) == j)
+            key = src[a:b].astype(np.int64) * (1 << 32) + dst[a:b]
+            assert np.all(np.diff(key) >= 0), f"bucket ({i},{j}) not sorted by (src, dst)"
+    by = f"edges.{split}.by_dst"
+    if by + ".src" in m["files"]:
+        bsrc, bdst, boff = load(ds, by + ".src"), load(ds, by + ".dst"), load(ds, by + ".buckets")
+        for j in range(p):
+            for i in range(p):
+                a, b = boff[j * p + i], boff[j * p + i + 1]
+                assert np.all(part(bdst[a:b]) == j) and np.all(part(bsrc[a:b]) == i)
+        pairs = lambda s, d: np.sort(s.astype(np.int64) * (1 << 32) + d)  # noqa: E731
+        assert np.array_equal(pairs(src, dst), pairs(bsrc, bdst))
+
+
+def test_fb15k237_converts_with_known_statistics(tmp_path, sluice_bin):
+    src = DATASETS / "fb15k-237"
+    if not src.exists():
+        pytest.skip(f"FB15k-237 not found at {src} (set SLUICE_DATASETS)")
+    out = tmp_path / "fb"
+    prep("kg", src, "--out", out, "--partitions", "4", "--seed", "3")
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["nodes"] == 14541 and m["counts"]["relations"] == 237
+    assert m["counts"]["edges"] == {"train": 272115, "valid": 17535, "test": 20466}
+    for split in ("train", "valid", "test"):
+        check_buckets(out, split)
+    # The names map renumbered ids back: the first training triple is in the dataset.
+    entity, relation = names(out, "nodes.names"), names(out, "relations.names")
+    import gzip
+    with gzip.open(src / "train.txt.gz", "rt") as f:
+        h, r, t = f.readline().rstrip("\r\n").split("\t")
+    s, d, rel = load(out, "edges.train.src"), load(out, "edges.train.dst"), load(out, "edges.train.rel")
+    hit = (s == entity.index(h)) & (d == entity.index(t)) & (rel == relation.index(r))
+    assert hit.sum() == 1
+    proc = subprocess.run([str(sluice_bin), "info", str(out), "--verify"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "checksums: all" in proc.stdout
+
+
+def test_edge_list_with_header_crlf_string_ids_relations_and_weights(tmp_path, sluice_bin):
+    edges = [("alice", "bob", "knows", 0.5), ("bob", "carol", "likes", 1.0),
+             ("carol", "alice", "knows", 2.0), ("dave", "alice", "likes", 0.25)] * 5
+    text = "source,target,relation,weight\r\n" + "".join(f"{a},{b},{r},{w}\r\n" for a, b, r, w in edges)
+    path = tmp_path / "e.csv"
+    path.write_bytes(text.encode())
+    out = tmp_path / "ds"
+    prep("edges", path, "--out", out, "--rel-col", "2", "--weight-col", "3", "--partitions", "2")
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["nodes"] == 4 and m["counts"]["relations"] == 2
+    assert m["counts"]["edges"]["train"] == 20
+    node, rel = names(out, "nodes.names"), names(out, "relations.names")
+    got = sorted(zip((node[i] for i in load(out, "edges.train.src")),
+                     (node[i] for i in load(out, "edges.train.dst")),
+                     (rel[i] for i in load(out, "edges.train.rel")),
+                     load(out, "edges.train.weight").tolist()))
+    assert got == sorted(edges)
+    check_buckets(out, "train")
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"]).returncode == 0
+
+
+def test_sparse_integer_ids_keep_their_originals_and_splits_are_seeded(tmp_path):
+    rng = np.random.default_rng(0)
+    ids = np.array([7, 1_000_000_007, 42, 5, 99_999])
+    e = ids[rng.integers(0, len(ids), size=(3000, 2))]
+    path = tmp_path / "e.tsv"
+    path.write_text("".join(f"{a}\t{b}\n" for a, b in e))
+    out1, out2 = tmp_path / "a", tmp_path / "b"
+    for out in (out1, out2):
+        prep("edges", path, "--out", out, "--valid-frac", "0.1", "--test-frac", "0.2",
+             "--partitions", "3", "--seed", "9")
+    m = json.loads((out1 / "manifest.json").read_text())
+    assert sum(m["counts"]["edges"].values()) == 3000
+    assert 150 < m["counts"]["edges"]["valid"] < 450 and 450 < m["counts"]["edges"]["test"] < 750
+    original = load(out1, "nodes.original_ids")
+    assert sorted(original.tolist()) == sorted(ids.tolist())
+    pairs = []
+    for split in ("train", "valid", "test"):
+        check_buckets(out1, split) if split == "train" else None
+        pairs += list(zip(original[load(out1, f"edges.{split}.src")].tolist(),
+                          original[load(out1, f"edges.{split}.dst")].tolist()))
+        assert np.array_equal(load(out1, f"edges.{split}.src"), load(out2, f"edges.{split}.src"))
+    assert sorted(pairs) == sorted(map(tuple, e.tolist()))
+
+
+def test_degree_partitioning_puts_hot_nodes_first(tmp_path):
+    path = tmp_path / "g.tsv"
+    prep("gen-graph", "--out", path, "--nodes", "2000", "--edges", "40000", "--seed", "1")
+    out = tmp_path / "ds"
+    prep("edges", path, "--out", out, "--partitions", "4", "--partitioning", "degree")
+    deg = load(out, "nodes.out_degree") + load(out, "nodes.in_degree")
+    assert np.all(np.diff(deg) <= 0), "ids are in descending degree order"
+    assert deg.sum() == 2 * 40000
+    check_buckets(out, "train")
+
+
+def test_malformed_line_stops_with_file_and_line_and_leaves_nothing(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("1\t2\n3\t4\n5\n6\t7\n")
+    out = tmp_path / "ds"
+    proc = prep("edges", path, "--out", out, check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == (f"sluice-prep: error: {path}:3: expected at least 2 fields, got 1 "
+                         "(pass --on-error skip to skip such lines)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv"], "no output, no temp dir"
+    proc = prep("edges", path, "--out", out, "--on-error", "skip")
+    assert "skipped 1 malformed lines" in proc.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["edges"]["train"] == 3 and m["stats"]["skipped_lines"] == 1
+
+
+def test_other_bad_inputs_are_one_clear_line(tmp_path):
+    path = tmp_path / "e.tsv"
+    path.write_text("1\t2\n3\tx\n")
+    proc = prep("edges", path, "--out", tmp_path / "o", "--ids", "int", check=False)
+    assert "e.tsv:2: dst id 'x' is not an integer (use --ids str)" in proc.stderr
+    proc = prep("edges", tmp_path / "missing.tsv", "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 1 and "missing.tsv: no such file" in proc.stderr
+    (tmp_path / "exists").mkdir()
+    path.write_text("1\t2\n")
+    proc = prep("edges", path, "--out", tmp_path / "exists", check=False)
+    assert "exists (pass --overwrite to replace it)" in proc.stderr
+    proc = prep("edges", path, "--out", tmp_path / "o2", "--partitions", "5", check=False)
+    assert "partition count 5 must be in [1, 2]" in proc.stderr
+    kg = tmp_path / "kg"
+    kg.mkdir()
+    (kg / "train.txt").write_text("a\tr\tb\nc\tr\n")
+    proc = prep("kg", kg, "--out", tmp_path / "o3", check=False)
+    assert "train.txt:2: expected 'head<TAB>relation<TAB>tail', got 2 fields" in proc.stderr
+
+
+def test_help_explains_every_flag():
+    proc = prep("edges", "--help")
+    for flag in ("--delimiter", "--header", "--rel-col", "--weight-col", "--ids", "--valid-frac",
+                 "--partitions", "--partitioning", "--on-error", "--overwrite"):
+        assert flag in proc.stdout
