@@ -5,6 +5,7 @@ Subcommands:
   kg         knowledge-graph triples with train/valid/test files (FB15k-237 layout)
   edges      an edge list (CSV/TSV/space; header optional; int or string ids; relation and
              weight columns optional) for link prediction, split by ratio
+  planetoid  Planetoid node-classification pickles (Cora, CiteSeer, PubMed)
   gen-graph  write a large synthetic power-law edge list (streamed)
 
 Every output is written to <out>.tmp-<pid> and renamed into place only when complete.
@@ -64,6 +65,13 @@ def main(argv=None) -> int:
     e.add_argument("--test-frac", type=float, default=0.0, help="fraction of edges for test")
     common(e)
 
+    pl = sub.add_parser("planetoid", help="Planetoid pickles for node classification")
+    pl.add_argument("input", help="directory with ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}")
+    pl.add_argument("--dataset", required=True, help="the <name> in the file names, e.g. cora")
+    pl.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                    help="stored feature type (default float32)")
+    common(pl)
+
     g = sub.add_parser("gen-graph", help="write a synthetic power-law edge list")
     g.add_argument("--out", required=True, help="edge list file to write (tab-separated)")
     g.add_argument("--nodes", type=int, required=True, help="number of nodes")
@@ -87,6 +95,10 @@ def main(argv=None) -> int:
                           test_frac=args.test_frac, partitions=args.partitions,
                           partitioning=args.partitioning, seed=args.seed, on_error=args.on_error,
                           overwrite=args.overwrite, name=args.name)
+        elif args.command == "planetoid":
+            from sluice_prep.planetoid import convert_planetoid
+            convert_planetoid(args.input, args.dataset, args.out, args.partitions,
+                              args.partitioning, args.seed, args.feature_dtype, args.overwrite)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
             write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed)

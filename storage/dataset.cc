@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -79,6 +80,32 @@ Result<DatasetFile> ParseFile(const std::string& role, const YAML::Node& node,
   return file;
 }
 
+std::string JsonString(const std::string& s);
+
+// Re-emits a parsed JSON value as JSON: numbers, booleans and null stay bare, other scalars are
+// quoted (yaml-cpp keeps no scalar types, so a quoted "12" comes back as a number).
+std::string ToJson(const YAML::Node& node) {
+  if (node.IsMap()) {
+    std::string out = "{";
+    for (const auto& kv : node) {
+      out += (out.size() > 1 ? ", " : "") + JsonString(kv.first.Scalar()) + ": " + ToJson(kv.second);
+    }
+    return out + "}";
+  }
+  if (node.IsSequence()) {
+    std::string out = "[";
+    for (const auto& item : node) out += (out.size() > 1 ? ", " : "") + ToJson(item);
+    return out + "]";
+  }
+  if (!node.IsScalar()) return "null";
+  const std::string& v = node.Scalar();
+  if (v == "true" || v == "false" || v == "null") return v;
+  char* end = nullptr;
+  std::strtod(v.c_str(), &end);
+  if (!v.empty() && end == v.c_str() + v.size()) return v;
+  return JsonString(v);
+}
+
 Result<Manifest> ParseManifest(const std::string& text, const std::string& where) {
   YAML::Node root;
   try {
@@ -136,11 +163,7 @@ Result<Manifest> ParseManifest(const std::string& text, const std::string& where
     SLUICE_ASSIGN_OR_RETURN(DatasetFile file, ParseFile(role, kv.second, where));
     m.files.emplace(role, std::move(file));
   }
-  if (root["stats"]) {
-    YAML::Emitter out;
-    out << YAML::DoubleQuoted << YAML::Flow << root["stats"];
-    m.stats_json = out.c_str();
-  }
+  if (root["stats"]) m.stats_json = ToJson(root["stats"]);
   return m;
 }
 

@@ -181,3 +181,56 @@ def test_help_explains_every_flag():
     for flag in ("--delimiter", "--header", "--rel-col", "--weight-col", "--ids", "--valid-frac",
                  "--partitions", "--partitioning", "--on-error", "--overwrite"):
         assert flag in proc.stdout
+
+
+@pytest.mark.parametrize("name,nodes,features,classes,directed_edges,nnz,train", [
+    ("cora", 2708, 1433, 7, 10556, 49216, 140),
+    ("citeseer", 3327, 3703, 6, 9104, 105165, 120),
+])
+def test_planetoid_converts_with_known_statistics(tmp_path, sluice_bin, name, nodes, features,
+                                                   classes, directed_edges, nnz, train):
+    src = DATASETS / name
+    if not src.exists():
+        pytest.skip(f"{name} not found at {src} (set SLUICE_DATASETS)")
+    out = tmp_path / name
+    prep("planetoid", src, "--dataset", name, "--out", out, "--partitions", "2")
+    m = json.loads((out / "manifest.json").read_text())
+    assert (m["counts"]["nodes"], m["counts"]["feature_dim"], m["counts"]["classes"]) == (nodes, features, classes)
+    assert m["counts"]["edges"]["train"] == directed_edges
+    x, y = load(out, "nodes.features"), load(out, "nodes.labels")
+    assert x.shape == (nodes, features) and np.count_nonzero(x) == nnz
+    splits = {s: load(out, f"nodes.{s}") for s in ("train", "valid", "test")}
+    assert [len(splits[s]) for s in ("train", "valid", "test")] == [train, 500, 1000]
+    assert len(set().union(*(set(v.tolist()) for v in splits.values()))) == train + 1500
+    assert np.all((y[splits["train"]] >= 0) & (y[splits["train"]] < classes))
+    assert np.all(y[splits["test"]] >= 0), "every test node has a label"
+    # Edges are symmetric: both directions of every undirected edge.
+    s, d = load(out, "edges.train.src").astype(np.int64), load(out, "edges.train.dst")
+    assert np.array_equal(np.sort(s * nodes + d), np.sort(d.astype(np.int64) * nodes + s))
+    check_buckets(out, "train")
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"],
+                          capture_output=True).returncode == 0
+
+
+def test_planetoid_unpickler_refuses_arbitrary_objects(tmp_path):
+    import pickle
+    import shutil
+    src = DATASETS / "cora"
+    if not src.exists():
+        pytest.skip(f"cora not found at {src}")
+    for f in src.glob("ind.cora.*"):
+        shutil.copy(f, tmp_path / f.name)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (tmp_path / "ind.cora.graph").write_bytes(pickle.dumps(Evil()))
+    proc = prep("planetoid", tmp_path, "--dataset", "cora", "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 1
+    assert "refusing to unpickle posix.system" in proc.stderr
+    assert not marker.exists()
+    (tmp_path / "ind.cora.x").write_bytes(b"\x80\x02truncated")
+    proc = prep("planetoid", tmp_path, "--dataset", "cora", "--out", tmp_path / "o", check=False)
+    assert "not a readable Planetoid pickle" in proc.stderr

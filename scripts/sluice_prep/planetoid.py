@@ -1,0 +1,109 @@
+"""Planetoid node-classification files (ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}),
+loaded with a restricted unpickler that admits only the array, sparse-matrix and container
+types these files hold, never arbitrary objects. Recipe as in PyG's Planetoid: features =
+allx stacked on tx with the test rows reordered; CiteSeer's test index has gaps (isolated nodes
+without features), padded with zero features and label -1 (unlabelled)."""
+from __future__ import annotations
+
+import pathlib
+import pickle
+
+import numpy as np
+
+from .graph import EdgeChunk, GraphSpec, build_graph, degree_stats
+from .textio import lines
+from .writer import DatasetWriter, PrepError
+
+ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "scalar"), ("scipy.sparse.csr", "csr_matrix"),
+    ("scipy.sparse._csr", "csr_matrix"), ("collections", "defaultdict"), ("builtins", "list"),
+    ("builtins", "dict"), ("builtins", "int"),
+    # Python 2 names (mapped to builtins by pickle's fix_imports after this check).
+    ("__builtin__", "list"), ("__builtin__", "dict"), ("__builtin__", "int"),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in ALLOWED:
+            raise PrepError(f"refusing to unpickle {module}.{name}: not an array, sparse matrix "
+                            "or container type a Planetoid file holds")
+        return super().find_class(module, name)
+
+
+def load_pickle(path: pathlib.Path):
+    if not path.exists():
+        raise PrepError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        try:
+            return RestrictedUnpickler(f, encoding="latin1").load()
+        except PrepError:
+            raise
+        except Exception as e:  # a truncated or foreign file
+            raise PrepError(f"{path}: not a readable Planetoid pickle ({e})") from None
+
+
+def _dense(m) -> np.ndarray:
+    return np.asarray(m.todense() if hasattr(m, "todense") else m, dtype=np.float32)
+
+
+def convert_planetoid(root: str, name: str, out: str, partitions: int, partitioning: str,
+                      seed: int, feature_dtype: str, overwrite: bool) -> pathlib.Path:
+    base = pathlib.Path(root)
+    part = {k: load_pickle(base / f"ind.{name}.{k}") for k in ("x", "y", "tx", "ty", "allx", "ally", "graph")}
+    test_index = np.array([int(line) for _, line in lines(base / f"ind.{name}.test.index")])
+    allx, tx = _dense(part["allx"]), _dense(part["tx"])
+    ally, ty = np.asarray(part["ally"]), np.asarray(part["ty"])
+    if allx.shape[1] != tx.shape[1] or len(tx) != len(ty) or len(allx) != len(ally):
+        raise PrepError(f"{base}: mismatched row counts or feature widths between allx/ally/tx/ty")
+    test_range = np.sort(test_index)
+    lo, hi = test_range[0], test_range[-1]
+    full = hi - lo + 1
+    tx_ext = np.zeros((full, tx.shape[1]), np.float32)
+    ty_ext = np.zeros((full, ty.shape[1]), ty.dtype)
+    tx_ext[test_range - lo], ty_ext[test_range - lo] = tx, ty
+    features = np.vstack([allx, tx_ext])
+    onehot = np.vstack([ally, ty_ext])
+    labels = np.where(onehot.sum(1) > 0, onehot.argmax(1), -1).astype(np.int32)
+    features[test_index], labels[test_index] = features[test_range], labels[test_range]
+    n = len(features)
+    graph = part["graph"]
+    pairs = [(u, v) for u, nbrs in graph.items() for v in nbrs]
+    e = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    if e.size and (e.min() < 0 or e.max() >= n):
+        raise PrepError(f"{base}: the graph names node {e.max()} but there are {n} nodes")
+    e = np.vstack([e, e[:, ::-1]])
+    e = e[e[:, 0] != e[:, 1]]
+    e = np.unique(e, axis=0)  # undirected, both directions, no self-loops or duplicates
+    train = np.arange(len(part["y"]))
+    valid = np.arange(len(part["y"]), len(part["y"]) + 500)
+    spec = GraphSpec(num_nodes=n, num_partitions=partitions, partitioning=partitioning, seed=seed)
+    writer = DatasetWriter(out, overwrite)
+    try:
+        g = build_graph(writer, spec, lambda: [EdgeChunk("train", e[:, 0], e[:, 1])], len(e))
+        order = np.argsort(g.new_id)
+        fdt = np.float16 if feature_dtype == "float16" else np.float32
+        writer.put("nodes.features", "nodes/features.bin", features[order].astype(fdt), fdt)
+        writer.put("nodes.labels", "nodes/labels.bin", labels[order], np.int32)
+        for split, ids in (("train", train), ("valid", valid), ("test", test_index)):
+            writer.put(f"nodes.{split}", f"nodes/{split}.bin", np.sort(g.new_id[ids]), np.int64)
+        writer.put("nodes.original_ids", "nodes/original_ids.bin", order, np.int64)
+        writer.put("nodes.out_degree", "nodes/out_degree.bin", g.out_degree, np.int64)
+        writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
+        classes = int(onehot.shape[1])
+        return writer.commit({
+            "task": "node_classification", "name": name,
+            "counts": {"nodes": n, "relations": 1, "feature_dim": int(features.shape[1]),
+                       "classes": classes, "edges": g.edges, "samples": {}},
+            "partitions": {"count": partitions, "bounds": g.bounds.tolist(),
+                           "method": partitioning, "seed": seed},
+            "stats": {**degree_stats(g.out_degree, g.in_degree),
+                      "split_sizes": {"train": len(train), "valid": len(valid),
+                                      "test": len(test_index)},
+                      "padded_test_gaps": int(full - len(test_index)),
+                      "feature_nnz": int(np.count_nonzero(features))},
+        })
+    except BaseException:
+        writer.abort()
+        raise
