@@ -6,6 +6,9 @@ Subcommands:
   edges      an edge list (CSV/TSV/space; header optional; int or string ids; relation and
              weight columns optional) for link prediction, split by ratio
   planetoid  Planetoid node-classification pickles (Cora, CiteSeer, PubMed)
+  criteo     Criteo TSV click logs (label, 13 integer, 26 hex categorical features)
+  avazu      Avazu CSV click logs (22 categorical features, no dense ones)
+  movielens  MovieLens-100k ratings as clicks (rating >= 4)
   gen-graph  write a large synthetic power-law edge list (streamed)
 
 Every output is written to <out>.tmp-<pid> and renamed into place only when complete.
@@ -72,6 +75,30 @@ def main(argv=None) -> int:
                     help="stored feature type (default float32)")
     common(pl)
 
+    for kind in ("criteo", "avazu"):
+        c = sub.add_parser(kind, help=f"{kind} click logs")
+        c.add_argument("--train", required=True, help="train file")
+        c.add_argument("--valid", help="validation file (optional)")
+        c.add_argument("--test", help="test file (optional)")
+        c.add_argument("--min-count", type=int, default=0,
+                       help="also write per-feature vocabularies of the ids seen at least this "
+                            "often in train (0: none; records always keep raw 64-bit ids)")
+        c.add_argument("--out", required=True, help="output dataset directory")
+        c.add_argument("--overwrite", action="store_true", help="replace an existing output")
+        c.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                       help="on a malformed line: stop with file:line, or skip and count")
+        c.add_argument("--name", help="dataset name in the manifest")
+
+    ml = sub.add_parser("movielens", help="MovieLens-100k ratings as clicks")
+    ml.add_argument("input", help="the ml-100k directory (u1.base, u1.test, u.user, u.item, ...)")
+    ml.add_argument("--split", default="u1", help="which <split>.base/<split>.test pair (default u1)")
+    ml.add_argument("--side-features", action="store_true",
+                    help="add age bucket, gender, occupation and first genre as features")
+    ml.add_argument("--out", required=True, help="output dataset directory")
+    ml.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    ml.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                    help="on a malformed line: stop with file:line, or skip and count")
+
     g = sub.add_parser("gen-graph", help="write a synthetic power-law edge list")
     g.add_argument("--out", required=True, help="edge list file to write (tab-separated)")
     g.add_argument("--nodes", type=int, required=True, help="number of nodes")
@@ -99,6 +126,16 @@ def main(argv=None) -> int:
             from sluice_prep.planetoid import convert_planetoid
             convert_planetoid(args.input, args.dataset, args.out, args.partitions,
                               args.partitioning, args.seed, args.feature_dtype, args.overwrite)
+        elif args.command in ("criteo", "avazu"):
+            from sluice_prep.recsys import convert_clicks
+            files = {s: pathlib.Path(getattr(args, s)) for s in ("train", "valid", "test")
+                     if getattr(args, s)}
+            convert_clicks(args.command, files, args.out, args.on_error, args.min_count,
+                           args.overwrite, args.name or args.command)
+        elif args.command == "movielens":
+            from sluice_prep.recsys import convert_movielens
+            convert_movielens(args.input, args.out, args.split, args.on_error, args.overwrite,
+                              args.side_features)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
             write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed)

@@ -22,8 +22,10 @@ class PrepError(Exception):
 class ArrayFile:
     """An array written in appended pieces; tracks element count, bytes and CRC-32."""
 
-    def __init__(self, path: pathlib.Path, rel: str, dtype: np.dtype, width: int = 1):
+    def __init__(self, path: pathlib.Path, rel: str, dtype: np.dtype, width: int = 1,
+                 record: bool = False):
         self.path, self.rel, self.dtype, self.width = path, rel, np.dtype(dtype), width
+        self.record = record  # rows of `width` bytes described by the manifest's "record"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(path, "wb")
         self.rows = 0
@@ -40,12 +42,13 @@ class ArrayFile:
 
     def close(self) -> dict[str, Any]:
         self._f.close()
-        shape = [self.rows] if self.width == 1 else [self.rows, self.width]
+        shape = [self.rows] if self.width == 1 or self.record else [self.rows, self.width]
         size = self.path.stat().st_size
         expected = self.rows * self.width * self.dtype.itemsize
         if size != expected:
             raise PrepError(f"{self.path}: wrote {size} bytes, expected {expected}")
-        return {"path": self.rel, "dtype": _dtype_name(self.dtype), "shape": shape, "bytes": size,
+        dtype = "record" if self.record else _dtype_name(self.dtype)
+        return {"path": self.rel, "dtype": dtype, "shape": shape, "bytes": size,
                 "crc32": f"{self.crc & 0xffffffff:08x}"}
 
 
@@ -73,10 +76,10 @@ class DatasetWriter:
         self.tmp.mkdir(parents=True)
         self.files: dict[str, ArrayFile] = {}
 
-    def array(self, role: str, rel: str, dtype, width: int = 1) -> ArrayFile:
+    def array(self, role: str, rel: str, dtype, width: int = 1, record: bool = False) -> ArrayFile:
         if role in self.files:
             raise PrepError(f"role {role} written twice")
-        f = ArrayFile(self.tmp / rel, rel, dtype, width)
+        f = ArrayFile(self.tmp / rel, rel, dtype, width, record)
         self.files[role] = f
         return f
 

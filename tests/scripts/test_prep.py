@@ -234,3 +234,63 @@ def test_planetoid_unpickler_refuses_arbitrary_objects(tmp_path):
     (tmp_path / "ind.cora.x").write_bytes(b"\x80\x02truncated")
     proc = prep("planetoid", tmp_path, "--dataset", "cora", "--out", tmp_path / "o", check=False)
     assert "not a readable Planetoid pickle" in proc.stderr
+
+
+def records(ds: pathlib.Path, split: str) -> np.ndarray:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sluice_prep.recsys import record_dtype
+    m = json.loads((ds / "manifest.json").read_text())
+    rec = record_dtype(m["record"]["sparse"], m["record"]["dense"])
+    assert rec.itemsize == m["record"]["bytes"]
+    return np.fromfile(ds / m["files"][f"samples.{split}"]["path"], dtype=rec)
+
+
+def test_click_logs_convert_with_known_counts(tmp_path, sluice_bin):
+    for name in ("criteo-sample", "avazu-sample", "movielens-100k"):
+        if not (DATASETS / name).exists():
+            pytest.skip(f"{name} not found under {DATASETS}")
+    c, a, ml = DATASETS / "criteo-sample", DATASETS / "avazu-sample", DATASETS / "movielens-100k"
+    prep("criteo", "--train", c / "train.csv", "--valid", c / "dev.csv", "--test", c / "test.csv",
+         "--out", tmp_path / "criteo", "--min-count", "2")
+    prep("avazu", "--train", a / "train.csv", "--valid", a / "dev.csv", "--test", a / "test.csv",
+         "--out", tmp_path / "avazu")
+    prep("movielens", ml, "--side-features", "--out", tmp_path / "ml")
+    expect = {"criteo": {"train": 7200, "valid": 409, "test": 391},
+              "avazu": {"train": 8087, "valid": 480, "test": 432},
+              "ml": {"train": 80000, "test": 20000}}
+    for ds, counts in expect.items():
+        m = json.loads((tmp_path / ds / "manifest.json").read_text())
+        assert m["counts"]["samples"] == counts
+        assert subprocess.run([str(sluice_bin), "info", str(tmp_path / ds), "--verify"],
+                              capture_output=True).returncode == 0
+    av = {s: records(tmp_path / "avazu", s) for s in ("train", "valid", "test")}
+    assert [int(av[s]["label"].sum()) for s in ("train", "valid", "test")] == [1397, 86, 80]
+    # The first Criteo training line, decoded from its record.
+    from sluice_prep.recsys import feature_hash
+    first = (c / "train.csv").read_text().split("\n")[0].rstrip("\r").split("\t")
+    r = records(tmp_path / "criteo", "train")[0]
+    assert r["label"] == float(first[0])
+    dense = [np.log(max(int(x), 0) + 1) if x else 0.0 for x in first[1:14]]
+    assert np.allclose(r["dense"], dense)
+    assert r["sparse"].tolist() == [feature_hash(k, x) for k, x in enumerate(first[14:])]
+    rml = records(tmp_path / "ml", "train")
+    assert rml["sparse"].shape == (80000, 6) and 0.5 < rml["label"].mean() < 0.6
+
+
+def test_click_log_bad_input(tmp_path):
+    good = "0\t" + "\t".join(["1"] * 13) + "\t" + "\t".join(["0a0b0c0d"] * 26)
+    cases = {
+        "columns": (good + "\t1", "expected 40 tab-separated fields"),
+        "hex": (good.replace("0a0b0c0d", "zzzz", 1), "categorical feature C1 'zzzz' is not hex"),
+        "label": ("2" + good[1:], "label '2' is not 0 or 1"),
+    }
+    for what, (line, message) in cases.items():
+        path = tmp_path / f"{what}.tsv"
+        path.write_text(good + "\n" + line + "\n")
+        proc = prep("criteo", "--train", path, "--out", tmp_path / what, check=False)
+        assert proc.returncode == 1
+        assert f"{path}:2: {message}" in proc.stderr, proc.stderr
+        assert not (tmp_path / what).exists()
+        proc = prep("criteo", "--train", path, "--out", tmp_path / what, "--on-error", "skip")
+        m = json.loads((tmp_path / what / "manifest.json").read_text())
+        assert m["counts"]["samples"]["train"] == 1 and m["stats"]["skipped_lines"] == 1
