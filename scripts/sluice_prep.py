@@ -10,6 +10,7 @@ Subcommands:
   avazu      Avazu CSV click logs (22 categorical features, no dense ones)
   movielens  MovieLens-100k ratings as clicks (rating >= 4)
   gen-graph  write a large synthetic power-law edge list (streamed)
+  gen-clicks write a Zipf-skewed click log with a planted ground truth (streamed)
 
 Every output is written to <out>.tmp-<pid> and renamed into place only when complete.
 Errors are one line, 'sluice-prep: error: ...', and exit status 1.
@@ -108,6 +109,18 @@ def main(argv=None) -> int:
                         "rmat: recursive matrix (0.57, 0.19, 0.19, 0.05)")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
 
+    gc = sub.add_parser("gen-clicks", help="a synthetic click log with a planted model")
+    gc.add_argument("--out", required=True, help="output dataset directory")
+    gc.add_argument("--samples", type=int, required=True, help="number of samples")
+    gc.add_argument("--sparse", type=int, default=26, help="categorical features (default 26)")
+    gc.add_argument("--dense", type=int, default=13, help="dense features (default 13)")
+    gc.add_argument("--vocab", type=int, default=1000000,
+                    help="distinct values per categorical feature (default 1,000,000)")
+    gc.add_argument("--alpha", type=float, default=1.05, help="Zipf exponent of the ids (default 1.05)")
+    gc.add_argument("--test-frac", type=float, default=0.1, help="last fraction kept for test")
+    gc.add_argument("--seed", type=int, default=0, help="generator seed")
+    gc.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "kg":
@@ -136,6 +149,10 @@ def main(argv=None) -> int:
             from sluice_prep.recsys import convert_movielens
             convert_movielens(args.input, args.out, args.split, args.on_error, args.overwrite,
                               args.side_features)
+        elif args.command == "gen-clicks":
+            from sluice_prep.gen_clicks import generate_clicks
+            generate_clicks(args.out, args.samples, args.sparse, args.dense, args.vocab, args.alpha,
+                            args.test_frac, args.seed, args.overwrite)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
             write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed)

@@ -294,3 +294,30 @@ def test_click_log_bad_input(tmp_path):
         proc = prep("criteo", "--train", path, "--out", tmp_path / what, "--on-error", "skip")
         m = json.loads((tmp_path / what / "manifest.json").read_text())
         assert m["counts"]["samples"]["train"] == 1 and m["stats"]["skipped_lines"] == 1
+
+
+def test_generated_click_log_records_its_planted_auc(tmp_path, sluice_bin):
+    out = tmp_path / "clicks"
+    prep("gen-clicks", "--out", out, "--samples", "20000", "--vocab", "5000", "--seed", "4")
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["samples"] == {"train": 18000, "test": 2000}
+    assert 0.7 < m["stats"]["planted_test_auc"] <= 1.0
+    train = records(out, "train")
+    ids = train["sparse"][:, 0]
+    _, counts = np.unique(ids, return_counts=True)
+    assert counts.max() > 20 * np.median(counts), "ids are Zipf-skewed"
+    again = tmp_path / "again"
+    prep("gen-clicks", "--out", again, "--samples", "20000", "--vocab", "5000", "--seed", "4")
+    assert np.array_equal(records(again, "test"), records(out, "test")), "seeded"
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"],
+                          capture_output=True).returncode == 0
+
+
+def test_auc_matches_pairwise_definition():
+    from sluice_prep.gen_clicks import auc
+    rng = np.random.default_rng(1)
+    s = rng.integers(0, 5, 200).astype(float)  # many ties
+    y = (rng.random(200) < 0.4).astype(float)
+    pos, neg = s[y > 0.5], s[y < 0.5]
+    pairwise = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
+    assert auc(s, y) == pytest.approx(pairwise / (len(pos) * len(neg)))
