@@ -6,6 +6,9 @@ Subcommands:
   edges      an edge list (CSV/TSV/space; header optional; int or string ids; relation and
              weight columns optional) for link prediction, split by ratio
   planetoid  Planetoid node-classification pickles (Cora, CiteSeer, PubMed)
+  ogb        an OGB node-property folder (raw/edge.csv.gz, node-feat, node-label, split/)
+  npy        node features and labels as .npy files with an edge list
+  gen-nc     a generated node-classification graph with planted classes
   criteo     Criteo TSV click logs (label, 13 integer, 26 hex categorical features)
   avazu      Avazu CSV click logs (22 categorical features, no dense ones)
   movielens  MovieLens-100k ratings as clicks (rating >= 4)
@@ -76,6 +79,34 @@ def main(argv=None) -> int:
                     help="stored feature type (default float32)")
     common(pl)
 
+    og = sub.add_parser("ogb", help="an OGB-style node-property folder")
+    og.add_argument("input", help="folder with raw/{edge,node-feat,node-label}.csv[.gz] and "
+                                  "split/<scheme>/{train,valid,test}.csv[.gz]")
+    og.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                    help="stored feature type (default float32)")
+    common(og)
+
+    npy = sub.add_parser("npy", help="features and labels as .npy with an edge list")
+    npy.add_argument("--edges", required=True, help="edge list of node ids in [0, N)")
+    npy.add_argument("--features", required=True, help="N x F float .npy (memory-mapped)")
+    npy.add_argument("--labels", required=True, help="N integer .npy (-1: unlabelled)")
+    npy.add_argument("--valid-frac", type=float, default=0.1, help="fraction of nodes for validation")
+    npy.add_argument("--test-frac", type=float, default=0.1, help="fraction of nodes for test")
+    npy.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                     help="stored feature type (default float32)")
+    common(npy)
+
+    gn = sub.add_parser("gen-nc", help="a generated node-classification graph")
+    gn.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    gn.add_argument("--edges", type=int, required=True, help="number of edges (self-loops dropped)")
+    gn.add_argument("--features", type=int, default=64, help="feature width (default 64)")
+    gn.add_argument("--classes", type=int, default=8, help="number of classes (default 8)")
+    gn.add_argument("--homophily", type=float, default=0.7,
+                    help="probability an edge stays inside its source's class (default 0.7)")
+    gn.add_argument("--noise", type=float, default=2.0,
+                    help="std of the Gaussian noise around class centroids (default 2.0)")
+    common(gn)
+
     for kind in ("criteo", "avazu"):
         c = sub.add_parser(kind, help=f"{kind} click logs")
         c.add_argument("--train", required=True, help="train file")
@@ -139,6 +170,20 @@ def main(argv=None) -> int:
             from sluice_prep.planetoid import convert_planetoid
             convert_planetoid(args.input, args.dataset, args.out, args.partitions,
                               args.partitioning, args.seed, args.feature_dtype, args.overwrite)
+        elif args.command == "ogb":
+            from sluice_prep.nodeclass import convert_ogb
+            convert_ogb(args.input, args.out, args.partitions, args.partitioning, args.seed,
+                        args.feature_dtype, args.overwrite, args.name)
+        elif args.command == "npy":
+            from sluice_prep.nodeclass import convert_npy
+            convert_npy(args.edges, args.features, args.labels, args.out, args.valid_frac,
+                        args.test_frac, args.partitions, args.partitioning, args.seed,
+                        args.feature_dtype, args.overwrite, args.name)
+        elif args.command == "gen-nc":
+            from sluice_prep.nodeclass import generate_node_classification
+            generate_node_classification(args.out, args.nodes, args.edges, args.features,
+                                         args.classes, args.homophily, args.noise, args.partitions,
+                                         args.partitioning, args.seed, args.overwrite)
         elif args.command in ("criteo", "avazu"):
             from sluice_prep.recsys import convert_clicks
             files = {s: pathlib.Path(getattr(args, s)) for s in ("train", "valid", "test")

@@ -10,9 +10,10 @@ import pickle
 
 import numpy as np
 
-from .graph import EdgeChunk, GraphSpec, build_graph, degree_stats
+from .graph import EdgeChunk
+from .nodeclass import write_node_classification
 from .textio import lines
-from .writer import DatasetWriter, PrepError
+from .writer import PrepError
 
 ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
@@ -78,32 +79,9 @@ def convert_planetoid(root: str, name: str, out: str, partitions: int, partition
     e = np.unique(e, axis=0)  # undirected, both directions, no self-loops or duplicates
     train = np.arange(len(part["y"]))
     valid = np.arange(len(part["y"]), len(part["y"]) + 500)
-    spec = GraphSpec(num_nodes=n, num_partitions=partitions, partitioning=partitioning, seed=seed)
-    writer = DatasetWriter(out, overwrite)
-    try:
-        g = build_graph(writer, spec, lambda: [EdgeChunk("train", e[:, 0], e[:, 1])], len(e))
-        order = np.argsort(g.new_id)
-        fdt = np.float16 if feature_dtype == "float16" else np.float32
-        writer.put("nodes.features", "nodes/features.bin", features[order].astype(fdt), fdt)
-        writer.put("nodes.labels", "nodes/labels.bin", labels[order], np.int32)
-        for split, ids in (("train", train), ("valid", valid), ("test", test_index)):
-            writer.put(f"nodes.{split}", f"nodes/{split}.bin", np.sort(g.new_id[ids]), np.int64)
-        writer.put("nodes.original_ids", "nodes/original_ids.bin", order, np.int64)
-        writer.put("nodes.out_degree", "nodes/out_degree.bin", g.out_degree, np.int64)
-        writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
-        classes = int(onehot.shape[1])
-        return writer.commit({
-            "task": "node_classification", "name": name,
-            "counts": {"nodes": n, "relations": 1, "feature_dim": int(features.shape[1]),
-                       "classes": classes, "edges": g.edges, "samples": {}},
-            "partitions": {"count": partitions, "bounds": g.bounds.tolist(),
-                           "method": partitioning, "seed": seed},
-            "stats": {**degree_stats(g.out_degree, g.in_degree),
-                      "split_sizes": {"train": len(train), "valid": len(valid),
-                                      "test": len(test_index)},
-                      "padded_test_gaps": int(full - len(test_index)),
-                      "feature_nnz": int(np.count_nonzero(features))},
-        })
-    except BaseException:
-        writer.abort()
-        raise
+    return write_node_classification(
+        out, name, n, lambda: [EdgeChunk("train", e[:, 0], e[:, 1])], len(e), features, labels,
+        {"train": train, "valid": valid, "test": test_index}, int(onehot.shape[1]), partitions,
+        partitioning, seed, feature_dtype, overwrite,
+        {"padded_test_gaps": int(full - len(test_index)),
+         "feature_nnz": int(np.count_nonzero(features))})

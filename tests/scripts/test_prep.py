@@ -321,3 +321,62 @@ def test_auc_matches_pairwise_definition():
     pos, neg = s[y > 0.5], s[y < 0.5]
     pairwise = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
     assert auc(s, y) == pytest.approx(pairwise / (len(pos) * len(neg)))
+
+
+def test_generated_node_classification_has_learnable_labels(tmp_path):
+    out = tmp_path / "nc"
+    prep("gen-nc", "--nodes", "3000", "--edges", "30000", "--features", "16", "--classes", "4",
+         "--partitions", "2", "--out", out)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["classes"] == 4 and m["counts"]["feature_dim"] == 16
+    x, y = load(out, "nodes.features"), load(out, "nodes.labels")
+    s, d = load(out, "edges.train.src"), load(out, "edges.train.dst")
+    assert (y[s] == y[d]).mean() > 0.6, "edges mostly stay inside a class (homophily)"
+    # A nearest-centroid classifier fit on train beats chance on test: features carry the label.
+    train, test = load(out, "nodes.train"), load(out, "nodes.test")
+    centroids = np.stack([x[train][y[train] == c].mean(0) for c in range(4)])
+    pred = np.argmin(((x[test][:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
+    assert (pred == y[test]).mean() > 0.5
+    check_buckets(out, "train")
+
+
+def test_ogb_folder_and_npy_inputs(tmp_path, sluice_bin):
+    import gzip
+    ogb = tmp_path / "ogbn-tiny"
+    (ogb / "raw").mkdir(parents=True)
+    (ogb / "split" / "random").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    n = 50
+    e = rng.integers(0, n, (200, 2))
+    gz = lambda p, rows: gzip.open(p, "wt").write("".join(",".join(map(str, r)) + "\n" for r in rows))  # noqa: E731
+    gz(ogb / "raw/edge.csv.gz", e.tolist())
+    gz(ogb / "raw/node-feat.csv.gz", rng.random((n, 3)).round(4).tolist())
+    gz(ogb / "raw/node-label.csv.gz", [[int(v)] for v in rng.integers(0, 3, n)])
+    for s, ids in (("train", range(0, 30)), ("valid", range(30, 40)), ("test", range(40, 50))):
+        gz(ogb / f"split/random/{s}.csv.gz", [[i] for i in ids])
+    prep("ogb", ogb, "--out", tmp_path / "o", "--partitions", "2")
+    m = json.loads((tmp_path / "o/manifest.json").read_text())
+    assert m["counts"]["nodes"] == n and m["counts"]["edges"]["train"] == 200
+    assert subprocess.run([str(sluice_bin), "info", str(tmp_path / "o"), "--verify"],
+                          capture_output=True).returncode == 0
+    # A feature row of another width is named by file and line.
+    gz(ogb / "raw/node-feat.csv.gz", [[0.1, 0.2, 0.3]] * 4 + [[0.1, 0.2]] + [[0.1, 0.2, 0.3]] * 45)
+    proc = prep("ogb", ogb, "--out", tmp_path / "o2", check=False)
+    assert "node-feat.csv.gz:5: 2 values, expected 3" in proc.stderr
+
+    np.save(tmp_path / "x.npy", rng.random((n, 4)).astype(np.float32))
+    np.save(tmp_path / "y.npy", rng.integers(0, 2, n))
+    (tmp_path / "e.txt").write_text("".join(f"{a} {b}\n" for a, b in e))
+    prep("npy", "--edges", tmp_path / "e.txt", "--features", tmp_path / "x.npy", "--labels",
+         tmp_path / "y.npy", "--out", tmp_path / "n")
+    x_orig = np.load(tmp_path / "x.npy")
+    order = load(tmp_path / "n", "nodes.original_ids")
+    assert np.array_equal(load(tmp_path / "n", "nodes.features"), x_orig[order])
+    np.save(tmp_path / "y_short.npy", np.zeros(n - 1, dtype=np.int64))
+    proc = prep("npy", "--edges", tmp_path / "e.txt", "--features", tmp_path / "x.npy",
+                "--labels", tmp_path / "y_short.npy", "--out", tmp_path / "n2", check=False)
+    assert f"has {n - 1} rows but" in proc.stderr
+    (tmp_path / "e_bad.txt").write_text(f"0 1\n2 {n}\n")
+    proc = prep("npy", "--edges", tmp_path / "e_bad.txt", "--features", tmp_path / "x.npy",
+                "--labels", tmp_path / "y.npy", "--out", tmp_path / "n3", check=False)
+    assert f"node id {n} is out of range [0, {n})" in proc.stderr
