@@ -32,64 +32,74 @@ def read_dict(path: pathlib.Path) -> list[str]:
     return [names[i] for i in range(len(names))]
 
 
-def read_triples(path: pathlib.Path, bad: BadLines) -> list[tuple[str, str, str]]:
-    triples = []
+def triples(path: pathlib.Path, bad: BadLines):
+    """(line number, head, relation, tail) of each well-formed line, streamed."""
     for number, line in lines(path):
         parts = line.split("\t") if "\t" in line else line.split()
         if len(parts) != 3 or not all(parts):
             bad.bad(f"{path}:{number}", f"expected 'head<TAB>relation<TAB>tail', got {len(parts)} fields")
             continue
-        triples.append((parts[0], parts[1], parts[2]))
-    return triples
+        yield number, parts[0], parts[1], parts[2]
+
+
+def id_chunks(path: pathlib.Path, split: str, entity_id: dict, relation_id: dict, bad: BadLines,
+              chunk: int = 1 << 20):
+    """EdgeChunks of one split file, streamed (no whole-input lists of strings)."""
+    h, r, t = [], [], []
+    for number, head, rel, tail in triples(path, bad):
+        try:
+            h.append(entity_id[head])
+            r.append(relation_id[rel])
+            t.append(entity_id[tail])
+        except KeyError as e:
+            raise PrepError(f"{path}:{number}: {e} is not in the entity/relation dictionaries") from None
+        if len(h) == chunk:
+            yield EdgeChunk(split, np.array(h), np.array(t), np.array(r))
+            h, r, t = [], [], []
+    if h:
+        yield EdgeChunk(split, np.array(h), np.array(t), np.array(r))
 
 
 def convert_kg(root: str, out: str, partitions: int, partitioning: str, seed: int,
                on_error: str, overwrite: bool, name: str | None = None) -> pathlib.Path:
     root_path = pathlib.Path(root)
-    bad = BadLines(on_error)
-    splits = {}
+    paths = {}
     for split, filename in SPLIT_FILES.items():
         path = find_split(root_path, filename)
-        if path is None:
-            if split == "train":
-                raise PrepError(f"{root_path}: no {filename} or {filename}.gz")
-            continue
-        splits[split] = read_triples(path, bad)
-    bad.report()
+        if path is None and split == "train":
+            raise PrepError(f"{root_path}: no {filename} or {filename}.gz")
+        if path is not None:
+            paths[split] = path
     entity_dict, relation_dict = root_path / "entities.dict", root_path / "relations.dict"
     if entity_dict.exists() and relation_dict.exists():
         entities, relations = read_dict(entity_dict), read_dict(relation_dict)
-    else:  # the union of the splits, in order of first appearance
+    else:  # the union of the splits, in order of first appearance (a streaming first pass)
         entities, relations = [], []
-        seen_e, seen_r = set(), set()
-        for triples in splits.values():
-            for h, r, t in triples:
+        seen_e, seen_r = {}, {}
+        for path in paths.values():
+            for _, h, r, t in triples(path, BadLines("skip")):
                 for x in (h, t):
                     if x not in seen_e:
-                        seen_e.add(x)
+                        seen_e[x] = len(entities)
                         entities.append(x)
                 if r not in seen_r:
-                    seen_r.add(r)
+                    seen_r[r] = len(relations)
                     relations.append(r)
     entity_id = {e: i for i, e in enumerate(entities)}
     relation_id = {r: i for i, r in enumerate(relations)}
-    arrays = {}
-    for split, triples in splits.items():
-        try:
-            h = np.fromiter((entity_id[t[0]] for t in triples), np.int64, len(triples))
-            r = np.fromiter((relation_id[t[1]] for t in triples), np.int64, len(triples))
-            t_ = np.fromiter((entity_id[t[2]] for t in triples), np.int64, len(triples))
-        except KeyError as e:
-            raise PrepError(f"{root_path}: {split} names {e} which the dictionaries lack") from None
-        arrays[split] = (h, r, t_)
+    bad = BadLines(on_error)
 
     spec = GraphSpec(num_nodes=len(entities), num_relations=len(relations),
                      num_partitions=partitions, partitioning=partitioning, seed=seed, has_rel=True)
     writer = DatasetWriter(out, overwrite)
     try:
-        chunks = lambda: (EdgeChunk(s, h, t, r) for s, (h, r, t) in arrays.items())  # noqa: E731
-        total = sum(len(v[0]) for v in arrays.values())
-        g = build_graph(writer, spec, chunks, total)
+        def chunks():  # called twice with degree partitioning: count bad lines once
+            bad.skipped, bad.first = 0, None
+            for split, path in paths.items():
+                yield from id_chunks(path, split, entity_id, relation_id, bad)
+
+        g = build_graph(writer, spec, chunks)
+        bad.report()
         order = np.argsort(g.new_id)  # old id of each new id
         write_names(writer, "nodes.names", "nodes/names", entities, order)
         write_names(writer, "relations.names", "relations/names", relations)
