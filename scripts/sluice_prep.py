@@ -20,6 +20,7 @@ Errors are one line, 'sluice-prep: error: ...', and exit status 1.
 """
 import argparse
 import pathlib
+import signal
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -153,6 +154,8 @@ def main(argv=None) -> int:
     gc.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so writers remove their temporary output.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         if args.command == "kg":
             from sluice_prep.kg import convert_kg

@@ -3,6 +3,7 @@ or string ids, optional relation and weight columns, CRLF or LF. Streams: text i
 in blocks into a scratch file of original ids; a second pass over that file renumbers."""
 from __future__ import annotations
 
+import itertools
 import pathlib
 import sys
 
@@ -77,34 +78,61 @@ class EdgeListReader:
         return [f.strip() for f in (line.split(self.delimiter) if self.delimiter else line.split())]
 
     def blocks(self):
-        """Yields dicts of column arrays (ids as int64 or lists of str, weight as float32)."""
+        """Yields dicts of column arrays (ids as int64 or lists of str, weight as float32).
+        Integer-only files take a vectorised path per batch of lines; a batch with any
+        irregular line is re-read line by line, which names the bad line."""
+        fast = not self.string_ids and "rel" not in self.cols
         number = 0
-        rows: dict[str, list] = {k: [] for k in self.cols}
         with open_text(self.path) as f:
-            for line in f:
-                number += 1
-                if number == 1 and self.skip_first:
-                    continue
-                line = line.rstrip("\r\n")
-                if not line.strip():
-                    continue
-                fields = self._split(line)
-                if len(fields) < self.ncols_min:
-                    self.bad.bad(f"{self.path}:{number}",
-                                 f"expected at least {self.ncols_min} fields, got {len(fields)}")
-                    continue
-                try:
-                    parsed = {k: self._value(k, fields[c]) for k, c in self.cols.items()}
-                except ValueError as e:
-                    self.bad.bad(f"{self.path}:{number}", str(e))
-                    continue
-                for k, v in parsed.items():
-                    rows[k].append(v)
-                if len(rows["src"]) >= CHUNK_EDGES:
-                    yield self._arrays(rows)
-                    rows = {k: [] for k in self.cols}
-        if rows["src"]:
-            yield self._arrays(rows)
+            while True:
+                batch = list(itertools.islice(f, CHUNK_EDGES))
+                if not batch:
+                    return
+                first_number = number + 1
+                number += len(batch)
+                if first_number == 1 and self.skip_first:
+                    batch, first_number = batch[1:], 2
+                parsed = self._fast(batch) if fast else None
+                yield parsed if parsed is not None else self._slow(batch, first_number)
+
+    def _fast(self, batch: list[str]) -> dict | None:
+        d = self.delimiter
+        widths = [line.count(d) + 1 if d else len(line.split()) for line in batch if line.strip()]
+        if not widths or min(widths) != max(widths) or widths[0] < self.ncols_min:
+            return None
+        rows, width = len(widths), widths[0]
+        text = "".join(batch)
+        tokens = (text.replace(d, " ") if d else text).split()
+        if len(tokens) != rows * width:  # an empty field
+            return None
+        table = np.array(tokens).reshape(rows, width)
+        try:
+            out = {k: table[:, c].astype(np.int64) for k, c in self.cols.items() if k != "weight"}
+            if "weight" in self.cols:
+                out["weight"] = table[:, self.cols["weight"]].astype(np.float32)
+        except ValueError:
+            return None
+        return out
+
+    def _slow(self, batch: list[str], first_number: int) -> dict:
+        rows: dict[str, list] = {k: [] for k in self.cols}
+        for number, line in enumerate(batch, first_number):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = self._split(line)
+            if len(fields) < self.ncols_min:
+                self.bad.bad(f"{self.path}:{number}",
+                             f"expected at least {self.ncols_min} fields, got {len(fields)}")
+                continue
+            try:
+                parsed = {k: self._value(k, fields[c]) for k, c in self.cols.items()}
+            except ValueError as e:
+                self.bad.bad(f"{self.path}:{number}", str(e))
+                continue
+            for k, v in parsed.items():
+                rows[k].append(v)
+        return self._arrays(rows)
 
     def _value(self, column: str, text: str):
         if column == "weight":
@@ -192,11 +220,16 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     bad.report()
     if total == 0:
         raise PrepError(f"{reader.path}: no edges")
+    lookup = None
     if reader.string_ids:
         num_nodes, original = len(node_names), None
     else:
         original = np.unique(np.concatenate(uniques))
         num_nodes = len(original)
+        if original[0] >= 0 and original[-1] < 4 * num_nodes + 1024:
+            # Dense-enough ids: a direct table beats a binary search per edge.
+            lookup = np.full(int(original[-1]) + 1, -1, dtype=np.int64)
+            lookup[original] = np.arange(num_nodes)
     num_relations = len(rel_names) if has_rel else 1
     spec = GraphSpec(num_nodes=num_nodes, num_relations=num_relations, num_partitions=partitions,
                      partitioning=partitioning, seed=seed, has_rel=has_rel, has_weight=has_weight)
@@ -207,7 +240,9 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
         for start in range(0, len(raw), CHUNK_EDGES):
             r = np.array(raw[start:start + CHUNK_EDGES])
             src, dst = r["src"], r["dst"]
-            if original is not None:
+            if lookup is not None:
+                src, dst = lookup[src], lookup[dst]
+            elif original is not None:
                 src, dst = np.searchsorted(original, src), np.searchsorted(original, dst)
             u = rng.random(len(r))
             split = np.where(u < test_frac, 2, np.where(u < test_frac + valid_frac, 1, 0))

@@ -111,7 +111,9 @@ class _Spill:
         self.dtype = dtype
 
     def add(self, part: np.ndarray, records: np.ndarray) -> None:
-        order = np.argsort(part, kind="stable")
+        # A stable sort of small integers is a radix sort in numpy.
+        small = part.astype(np.int16 if len(self.files) < 2**15 else np.int32)
+        order = np.argsort(small, kind="stable")
         part, records = part[order], records[order]
         cuts = np.searchsorted(part, np.arange(len(self.files) + 1))
         for k, f in enumerate(self.files):
