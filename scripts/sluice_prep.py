@@ -23,6 +23,15 @@ import pathlib
 import signal
 import sys
 
+# Debian's numpy lives under /usr/bin/python3; the first python3 on PATH may lack it.
+try:
+    import numpy  # noqa: F401
+except ImportError:
+    if sys.executable != "/usr/bin/python3" and pathlib.Path("/usr/bin/python3").exists():
+        import os
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    sys.exit("sluice-prep: error: numpy is missing (run scripts/install_deps.sh)")
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from sluice_prep.writer import PrepError  # noqa: E402

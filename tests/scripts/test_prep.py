@@ -380,3 +380,21 @@ def test_ogb_folder_and_npy_inputs(tmp_path, sluice_bin):
     proc = prep("npy", "--edges", tmp_path / "e_bad.txt", "--features", tmp_path / "x.npy",
                 "--labels", tmp_path / "y.npy", "--out", tmp_path / "n3", check=False)
     assert f"node id {n} is out of range [0, {n})" in proc.stderr
+
+
+def test_interrupted_run_leaves_no_output(tmp_path):
+    import signal
+    import time
+    path = tmp_path / "g.tsv"
+    prep("gen-graph", "--out", path, "--nodes", "100000", "--edges", "3000000")
+    out = tmp_path / "ds"
+    proc = subprocess.Popen([sys.executable, str(PREP), "edges", str(path), "--out", str(out)],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("ds.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; no output was written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.tsv"]
