@@ -76,6 +76,8 @@ class BlockCache {
   uint32_t rows_in_block(BlockId b) const;
 
   // Runs the io of plan steps [first, last) (see the header comment for the requirements).
+  // After an error the cache's contents are undefined: discard it (the run restarts from its
+  // last checkpoint).
   Status RunIo(IoSession& io, const Plan& plan, uint64_t first, uint64_t last);
   // The resident block's bytes. Requires: b is resident.
   std::byte* block_data(BlockId b);
