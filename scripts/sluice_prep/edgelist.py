@@ -14,7 +14,8 @@ from .textio import BadLines, open_text
 from .writer import DatasetWriter, PrepError
 
 BLOCK_BYTES = 32 << 20
-CHUNK_EDGES = 4 << 20
+CHUNK_EDGES = 4 << 20  # edges per chunk when renumbering and bucketing
+PARSE_LINES = 1 << 19  # lines per parsed batch: their str objects dominate memory
 
 
 def sniff(first: str) -> str | None:
@@ -85,7 +86,7 @@ class EdgeListReader:
         number = 0
         with open_text(self.path) as f:
             while True:
-                batch = list(itertools.islice(f, CHUNK_EDGES))
+                batch = list(itertools.islice(f, PARSE_LINES))
                 if not batch:
                     return
                 first_number = number + 1
@@ -166,6 +167,46 @@ class EdgeListReader:
         return out
 
 
+class _IdSet:
+    """The distinct integer ids of a stream. Small non-negative ids (below 16M or 4x the ids
+    seen so far) go into a byte map and renumber through a direct table; others (hashes,
+    negative or sparse ids) into merged sorted arrays and renumber by binary search."""
+
+    def __init__(self):
+        self.seen = np.zeros(0, dtype=bool)
+        self.uniques: list[np.ndarray] | None = None
+        self.count = 0
+
+    def add(self, *arrays: np.ndarray) -> None:
+        for ids in arrays:
+            self.count += ids.size
+            dense_limit = min(max(1 << 24, 4 * self.count), 2**31)
+            if self.uniques is None and ids.size and (ids.min() < 0 or ids.max() >= dense_limit):
+                self.uniques = [np.flatnonzero(self.seen)]
+                self.seen = np.zeros(0, dtype=bool)
+            if self.uniques is not None:
+                self.uniques.append(np.unique(ids))
+                if len(self.uniques) > 8:
+                    self.uniques = [np.unique(np.concatenate(self.uniques))]
+                continue
+            top = int(ids.max()) + 1 if ids.size else 0
+            if top > len(self.seen):
+                grown = np.zeros(max(top, 2 * len(self.seen)), dtype=bool)
+                grown[:len(self.seen)] = self.seen
+                self.seen = grown
+            self.seen[ids] = True
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(sorted original ids, direct old->new table or None)."""
+        if self.uniques is not None:
+            return np.unique(np.concatenate(self.uniques)), None
+        original = np.flatnonzero(self.seen)
+        lookup = (np.cumsum(self.seen, dtype=np.int64) - 1).astype(
+            np.int32 if len(original) < 2**31 else np.int64)
+        self.seen = np.zeros(0, dtype=bool)
+        return original, lookup
+
+
 def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str = "auto",
                   src_col: int = 0, dst_col: int = 1, rel_col: int | None = None,
                   weight_col: int | None = None, ids: str = "auto", valid_frac: float = 0.0,
@@ -192,7 +233,7 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     rel_names: dict[str, int] = {}
     scratch = writer.scratch("edges.raw")
     rec = np.dtype([("src", np.int64), ("dst", np.int64), ("rel", np.int64), ("weight", np.float32)])
-    uniques = []
+    ids_seen = _IdSet()
     total = 0
     progress = Progress(f"parsing {reader.path.name}")
     with open(scratch, "wb") as f:
@@ -210,9 +251,7 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
             if has_weight:
                 r["weight"] = block["weight"]
             if not reader.string_ids:
-                uniques.append(np.unique(np.concatenate([r["src"], r["dst"]])))
-                if len(uniques) > 8:
-                    uniques = [np.unique(np.concatenate(uniques))]
+                ids_seen.add(r["src"], r["dst"])
             f.write(r.tobytes())
             total += len(r)
             progress.add(len(r))
@@ -224,24 +263,24 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     if reader.string_ids:
         num_nodes, original = len(node_names), None
     else:
-        original = np.unique(np.concatenate(uniques))
+        original, lookup = ids_seen.finish()
         num_nodes = len(original)
-        if original[0] >= 0 and original[-1] < 4 * num_nodes + 1024:
-            # Dense-enough ids: a direct table beats a binary search per edge.
-            lookup = np.full(int(original[-1]) + 1, -1, dtype=np.int64)
-            lookup[original] = np.arange(num_nodes)
     num_relations = len(rel_names) if has_rel else 1
     spec = GraphSpec(num_nodes=num_nodes, num_relations=num_relations, num_partitions=partitions,
                      partitioning=partitioning, seed=seed, has_rel=has_rel, has_weight=has_weight)
 
+    def read_scratch():
+        # Plain reads, not a memmap: mapped pages would count against the process's memory.
+        with open(scratch, "rb") as raw:
+            while len(r := np.fromfile(raw, dtype=rec, count=CHUNK_EDGES)):
+                yield r
+
     def chunks():
         rng = np.random.default_rng(seed + 1)  # the same split draw on every pass
-        raw = np.memmap(scratch, dtype=rec, mode="r")
-        for start in range(0, len(raw), CHUNK_EDGES):
-            r = np.array(raw[start:start + CHUNK_EDGES])
+        for r in read_scratch():
             src, dst = r["src"], r["dst"]
             if lookup is not None:
-                src, dst = lookup[src], lookup[dst]
+                src, dst = lookup[src].astype(np.int64), lookup[dst].astype(np.int64)
             elif original is not None:
                 src, dst = np.searchsorted(original, src), np.searchsorted(original, dst)
             u = rng.random(len(r))
