@@ -308,7 +308,7 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     writer.put("nodes.out_degree", "nodes/out_degree.bin", g.out_degree, np.int64)
     writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
     stats = {**degree_stats(g.out_degree, g.in_degree), "skipped_lines": bad.skipped,
-             "edges_per_second": round(g.edges_per_second)}
+             "bucketing_edges_per_second": round(g.edges_per_second)}
     result = writer.commit({
         "task": "link_prediction", "name": name,
         "counts": {"nodes": num_nodes, "relations": num_relations, "feature_dim": 0, "classes": 0,
