@@ -1,0 +1,49 @@
+#pragma once
+// k-hop uniform neighbour sampling into layered blocks a GraphSage/GAT layer consumes.
+//
+// Layer 0 is the seeds (deduplicated, first occurrence first). Hop h expands the nodes that
+// layer h-1 added: each gets one neighbour sample of at most fanouts[h-1] (-1: all), drawn
+// with or without replacement from a counter-based generator keyed on (seed, epoch, step,
+// node, hop). A node is sampled once however many seeds reach it (as MariusGNN's DENSE does);
+// later blocks reuse its sample. Layer h = layer h-1 followed by the new nodes of hop h in
+// first-occurrence order, so every layer's nodes are a prefix of the next, and the output is
+// identical for 1 and N threads.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampler/csr_graph.h"
+
+namespace sluice {
+
+struct SampleKey {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+};
+
+struct SampledBlock {
+  // dst nodes are layer h-1 (local ids [0, num_dst)); src nodes are layer h.
+  uint64_t num_dst = 0;
+  uint64_t num_src = 0;
+  std::vector<uint64_t> offsets;  // num_dst + 1
+  std::vector<int64_t> src_local; // sampled neighbours as local indices into layer h
+};
+
+struct SampledSubgraph {
+  std::vector<std::vector<int64_t>> layers;  // global node ids; layers[h] is a prefix of [h+1]
+  std::vector<SampledBlock> blocks;          // blocks[h-1] maps layer h-1 to layer h
+  // The rows the step must fetch: the last layer (every node of the sample).
+  std::span<const int64_t> nodes() const { return layers.back(); }
+};
+
+struct KHopOptions {
+  std::vector<int> fanouts{15, 10, 5};  // per hop; -1 = all neighbours
+  bool replace = false;
+};
+
+SampledSubgraph SampleKHop(const CsrGraph& graph, std::span<const int64_t> seeds,
+                           const KHopOptions& options, const SampleKey& key);
+
+}  // namespace sluice
