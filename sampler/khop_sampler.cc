@@ -3,7 +3,6 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "sampler/random.h"
 
@@ -44,19 +43,37 @@ void SampleNode(const CsrGraph& g, int64_t v, int fanout, bool replace, const Ke
 
 }  // namespace
 
+KHopSampler::KHopSampler(const CsrGraph& graph, KHopOptions options)
+    : graph_(graph),
+      options_(std::move(options)),
+      stamp_(graph.num_nodes(), 0),
+      local_(graph.num_nodes(), 0) {}
+
 SampledSubgraph SampleKHop(const CsrGraph& graph, std::span<const int64_t> seeds,
                            const KHopOptions& options, const SampleKey& key) {
-  SampledSubgraph s;
-  std::unordered_map<int64_t, int64_t> local;  // global id -> index in the current layer
-  local.reserve(seeds.size() * 8);
-  std::vector<int64_t> layer;
-  for (int64_t v : seeds) {
-    if (local.emplace(v, static_cast<int64_t>(layer.size())).second) layer.push_back(v);
+  return KHopSampler(graph, options).Sample(seeds, key);
+}
+
+SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const SampleKey& key) {
+  const CsrGraph& graph = graph_;
+  const KHopOptions& options = options_;
+  if (++call_ == 0) {  // the stamp wrapped: clear it once every 2^32 calls
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    call_ = 1;
   }
+  auto add = [&](int64_t v, std::vector<int64_t>& layer) {
+    if (stamp_[v] == call_) return;
+    stamp_[v] = call_;
+    local_[v] = static_cast<int64_t>(layer.size());
+    layer.push_back(v);
+  };
+  SampledSubgraph s;
+  std::vector<int64_t> layer;
+  for (int64_t v : seeds) add(v, layer);
   s.layers.push_back(layer);
   // Each node's sample (global ids), by local index, drawn once.
-  std::vector<uint64_t> sample_begin, sample_end;
-  std::vector<int64_t> samples;
+  std::vector<uint64_t> sample_begin;  // by local index; samples are contiguous in that order
+  std::vector<int64_t> samples, samples_local;
   uint64_t expanded = 0;  // layer[0, expanded) already have samples
   for (size_t h = 0; h < options.fanouts.size(); ++h) {
     const int fanout = options.fanouts[h];
@@ -77,35 +94,26 @@ SampledSubgraph SampleKHop(const CsrGraph& graph, std::span<const int64_t> seeds
                                       offsets[i + 1] - offsets[i]});
                         }
                       });
-    for (uint64_t i = 0; i < frontier; ++i) {
-      sample_begin.push_back(base + offsets[i]);
-      sample_end.push_back(base + offsets[i + 1]);
-    }
+    for (uint64_t i = 0; i < frontier; ++i) sample_begin.push_back(base + offsets[i]);
     // New nodes in first-occurrence order (frontier order, then draw order).
     const uint64_t dst_count = layer.size();
-    for (uint64_t i = base; i < samples.size(); ++i) {
-      if (local.emplace(samples[i], static_cast<int64_t>(layer.size())).second) {
-        layer.push_back(samples[i]);
-      }
-    }
+    for (uint64_t i = base; i < samples.size(); ++i) add(samples[i], layer);
     expanded = dst_count;
+    // Local indices of this hop's draws, computed once. The samples of layer h-1's nodes are
+    // contiguous and in local order, so the block is a prefix of the samples.
+    samples_local.resize(samples.size());
+    tbb::parallel_for(tbb::blocked_range<uint64_t>(base, samples.size(), 4096),
+                      [&](const tbb::blocked_range<uint64_t>& r) {
+                        for (uint64_t i = r.begin(); i < r.end(); ++i) {
+                          samples_local[i] = LocalOf(samples[i]);
+                        }
+                      });
     SampledBlock block;
     block.num_dst = dst_count;
     block.num_src = layer.size();
-    block.offsets.assign(dst_count + 1, 0);
-    for (uint64_t v = 0; v < dst_count; ++v) {
-      block.offsets[v + 1] = block.offsets[v] + (sample_end[v] - sample_begin[v]);
-    }
-    block.src_local.resize(block.offsets[dst_count]);
-    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, dst_count, 256),
-                      [&](const tbb::blocked_range<uint64_t>& r) {
-                        for (uint64_t v = r.begin(); v < r.end(); ++v) {
-                          uint64_t o = block.offsets[v];
-                          for (uint64_t i = sample_begin[v]; i < sample_end[v]; ++i) {
-                            block.src_local[o++] = local.find(samples[i])->second;
-                          }
-                        }
-                      });
+    block.offsets.assign(sample_begin.begin(), sample_begin.end());
+    block.offsets.push_back(samples.size());
+    block.src_local.assign(samples_local.begin(), samples_local.end());
     s.blocks.push_back(std::move(block));
     s.layers.push_back(layer);
   }

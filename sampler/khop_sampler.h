@@ -43,6 +43,25 @@ struct KHopOptions {
   bool replace = false;
 };
 
+// Samples with scratch space sized to the graph (a node -> local index table stamped per
+// call), reused across calls: no hashing, no per-call allocation of the table. One sampler per
+// thread that calls Sample (the sampling inside a call is parallel).
+class KHopSampler {
+ public:
+  KHopSampler(const CsrGraph& graph, KHopOptions options);
+  SampledSubgraph Sample(std::span<const int64_t> seeds, const SampleKey& key);
+
+ private:
+  int64_t LocalOf(int64_t v) const { return stamp_[v] == call_ ? local_[v] : -1; }
+
+  const CsrGraph& graph_;
+  KHopOptions options_;
+  std::vector<uint32_t> stamp_;  // call number when local_[v] was set
+  std::vector<int64_t> local_;
+  uint32_t call_ = 0;
+};
+
+// One-off convenience: builds a KHopSampler for the call.
 SampledSubgraph SampleKHop(const CsrGraph& graph, std::span<const int64_t> seeds,
                            const KHopOptions& options, const SampleKey& key);
 
