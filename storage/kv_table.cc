@@ -90,14 +90,19 @@ Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
   const size_t n = keys.size();
   found.assign(n, false);
   if (n == 0) return Status::Ok();
-  std::vector<char> key_bytes(n * 8);
-  std::vector<rocksdb::Slice> slices(n);
+  // Per-thread scratch: the table is shared between threads, and a batch should not allocate.
+  thread_local std::vector<char> key_bytes;
+  thread_local std::vector<rocksdb::Slice> slices;
+  thread_local std::vector<rocksdb::PinnableSlice> values;
+  thread_local std::vector<rocksdb::Status> statuses;
+  key_bytes.resize(n * 8);
+  slices.resize(n);
+  values.resize(n);
+  statuses.resize(n);
   for (size_t i = 0; i < n; ++i) {
     EncodeKey(keys[i], &key_bytes[i * 8]);
     slices[i] = rocksdb::Slice(&key_bytes[i * 8], 8);
   }
-  std::vector<rocksdb::PinnableSlice> values(n);
-  std::vector<rocksdb::Status> statuses(n);
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(),
                 values.data(), statuses.data());
   for (size_t i = 0; i < n; ++i) {
@@ -112,6 +117,7 @@ Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
     std::memcpy(out + i * row_bytes_, values[i].data(), row_bytes_);
     found[i] = true;
   }
+  for (size_t i = 0; i < n; ++i) values[i].Reset();  // release pinned blocks now
   return Status::Ok();
 }
 

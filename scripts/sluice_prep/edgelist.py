@@ -26,17 +26,10 @@ def sniff(first: str) -> str | None:
     return None
 
 
-def _is_int(text: str) -> bool:
+def _parses(text: str, kind=int) -> bool:
+    """Whether `text` converts with `kind` (int or float)."""
     try:
-        int(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
+        kind(text)
         return True
     except ValueError:
         return False
@@ -65,14 +58,14 @@ class EdgeListReader:
             # A header when some column is numeric on the second line but not on the first.
             # (A file whose columns are all text needs --header yes.)
             second = self._split(head[1]) if len(head) > 1 else []
-            has_header = any(_is_number(second[c]) and not _is_number(first[c])
+            has_header = any(_parses(second[c], float) and not _parses(first[c], float)
                              for c in range(min(len(first), len(second))))
         else:
             has_header = header == "yes"
         self.skip_first = has_header
         if ids == "auto":
             probe = self._split(head[1]) if has_header and len(head) > 1 else first
-            ids = "int" if all(_is_int(probe[c]) for c in (src_col, dst_col) if c < len(probe)) else "str"
+            ids = "int" if all(_parses(probe[c]) for c in (src_col, dst_col) if c < len(probe)) else "str"
         self.string_ids = ids == "str"
 
     def _split(self, line: str) -> list[str]:
