@@ -3,7 +3,9 @@
 // graph in the same run). Prints one JSON line.
 //
 //   sampler_bench --src src.bin --dst dst.bin --nodes N [--batch 1024] [--batches 50]
-//                 [--fanouts 15,10,5] [--replace] [--threads 2]
+//                 [--fanouts 15,10,5] [--replace] [--threads 2] [--cuda]
+//
+// --cuda (builds with SLUICE_CUDA only) times the CUDA sampler, results copied back to host.
 
 #include <CLI/CLI.hpp>
 #include <tbb/global_control.h>
@@ -11,10 +13,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "sampler/khop_sampler.h"
 #include "sampler/random.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "sampler/cuda/khop_cuda.h"
+#endif
 
 namespace {
 
@@ -34,6 +41,7 @@ int main(int argc, char** argv) {
   uint64_t nodes = 0, batch = 1024, batches = 50;
   int threads = 2;
   bool replace = false;
+  bool cuda = false;
   CLI::App app{"k-hop sampler throughput"};
   app.add_option("--src", src_path, "int64 source ids")->required();
   app.add_option("--dst", dst_path, "int64 destination ids")->required();
@@ -43,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--fanouts", fanouts, "comma-separated fanouts");
   app.add_option("--threads", threads, "TBB threads");
   app.add_flag("--replace", replace, "sample with replacement");
+  app.add_flag("--cuda", cuda, "time the CUDA sampler (SLUICE_CUDA builds)");
   CLI11_PARSE(app, argc, argv);
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
                             static_cast<size_t>(threads));
@@ -57,7 +66,28 @@ int main(int argc, char** argv) {
   auto src = ReadInt64(src_path), dst = ReadInt64(dst_path);
   sluice::CsrGraph graph = sluice::CsrGraph::FromEdges(nodes, src, dst);
   const sluice::Key key(42);
-  sluice::KHopSampler sampler(graph, options);
+  sluice::KHopSampler cpu(graph, options);
+  std::function<sluice::SampledSubgraph(std::span<const int64_t>, const sluice::SampleKey&)>
+      sample = [&](std::span<const int64_t> seeds, const sluice::SampleKey& k) {
+        return cpu.Sample(seeds, k);
+      };
+#ifdef SLUICE_HAVE_CUDA
+  std::unique_ptr<sluice::CudaKHopSampler> gpu;
+  if (cuda) {
+    auto made = sluice::CudaKHopSampler::Create(graph, options);
+    SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
+    gpu = std::move(*made);
+    sample = [&](std::span<const int64_t> seeds, const sluice::SampleKey& k) {
+      auto s = gpu->Sample(seeds, k);
+      SLUICE_CHECK(s.ok(), "%s", s.status().ToString().c_str());
+      return std::move(*s);
+    };
+    std::vector<int64_t> warm = {0};
+    sample(warm, {1, 0, 0});
+  }
+#else
+  SLUICE_CHECK(!cuda, "--cuda: this build has no CUDA (configure with -DSLUICE_CUDA=ON)");
+#endif
   uint64_t edges = 0, rows = 0;
   std::vector<int64_t> seeds(batch);
   auto start = std::chrono::steady_clock::now();
@@ -65,14 +95,15 @@ int main(int argc, char** argv) {
     for (uint64_t i = 0; i < batch; ++i) {
       seeds[i] = static_cast<int64_t>(key.With(b).Below(i, nodes));
     }
-    sluice::SampledSubgraph s = sampler.Sample(seeds, {42, 0, b});
+    sluice::SampledSubgraph s = sample(seeds, {42, 0, b});
     edges += s.blocks.back().src_local.size();
     rows += s.nodes().size();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("{\"edges_per_s\": %.0f, \"batches_per_s\": %.2f, \"edges_per_batch\": %.0f, "
-              "\"rows_per_batch\": %.0f, \"threads\": %d}\n",
+              "\"rows_per_batch\": %.0f, \"threads\": %d, \"cuda\": %s}\n",
               static_cast<double>(edges) / seconds, static_cast<double>(batches) / seconds,
-              static_cast<double>(edges) / batches, static_cast<double>(rows) / batches, threads);
+              static_cast<double>(edges) / batches, static_cast<double>(rows) / batches, threads,
+              cuda ? "true" : "false");
   return 0;
 }

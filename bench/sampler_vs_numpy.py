@@ -46,6 +46,8 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=30, help="batches per measurement")
     p.add_argument("--rounds", type=int, default=3, help="alternating measurements of each")
     p.add_argument("--bench", type=pathlib.Path, default=ROOT / "build/release/bench/sampler_bench")
+    p.add_argument("--cuda", action="store_true",
+                   help="also time the CUDA sampler (a --bench built with SLUICE_CUDA, a GPU)")
     args = p.parse_args()
     fanouts = [15, 10, 5]
     rng = np.random.default_rng(0)
@@ -58,6 +60,8 @@ def main() -> int:
     offsets = np.zeros(args.nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=args.nodes), out=offsets[1:])
     results = {"numpy (vectorised, 1 thread)": [], "sluice, 1 thread": [], "sluice, 2 threads": []}
+    if args.cuda:
+        results["sluice CUDA"] = []
     with tempfile.TemporaryDirectory() as tmp:
         (pathlib.Path(tmp) / "src.bin").write_bytes(src.astype(np.int64).tobytes())
         (pathlib.Path(tmp) / "dst.bin").write_bytes(dst.astype(np.int64).tobytes())
@@ -68,14 +72,17 @@ def main() -> int:
                 seeds = rng.integers(0, args.nodes, args.batch)
                 edges += numpy_khop(offsets, neighbors, seeds, fanouts, rng)[0]
             results["numpy (vectorised, 1 thread)"].append(edges / (time.perf_counter() - t))
-            for threads in (1, 2):
+            runs = [(f"sluice, {t} thread{'s' if t > 1 else ''}", ["--threads", str(t)])
+                    for t in (1, 2)]
+            if args.cuda:
+                runs.append(("sluice CUDA", ["--threads", "2", "--cuda"]))
+            for name, extra in runs:
                 out = subprocess.run([str(args.bench), "--src", f"{tmp}/src.bin", "--dst",
                                       f"{tmp}/dst.bin", "--nodes", str(args.nodes), "--batch",
                                       str(args.batch), "--batches", str(args.batches), "--replace",
-                                      "--threads", str(threads)],
+                                      *extra],
                                      check=True, capture_output=True, text=True).stdout
-                results[f"sluice, {threads} thread{'s' if threads > 1 else ''}"].append(
-                    json.loads(out)["edges_per_s"])
+                results[name].append(json.loads(out)["edges_per_s"])
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in results.items()),
                   file=sys.stderr)
     base = statistics.median(results["numpy (vectorised, 1 thread)"])

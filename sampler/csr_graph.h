@@ -29,6 +29,10 @@ class CsrGraph {
   uint64_t num_nodes() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }
   uint64_t num_edges() const { return neighbors_.size(); }
   uint64_t degree(int64_t v) const { return offsets_[v + 1] - offsets_[v]; }
+  uint64_t offset(int64_t v) const { return offsets_[v]; }
+  // Every node's neighbours, concatenated: neighbors(v) = all_neighbors()[offset(v), +degree).
+  std::span<const int64_t> all_neighbors() const { return neighbors_; }
+  std::span<const uint64_t> offsets() const { return offsets_; }
   std::span<const int64_t> neighbors(int64_t v) const {
     return {neighbors_.data() + offsets_[v], neighbors_.data() + offsets_[v + 1]};
   }

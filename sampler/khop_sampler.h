@@ -52,13 +52,20 @@ class KHopSampler {
   SampledSubgraph Sample(std::span<const int64_t> seeds, const SampleKey& key);
 
  private:
-  int64_t LocalOf(int64_t v) const { return stamp_[v] == call_ ? local_[v] : -1; }
+  // Appends the nodes of samples[base, end) not yet in `layer` in first-occurrence order
+  // (parallel: an atomic min of the first position per node, then a ranked scatter).
+  void AddNew(std::span<const int64_t> samples, std::vector<int64_t>& layer);
 
   const CsrGraph& graph_;
   KHopOptions options_;
-  std::vector<uint32_t> stamp_;  // call number when local_[v] was set
-  std::vector<int64_t> local_;
+  struct alignas(16) NodeSlot {
+    uint64_t local = 0;  // (call << 32) | local index when the node is in this call's layer
+    uint64_t first = 0;  // (tag << 32) | first position in the hop's draws, during AddNew
+  };
+  std::vector<NodeSlot> slot_;  // one cache line holds both words of a node
+  std::vector<uint8_t> is_first_;  // by sample position, during AddNew
   uint32_t call_ = 0;
+  uint32_t tag_ = 0;
 };
 
 // One-off convenience: builds a KHopSampler for the call.

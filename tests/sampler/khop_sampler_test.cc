@@ -1,4 +1,6 @@
 #include "sampler/khop_sampler.h"
+#include "sampler/random.h"
+#include "tests/sampler/khop_test_util.h"
 
 #include <tbb/global_control.h>
 
@@ -6,87 +8,69 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <unordered_map>
 
 #include <gtest/gtest.h>
 
 namespace sluice {
 namespace {
 
-CsrGraph PowerLawGraph(uint64_t nodes, uint64_t edges, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(0, 1);
-  std::vector<int64_t> from(edges), to(edges);
-  for (uint64_t i = 0; i < edges; ++i) {
-    from[i] = static_cast<int64_t>(rng() % nodes);
-    to[i] = std::min<int64_t>(static_cast<int64_t>(nodes * std::pow(u(rng), 3)), nodes - 1);
-  }
-  // No parallel edges, so "distinct positions" means "distinct neighbours".
-  std::set<std::pair<int64_t, int64_t>> unique;
-  for (uint64_t i = 0; i < edges; ++i) unique.insert({from[i], to[i]});
-  from.clear();
-  to.clear();
-  for (auto [a, b] : unique) from.push_back(a), to.push_back(b);
-  return CsrGraph::FromEdges(nodes, from, to);
-}
+using khop_test::ExpectInvariants;
+using khop_test::PowerLawGraph;
+using khop_test::Same;
+using khop_test::Seeds;
 
-std::vector<int64_t> Seeds(uint64_t nodes, int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> s(n);
-  for (auto& v : s) v = static_cast<int64_t>(rng() % nodes);
+// An obviously serial reference of the documented semantics: a hash map for local indices,
+// one node at a time, the same counter-based draws.
+SampledSubgraph ReferenceKHop(const CsrGraph& g, std::span<const int64_t> seeds,
+                              const KHopOptions& o, const SampleKey& key) {
+  SampledSubgraph s;
+  std::unordered_map<int64_t, int64_t> local;
+  std::vector<int64_t> layer;
+  auto add = [&](int64_t v) {
+    if (local.emplace(v, static_cast<int64_t>(layer.size())).second) layer.push_back(v);
+  };
+  for (int64_t v : seeds) add(v);
+  s.layers.push_back(layer);
+  std::vector<std::vector<int64_t>> sample_of;  // by local index
+  for (size_t h = 0; h < o.fanouts.size(); ++h) {
+    const Key hop = Key(key.seed).With(key.epoch).With(key.step).With(h + 1);
+    const size_t frontier_begin = sample_of.size(), dst = layer.size();
+    for (size_t i = frontier_begin; i < dst; ++i) {
+      const int64_t v = layer[i];
+      auto n = g.neighbors(v);
+      const uint64_t d = n.size();
+      std::vector<int64_t> pick;
+      const int f = o.fanouts[h];
+      if (f < 0 || (!o.replace && d <= static_cast<uint64_t>(f))) {
+        pick.assign(n.begin(), n.end());
+      } else if (o.replace) {
+        for (int j = 0; j < f; ++j) pick.push_back(n[hop.With(v).Below(j, d)]);
+      } else {
+        std::vector<uint64_t> pos;
+        for (uint64_t j = d - f; j < d; ++j) {
+          const uint64_t t = hop.With(v).Below(j, j + 1);
+          pos.push_back(std::find(pos.begin(), pos.end(), t) != pos.end() ? j : t);
+        }
+        for (uint64_t p : pos) pick.push_back(n[p]);
+      }
+      sample_of.push_back(pick);
+    }
+    for (size_t i = frontier_begin; i < dst; ++i) {
+      for (int64_t u : sample_of[i]) add(u);
+    }
+    SampledBlock b;
+    b.num_dst = dst;
+    b.num_src = layer.size();
+    b.offsets.push_back(0);
+    for (size_t i = 0; i < dst; ++i) {
+      for (int64_t u : sample_of[i]) b.src_local.push_back(local.at(u));
+      b.offsets.push_back(b.src_local.size());
+    }
+    s.blocks.push_back(b);
+    s.layers.push_back(layer);
+  }
   return s;
-}
-
-void ExpectInvariants(const CsrGraph& g, const SampledSubgraph& s, const KHopOptions& o) {
-  ASSERT_EQ(s.layers.size(), o.fanouts.size() + 1);
-  for (size_t h = 0; h < s.layers.size(); ++h) {
-    std::set<int64_t> unique(s.layers[h].begin(), s.layers[h].end());
-    ASSERT_EQ(unique.size(), s.layers[h].size()) << "duplicates in layer " << h;
-    if (h > 0) {
-      ASSERT_TRUE(std::equal(s.layers[h - 1].begin(), s.layers[h - 1].end(), s.layers[h].begin()))
-          << "layer " << h - 1 << " is not a prefix of layer " << h;
-    }
-  }
-  for (size_t h = 0; h < s.blocks.size(); ++h) {
-    const SampledBlock& b = s.blocks[h];
-    ASSERT_EQ(b.num_dst, s.layers[h].size());
-    ASSERT_EQ(b.num_src, s.layers[h + 1].size());
-    for (uint64_t v = 0; v < b.num_dst; ++v) {
-      const int64_t gv = s.layers[h][v];
-      const uint64_t n = b.offsets[v + 1] - b.offsets[v];
-      std::set<int64_t> distinct;
-      for (uint64_t i = b.offsets[v]; i < b.offsets[v + 1]; ++i) {
-        ASSERT_LT(static_cast<uint64_t>(b.src_local[i]), b.num_src);
-        const int64_t gu = s.layers[h + 1][b.src_local[i]];
-        ASSERT_TRUE(g.HasEdge(gv, gu)) << "sampled edge " << gv << "->" << gu << " does not exist";
-        distinct.insert(gu);
-      }
-      // A node's sample was drawn with the fanout of the hop that expanded it: <= max fanout.
-      const int most = *std::max_element(o.fanouts.begin(), o.fanouts.end());
-      const bool bounded = *std::min_element(o.fanouts.begin(), o.fanouts.end()) >= 0;
-      if (bounded) {
-        ASSERT_LE(n, static_cast<uint64_t>(most));
-      }
-      if (!o.replace) {
-        ASSERT_EQ(distinct.size(), n) << "a sample without replacement repeats a neighbour";
-      }
-      if (o.replace && g.degree(gv) > 0 && h == 0) {
-        ASSERT_EQ(n, static_cast<uint64_t>(o.fanouts[0]));
-      }
-      if (!o.replace && h == 0) {
-        ASSERT_EQ(n, std::min<uint64_t>(g.degree(gv), o.fanouts[0] < 0 ? ~0ull : o.fanouts[0]));
-      }
-    }
-  }
-}
-
-bool Same(const SampledSubgraph& a, const SampledSubgraph& b) {
-  if (a.layers != b.layers || a.blocks.size() != b.blocks.size()) return false;
-  for (size_t h = 0; h < a.blocks.size(); ++h) {
-    if (a.blocks[h].offsets != b.blocks[h].offsets || a.blocks[h].src_local != b.blocks[h].src_local) {
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(KHopSamplerTest, SamplesValidDeduplicatedLayeredBlocks) {
@@ -121,6 +105,27 @@ TEST(KHopSamplerTest, OutputIsIdenticalForOneAndManyThreadsAndReplayable) {
   EXPECT_TRUE(Same(many, one));
   EXPECT_TRUE(Same(many, SampleKHop(g, seeds, o, {1, 2, 3})));
   EXPECT_FALSE(Same(many, SampleKHop(g, seeds, o, {1, 2, 4}))) << "another step, another sample";
+}
+
+TEST(KHopSamplerTest, MatchesASerialReferenceExactlyAtAnyThreadCount) {
+  // Big enough that every parallel pass splits (hops of >100k draws), reused across calls so
+  // stale stamps from earlier calls must not leak in.
+  CsrGraph g = PowerLawGraph(50000, 600000, 11);
+  for (bool replace : {true, false}) {
+    KHopOptions o;
+    o.fanouts = {15, 10, 5};
+    o.replace = replace;
+    KHopSampler sampler(g, o);
+    for (uint64_t step = 0; step < 3; ++step) {
+      auto seeds = Seeds(50000, 1024, 100 + step);
+      SampledSubgraph want = ReferenceKHop(g, seeds, o, {5, 1, step});
+      for (int threads : {1, 2, 4}) {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+        EXPECT_TRUE(Same(sampler.Sample(seeds, {5, 1, step}), want))
+            << "replace " << replace << " step " << step << " threads " << threads;
+      }
+    }
+  }
 }
 
 TEST(KHopSamplerTest, NeighboursAreDrawnUniformly) {
