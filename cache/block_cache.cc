@@ -92,6 +92,15 @@ Status BlockCache::FlushDirty(IoSession& io) {
   return Transfer(io, writes_, reads_);
 }
 
+Status BlockCache::DropAll(IoSession& io) {
+  SLUICE_RETURN_IF_ERROR(FlushDirty(io));
+  for (uint32_t s = 0; s < options_.capacity_blocks; ++s) {
+    SLUICE_CHECK(pins_[s] == 0, "DropAll with slot %u pinned", s);
+    if (slot_of_[block_in_slot_[s]] == s) slot_of_[block_in_slot_[s]] = kNoSlot;
+  }
+  return Status::Ok();
+}
+
 Status BlockCache::Transfer(IoSession& io, const std::vector<Move>& writes,
                             const std::vector<Move>& reads) {
   stats_.blocks_written_back += writes.size();

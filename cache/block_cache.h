@@ -71,6 +71,8 @@ class BlockCache {
   BlockCache(RowFile* table, const BlockCacheOptions& options);
 
   uint32_t num_blocks() const { return num_blocks_; }
+  uint32_t capacity_blocks() const { return options_.capacity_blocks; }
+  uint32_t rows_per_block() const { return options_.rows_per_block; }
   uint64_t block_bytes() const { return block_bytes_; }
   // Rows in block b (the last block may be short).
   uint32_t rows_in_block(BlockId b) const;
@@ -88,6 +90,9 @@ class BlockCache {
   void MarkDirty(BlockId b);
   // Writes back every dirty resident block (a checkpoint's flush); they stay resident.
   Status FlushDirty(IoSession& io);
+  // Writes back dirty blocks and empties every slot, so a new planner (which starts from an
+  // empty cache) can take over. Requires: nothing pinned.
+  Status DropAll(IoSession& io);
   const BlockCacheStats& stats() const { return stats_; }
 
  private:

@@ -392,14 +392,18 @@ Status Dataset::CheckBuckets() const {
 
 Result<std::vector<int64_t>> Dataset::ReadInt64(const std::string& role) const {
   SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, File(role));
-  if (f->dtype != DType::kInt64) {
+  if (f->dtype != DType::kInt64 && f->dtype != DType::kInt32) {
     return InvalidArgument("dataset " + dir_ + ": " + role + " is " + DTypeName(f->dtype) +
-                           ", expected int64");
+                           ", expected int32 or int64");
   }
   std::vector<int64_t> values(f->elements());
   SLUICE_ASSIGN_OR_RETURN(sluice::File file, sluice::File::Open(PathOf(*f), OpenMode::kRead, false));
   SLUICE_RETURN_IF_ERROR(
       PreadFull(file, reinterpret_cast<std::byte*>(values.data()), f->bytes, 0));
+  if (f->dtype == DType::kInt32) {  // widen in place, from the back
+    const int32_t* narrow = reinterpret_cast<const int32_t*>(values.data());
+    for (size_t i = values.size(); i-- > 0;) values[i] = narrow[i];
+  }
   return values;
 }
 

@@ -83,6 +83,7 @@ class Dataset {
   Result<const DatasetFile*> File(const std::string& role) const;
   std::string PathOf(const DatasetFile& file) const { return dir_ + "/" + file.path; }
   // Reads a whole array of `role`, checking its dtype matches T.
+  // An int32 or int64 array, as int64.
   Result<std::vector<int64_t>> ReadInt64(const std::string& role) const;
   // Verifies every file's CRC-32 (reads everything). Files without a checksum are reported.
   Status Verify() const;

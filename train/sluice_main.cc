@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "common/thread_plan.h"
 #include "common/version.h"
 #include "storage/dataset.h"
+#include "train/lp_trainer.h"
 #include "train/storage_demo.h"
 #include "train/torch_runtime.h"
 
@@ -62,6 +64,30 @@ int RunDemo(const std::string& config_path, const std::vector<std::string>& over
   return s.ok() ? 0 : Fail(s);
 }
 
+int RunTrain(const std::string& config_path, const std::vector<std::string>& overrides,
+             bool print_config, bool resume) {
+  LpConfig config;
+  Status s = LoadConfig(config_path, overrides, config);
+  if (!s.ok()) return Fail(s);
+  if (print_config) {
+    std::printf("%s", DumpConfig(config).c_str());
+    return 0;
+  }
+  LpTrainOptions options;
+  options.resume = resume;
+  // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
+  if (const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS")) options.stop_after_steps = std::atoll(stop);
+  s = RunLpTrain(config, options);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int RunEval(const std::string& run_dir, const std::string& split) {
+  auto m = RunLpEval(run_dir, split);
+  if (!m.ok()) return Fail(m.status());
+  std::printf("%s %s\n", split.c_str(), m->ToString().c_str());
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"sluice: out-of-core training of embedding-heavy models from local disk"};
   app.require_subcommand(1);
@@ -86,6 +112,34 @@ int Main(int argc, char** argv) {
       ->allow_extra_args(false);
   demo->add_flag("--print-config", print_config, "print the effective config and exit");
 
+  auto* train = app.add_subcommand("train", "train a model as a YAML config says");
+  std::string train_config;
+  std::vector<std::string> train_overrides;
+  bool train_print = false, resume = false;
+  train->add_option("CONFIG", train_config, "YAML config (see configs/)")->required();
+  train->add_option("--set", train_overrides, "override a config key: --set train.epochs=3")
+      ->allow_extra_args(false);
+  train->add_flag("--print-config", train_print, "print the effective config and exit");
+  train->add_flag("--resume", resume, "continue from the run directory's latest checkpoint");
+
+  auto* eval = app.add_subcommand("eval", "evaluate a run directory's latest checkpoint");
+  std::string run_dir, split = "test";
+  eval->add_option("RUN_DIR", run_dir, "run directory (written by sluice train)")->required();
+  eval->add_option("--split", split, "valid or test");
+
+  auto* exp = app.add_subcommand("export", "write embeddings as .npy with the original-id maps");
+  std::string out_dir;
+  exp->add_option("RUN_DIR", run_dir, "run directory")->required();
+  exp->add_option("--out", out_dir, "output directory (must not exist)")->required();
+
+  auto* predict = app.add_subcommand("predict", "the k best tails of a head and relation");
+  std::string head, relation;
+  int k = 10;
+  predict->add_option("RUN_DIR", run_dir, "run directory")->required();
+  predict->add_option("--head", head, "head node, by original id or name")->required();
+  predict->add_option("--relation", relation, "relation, by original id or name")->required();
+  predict->add_option("-k", k, "how many tails")->check(CLI::Range(1, 1000000));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,6 +148,20 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("version")) return RunVersion();
   if (app.got_subcommand("info")) return RunInfo(dataset_dir, verify);
   if (app.got_subcommand("demo-storage")) return RunDemo(config_path, overrides, print_config);
+  if (app.got_subcommand("train")) return RunTrain(train_config, train_overrides, train_print, resume);
+  if (app.got_subcommand("eval")) return RunEval(run_dir, split);
+  if (app.got_subcommand("export")) {
+    Status s = RunLpExport(run_dir, out_dir);
+    if (!s.ok()) return Fail(s);
+    std::printf("exported to %s\n", out_dir.c_str());
+    return 0;
+  }
+  if (app.got_subcommand("predict")) {
+    auto out = RunLpPredict(run_dir, head, relation, k);
+    if (!out.ok()) return Fail(out.status());
+    std::printf("%s", out->c_str());
+    return 0;
+  }
   return 2;
 }
 

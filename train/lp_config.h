@@ -1,0 +1,150 @@
+#pragma once
+// The configuration of a link-prediction run (`sluice train` with task link_prediction).
+// Every key is listed once here; `sluice train --print-config` shows them with their docs.
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+#include "common/thread_plan.h"
+#include "storage/io_session.h"
+
+namespace sluice {
+
+struct LpModelConfig {
+  std::string decoder = "distmult";  // distmult | complex | transe | dot
+  int dim = 50;
+  bool reciprocal = false;  // train (t, r^-1, h) for every (h, r, t); score tails only
+  double init_scale = 0.001;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("decoder", decoder, "distmult, complex, transe or dot",
+            OneOf({"distmult", "complex", "transe", "dot"}));
+    v.Field("dim", dim, "embedding dimension (even for complex)", InRange(1, 4096));
+    v.Field("reciprocal", reciprocal,
+            "add reciprocal relations: (t, r^-1, h) per edge, corrupt tails only");
+    v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
+            InRange(0.0, 10.0));
+  }
+};
+
+struct LpTrainConfig {
+  int epochs = 10;
+  int batch = 1000;
+  int chunks = 10;          // negatives are shared by the edges of a chunk
+  int negatives = 500;      // per chunk, for each corrupted side
+  std::string loss = "softmax";  // softmax | logistic | margin
+  double margin = 1.0;
+  double lr = 0.1;           // Adagrad, node embeddings (state in the row)
+  std::string relation_optimizer = "adam";  // adam | adagrad
+  double relation_lr = 0.1;
+  std::string regularizer = "none";  // none | l2 | n3
+  double regularization = 0.0;
+  std::string schedule = "partitions";  // partitions (bucket order) | shuffle (global)
+  std::string ordering = "beta";       // beta | randomized (partition schedule)
+  uint64_t seed = 1;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("epochs", epochs, "passes over the training edges", InRange(0, 100000));
+    v.Field("batch", batch, "edges per step", InRange(1, 10'000'000));
+    v.Field("chunks", chunks, "negative chunks per batch (negatives shared within a chunk)",
+            InRange(1, 100000));
+    v.Field("negatives", negatives, "negatives per chunk per corrupted side", InRange(1, 1'000'000));
+    v.Field("loss", loss, "softmax (cross-entropy over negatives), logistic or margin",
+            OneOf({"softmax", "logistic", "margin"}));
+    v.Field("margin", margin, "margin of the margin ranking loss", InRange(0.0, 1e6));
+    v.Field("lr", lr, "Adagrad learning rate of the node embeddings", InRange(0.0, 1e6));
+    v.Field("relation_optimizer", relation_optimizer, "adam or adagrad",
+            OneOf({"adam", "adagrad"}));
+    v.Field("relation_lr", relation_lr, "learning rate of the relation embeddings",
+            InRange(0.0, 1e6));
+    v.Field("regularizer", regularizer, "none, l2 or n3 (on the embeddings a step uses)",
+            OneOf({"none", "l2", "n3"}));
+    v.Field("regularization", regularization, "regularization weight", InRange(0.0, 1e6));
+    v.Field("schedule", schedule,
+            "partitions: edges grouped by bucket, negatives from the bucket's partitions; "
+            "shuffle: a global shuffle with negatives from all nodes (every table in memory)",
+            OneOf({"partitions", "shuffle"}));
+    v.Field("ordering", ordering, "bucket ordering of the partition schedule: beta or randomized",
+            OneOf({"beta", "randomized"}));
+    v.Field("seed", seed, "seed of initial rows, batch order and negatives");
+  }
+};
+
+struct LpEvalConfig {
+  int every = 1;                 // validate every N epochs (0: never)
+  int patience = 0;              // stop after N validations without improvement (0: never)
+  uint64_t exact_max_nodes = 50'000'000;  // rank against all nodes up to this many
+  int sampled_negatives = 1000;  // otherwise against this many uniform nodes
+  bool filtered = true;
+  uint64_t max_edges = 0;        // evaluate at most this many edges per split (0: all)
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("every", every, "validate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("patience", patience, "early stop after N validations without a better MRR (0: off)",
+            InRange(0, 100000));
+    v.Field("exact_max_nodes", exact_max_nodes,
+            "rank against every node when there are at most this many (else sampled)");
+    v.Field("sampled_negatives", sampled_negatives, "nodes ranked against when sampled",
+            InRange(1, 10'000'000));
+    v.Field("filtered", filtered, "drop other true edges (train, valid, test) from rankings");
+    v.Field("max_edges", max_edges, "evaluate at most this many edges per split (0: all)");
+  }
+};
+
+struct LpStorageConfig {
+  std::string mode = "out_of_core";  // out_of_core | in_memory
+  Bytes budget{2ull << 30};
+  int resident = 0;  // partitions the schedule keeps resident; 0 = from the budget
+  int slots = 0;     // cache slots (partitions in memory); 0 = from the budget
+  std::string planner = "oracle";
+  int run_ahead = 8;  // steps of io issued before compute reaches them
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("mode", mode, "out_of_core (tables on disk, through the cache) or in_memory",
+            OneOf({"out_of_core", "in_memory"}));
+    v.Field("budget", budget, "memory budget of the whole process (e.g. 2.5GiB)",
+            InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
+    v.Field("resident", resident, "partitions resident at once; 0 = as many as the budget holds",
+            InRange(0, 1 << 20));
+    v.Field("slots", slots, "partition slots in memory (experiments); 0 = as many as the budget holds",
+            InRange(0, 1 << 20));
+    v.Field("planner", planner, "cache planner: oracle, lru, none",
+            OneOf({"oracle", "lru", "none"}));
+    v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 100000));
+  }
+};
+
+struct LpConfig {
+  std::string dataset;
+  std::string run_dir = "runs/lp";
+  int checkpoint_every = 1;  // epochs (0: only at the end)
+  bool progress = true;
+  LpModelConfig model;
+  LpTrainConfig train;
+  LpEvalConfig eval;
+  LpStorageConfig storage;
+  ThreadConfig threads;
+  IoConfig io;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("dataset", dataset, "dataset directory (written by scripts/sluice_prep.py)");
+    v.Field("run_dir", run_dir, "run directory: tables, checkpoints, metrics, summary");
+    v.Field("checkpoint_every", checkpoint_every, "checkpoint every N epochs (0: at the end only)",
+            InRange(0, 100000));
+    v.Field("progress", progress, "print a progress bar on stderr");
+    v.Section("model", model, "the model");
+    v.Section("train", train, "training");
+    v.Section("eval", eval, "evaluation");
+    v.Section("storage", storage, "where the tables live");
+    v.Section("threads", threads, "thread plan");
+    v.Section("io", io, "io layer");
+  }
+};
+
+}  // namespace sluice

@@ -1,0 +1,1043 @@
+#include "train/lp_trainer.h"
+
+#include <tbb/parallel_for.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "cache/block_cache.h"
+#include "cache/partition_order.h"
+#include "common/aligned_buffer.h"
+#include "common/units.h"
+#include "prefetch/block_prefetcher.h"
+#include "sampler/batch_order.h"
+#include "sampler/negatives.h"
+#include "sampler/random.h"
+#include "storage/dataset.h"
+#include "storage/file.h"
+#include "storage/row_file.h"
+#include "train/lp_model.h"
+#include "train/node_table.h"
+#include "train/run_dir.h"
+#include "train/torch_runtime.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void OnInterrupt(int) { g_interrupted.store(true); }
+
+// One training step: edges [begin, end) of the epoch order, all in bucket (bi, bj) under the
+// partition schedule (every partition under the global shuffle).
+struct LpStep {
+  uint32_t bi = 0, bj = 0;
+  uint64_t begin = 0, end = 0;
+};
+
+struct TimeSplit {
+  double sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0;
+};
+
+class LpRun {
+ public:
+  explicit LpRun(LpConfig config) : cfg_(std::move(config)) {}
+
+  Status Open(bool training);
+  Status Train(const LpTrainOptions& options);
+  Result<LpMetrics> Evaluate(const std::string& split);
+  Status LoadCheckpoint(const std::string& dir);
+  const std::string& latest_checkpoint() const { return latest_; }
+  Result<std::string> FindLatest() const;
+  torch::Tensor AllNodeEmbeddings();
+  torch::Tensor relations() const { return relations_; }
+  const Dataset& dataset() const { return dataset_; }
+  // Read-only use: node rows come from the latest checkpoint's snapshot.
+  void ReadRowsFromCheckpoint() { rows_path_ = cfg_.run_dir + "/checkpoints/" + latest_ + "/nodes.bin"; }
+  const LpConfig& config() const { return cfg_; }
+  uint64_t base_relations() const { return num_relations_ / (cfg_.model.reciprocal ? 2 : 1); }
+  const LpDecoder& decoder() const { return decoder_; }
+  const NodeTableLayout& layout() const { return layout_; }
+
+ private:
+  uint32_t num_partitions() const { return layout_.num_blocks(); }
+  Status LoadEdges(const std::string& split, std::vector<int64_t>& src, std::vector<int64_t>& rel,
+                   std::vector<int64_t>& dst) const;
+  std::vector<LpStep> EpochSteps(uint64_t epoch, std::vector<int64_t>& order) const;
+  Status SetUpStorage();
+  uint32_t EffectiveRunAhead(const std::vector<LpStep>& steps) const;
+  Status TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
+                    double& loss_sum, uint64_t& edges, bool& interrupted);
+  double TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
+                   uint64_t index, const std::vector<std::byte*>& block_base);
+  Status Checkpoint(uint64_t epoch, uint64_t step_in_epoch);
+  Status SyncTable();
+
+  LpConfig cfg_;
+  Dataset dataset_;
+  NodeTableLayout layout_;
+  uint64_t num_relations_ = 0;  // including reciprocal ones
+  std::vector<int64_t> src_, rel_, dst_;
+  std::vector<int64_t> buckets_;
+  LpDecoder decoder_{"distmult"};
+  torch::Tensor relations_;
+  std::unique_ptr<torch::optim::Optimizer> rel_opt_;
+  std::string table_path_;
+  bool in_memory_ = true;
+  AlignedBuffer memory_table_;
+  std::unique_ptr<RowFile> table_;
+  std::unique_ptr<BlockCache> cache_;
+  uint32_t slots_ = 0;
+  uint32_t resident_ = 0;
+  uint64_t reserved_bytes_ = 0;
+  std::vector<uint64_t> stamp_;  // node -> (step stamp << 32) | local index
+  uint32_t stamp_call_ = 0;
+  std::string latest_, previous_;
+  std::string rows_path_;  // where AllNodeEmbeddings reads rows (default: the live table)
+  TimeSplit time_;
+  PlanStats plan_stats_;
+  StageTime plan_time_, io_time_;
+  double checkpoint_s_ = 0, eval_s_ = 0;
+  uint64_t start_epoch_ = 0, start_step_ = 0;
+  int64_t steps_run_ = 0;  // steps trained by this process
+};
+
+Status LpRun::LoadEdges(const std::string& split, std::vector<int64_t>& src,
+                        std::vector<int64_t>& rel, std::vector<int64_t>& dst) const {
+  SLUICE_ASSIGN_OR_RETURN(src, dataset_.ReadInt64("edges." + split + ".src"));
+  SLUICE_ASSIGN_OR_RETURN(dst, dataset_.ReadInt64("edges." + split + ".dst"));
+  if (dataset_.Has("edges." + split + ".rel")) {
+    SLUICE_ASSIGN_OR_RETURN(rel, dataset_.ReadInt64("edges." + split + ".rel"));
+  } else {
+    rel.assign(src.size(), 0);
+  }
+  return Status::Ok();
+}
+
+Status LpRun::Open(bool training) {
+  if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
+  SLUICE_ASSIGN_OR_RETURN(dataset_, Dataset::Open(cfg_.dataset));
+  const Manifest& m = dataset_.manifest();
+  if (m.task != TaskKind::kLinkPrediction) {
+    return InvalidArgument("dataset " + cfg_.dataset + " is not a link-prediction dataset");
+  }
+  if (cfg_.model.decoder == "complex" && cfg_.model.dim % 2 != 0) {
+    return InvalidArgument("model.dim: complex needs an even dimension, got " +
+                           std::to_string(cfg_.model.dim));
+  }
+  layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
+  num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
+  decoder_ = LpDecoder(cfg_.model.decoder);
+  table_path_ = cfg_.run_dir + "/tables/nodes.bin";
+  in_memory_ = cfg_.storage.mode == "in_memory";
+  if (training) {
+    SLUICE_RETURN_IF_ERROR(LoadEdges("train", src_, rel_, dst_));
+    SLUICE_ASSIGN_OR_RETURN(buckets_, dataset_.ReadInt64("edges.train.buckets"));
+  }
+  torch::manual_seed(cfg_.train.seed);
+  relations_ = torch::empty({static_cast<int64_t>(num_relations_), cfg_.model.dim});
+  {
+    // Pure function of the seed, like the node rows.
+    auto a = relations_.accessor<float, 2>();
+    const Key k = Key(cfg_.train.seed).With(0x7AB1E).With(1);
+    for (int64_t r = 0; r < a.size(0); ++r) {
+      for (int64_t j = 0; j < a.size(1); ++j) {
+        // DistMult/ComplEx relations start near one so early products are not vanishingly small.
+        const double u = 2.0 * k.With(r).Unit(j) - 1.0;
+        a[r][j] = static_cast<float>(cfg_.model.decoder == "transe" ? u * cfg_.model.init_scale
+                                                                    : 1.0 + 0.1 * u);
+      }
+    }
+  }
+  relations_.set_requires_grad(true);
+  if (cfg_.train.relation_optimizer == "adam") {
+    rel_opt_ = std::make_unique<torch::optim::Adam>(
+        std::vector<torch::Tensor>{relations_}, torch::optim::AdamOptions(cfg_.train.relation_lr));
+  } else {
+    rel_opt_ = std::make_unique<torch::optim::Adagrad>(
+        std::vector<torch::Tensor>{relations_},
+        torch::optim::AdagradOptions(cfg_.train.relation_lr));
+  }
+  stamp_.assign(layout_.num_nodes(), 0);
+  return Status::Ok();
+}
+
+// The partition schedule: per buffer state, per bucket, the bucket's edges shuffled, in
+// batches. The global shuffle: one permutation, in batches over every partition.
+std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& order) const {
+  std::vector<LpStep> steps;
+  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
+  const uint32_t p = num_partitions();
+  if (cfg_.train.schedule == "shuffle") {
+    order = EpochPermutation(src_.size(), cfg_.train.seed, epoch);
+    for (uint64_t b = 0; b < order.size(); b += batch) {
+      steps.push_back({0, 0, b, std::min<uint64_t>(b + batch, order.size())});
+    }
+    return steps;
+  }
+  auto made = MakePartitionOrder(p, std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2)),
+                                 cfg_.train.ordering == "beta" ? OrderingKind::kBeta
+                                                               : OrderingKind::kRandomized,
+                                 cfg_.train.seed + epoch);
+  SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
+  order.clear();
+  order.reserve(src_.size());
+  uint64_t group = 0;
+  for (const BufferState& state : made->states) {
+    for (auto [i, j] : state.buckets) {
+      const int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
+      if (begin == end) continue;
+      const uint64_t first = order.size();
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> one = {{{begin, end}}};
+      auto shuffled = GroupedOrder(one, cfg_.train.seed, epoch * 1'000'003 + group++);
+      order.insert(order.end(), shuffled.begin(), shuffled.end());
+      for (uint64_t b = first; b < order.size(); b += batch) {
+        steps.push_back({i, j, b, std::min<uint64_t>(b + batch, order.size())});
+      }
+    }
+  }
+  return steps;
+}
+
+Status LpRun::SetUpStorage() {
+  const uint32_t p = num_partitions();
+  const uint64_t edge_bytes = (src_.size() + rel_.size() + dst_.size()) * 8 + buckets_.size() * 8;
+  reserved_bytes_ = edge_bytes + stamp_.size() * 8 + (64ull << 20);
+  fs::create_directories(cfg_.run_dir + "/tables");
+  if (!fs::exists(table_path_)) {
+    SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
+                                           cfg_.model.init_scale));
+  }
+  if (cfg_.train.schedule == "shuffle") {
+    resident_ = p;
+  } else {
+    resident_ = cfg_.storage.resident > 0 ? std::min<uint32_t>(cfg_.storage.resident, p) : 0;
+  }
+  if (in_memory_) {
+    if (resident_ == 0) resident_ = p;
+    memory_table_ = AlignedBuffer(layout_.num_rows() * layout_.row_bytes, kDirectAlignBytes);
+    SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
+    SLUICE_RETURN_IF_ERROR(PreadFull(f, memory_table_.data(), layout_.num_rows() * layout_.row_bytes, 0));
+    slots_ = p;
+    return Status::Ok();
+  }
+  SLUICE_ASSIGN_OR_RETURN(slots_, SlotsFromBudget(cfg_.storage.budget.value, reserved_bytes_,
+                                                  layout_.block_bytes(), std::min<uint32_t>(2, p)));
+  slots_ = std::min(slots_, p);
+  if (cfg_.storage.slots > 0) {
+    if (static_cast<uint32_t>(cfg_.storage.slots) > slots_) {
+      return FailedPrecondition("storage.slots = " + std::to_string(cfg_.storage.slots) +
+                                ", but the budget " + FormatBytes(cfg_.storage.budget.value) +
+                                " holds " + std::to_string(slots_) + " partition slots of " +
+                                FormatBytes(layout_.block_bytes()));
+    }
+    slots_ = static_cast<uint32_t>(cfg_.storage.slots);
+  }
+  if (resident_ == 0) resident_ = slots_ >= p ? p : std::max<uint32_t>(2, slots_ - 1);
+  if (resident_ > slots_) {
+    return FailedPrecondition("storage.resident = " + std::to_string(resident_) +
+                              " partitions, but the budget " + FormatBytes(cfg_.storage.budget.value) +
+                              " holds " + std::to_string(slots_) + " partition slots of " +
+                              FormatBytes(layout_.block_bytes()));
+  }
+  RowFileOptions ro = RowFileOptionsFrom(cfg_.io);
+  SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
+                                                /*writable=*/true, ro));
+  BlockCacheOptions co;
+  co.capacity_blocks = slots_;
+  co.rows_per_block = layout_.rows_per_block;
+  cache_ = std::make_unique<BlockCache>(table_.get(), co);
+  return Status::Ok();
+}
+
+// The largest run-ahead d (at most the configured one) such that every d + 1 consecutive steps
+// need at most `slots_` blocks together (the planner protects the blocks of the last d steps).
+uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps) const {
+  const uint32_t p = num_partitions();
+  auto blocks_of = [&](const LpStep& s, std::vector<BlockId>& out) {
+    out.clear();
+    if (cfg_.train.schedule == "shuffle") {
+      for (BlockId b = 0; b < p; ++b) out.push_back(b);
+    } else {
+      out.push_back(s.bi);
+      if (s.bj != s.bi) out.push_back(s.bj);
+    }
+  };
+  std::vector<uint32_t> count(p, 0);
+  uint32_t distinct = 0;
+  uint64_t best = cfg_.storage.run_ahead;
+  std::vector<BlockId> blocks;
+  uint64_t start = 0;
+  for (uint64_t t = 0; t < steps.size(); ++t) {
+    blocks_of(steps[t], blocks);
+    for (BlockId b : blocks) distinct += count[b]++ == 0;
+    while (distinct > slots_) {
+      blocks_of(steps[start++], blocks);
+      for (BlockId b : blocks) distinct -= --count[b] == 0;
+    }
+    best = std::min<uint64_t>(best, t - start);
+  }
+  return static_cast<uint32_t>(best);
+}
+
+double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
+                        uint64_t index, const std::vector<std::byte*>& block_base) {
+  auto t0 = Clock::now();
+  const LpTrainConfig& tc = cfg_.train;
+  const bool reciprocal = cfg_.model.reciprocal;
+  const uint64_t b = step.end - step.begin;
+  const uint64_t base_rel = num_relations_ / (reciprocal ? 2 : 1);
+  // Queries: (head, relation, tail) per edge, plus (tail, r^-1, head) when reciprocal.
+  const uint64_t q = reciprocal ? 2 * b : b;
+  std::vector<int64_t> head(q), rel(q), tail(q);
+  for (uint64_t i = 0; i < b; ++i) {
+    const int64_t e = order[step.begin + i];
+    head[i] = src_[e], rel[i] = rel_[e], tail[i] = dst_[e];
+    if (reciprocal) {
+      head[b + i] = dst_[e], rel[b + i] = rel_[e] + static_cast<int64_t>(base_rel),
+                tail[b + i] = src_[e];
+    }
+  }
+  const uint32_t chunks = static_cast<uint32_t>(std::min<uint64_t>(tc.chunks, q));
+  const uint32_t per_chunk = static_cast<uint32_t>(tc.negatives);
+  std::vector<NodeRange> ranges;
+  if (tc.schedule == "shuffle") {
+    ranges.push_back({0, static_cast<int64_t>(layout_.num_nodes())});
+  } else {
+    ranges.push_back({static_cast<int64_t>(layout_.bounds[step.bi]),
+                      static_cast<int64_t>(layout_.bounds[step.bi + 1])});
+    if (step.bj != step.bi) {
+      ranges.push_back({static_cast<int64_t>(layout_.bounds[step.bj]),
+                        static_cast<int64_t>(layout_.bounds[step.bj + 1])});
+    }
+  }
+  const NegativeSampler negatives = NegativeSampler::Uniform(ranges);
+  std::vector<int64_t> tail_neg = negatives.Sample({tc.seed, epoch, 2 * index}, chunks, per_chunk);
+  std::vector<int64_t> head_neg;
+  if (!reciprocal) head_neg = negatives.Sample({tc.seed, epoch, 2 * index + 1}, chunks, per_chunk);
+  // Unique rows in first-occurrence order (heads, tails, tail negatives, head negatives).
+  if (++stamp_call_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    stamp_call_ = 1;
+  }
+  const uint64_t call = uint64_t{stamp_call_} << 32;
+  std::vector<int64_t> unique;
+  unique.reserve(2 * q + tail_neg.size() + head_neg.size());
+  auto local = [&](std::vector<int64_t>& ids) {
+    for (int64_t& v : ids) {
+      uint64_t& s = stamp_[v];
+      if ((s & ~0xFFFFFFFFull) != call) {
+        s = call | unique.size();
+        unique.push_back(v);
+      }
+      v = static_cast<int64_t>(s & 0xFFFFFFFFull);
+    }
+  };
+  local(head);
+  local(tail);
+  local(tail_neg);
+  local(head_neg);
+  const int64_t d = cfg_.model.dim;
+  const int64_t u = static_cast<int64_t>(unique.size());
+  std::vector<float*> rows(unique.size());
+  for (size_t i = 0; i < unique.size(); ++i) {
+    const int64_t v = unique[i];
+    const BlockId blk = layout_.block_of(v);
+    rows[i] = reinterpret_cast<float*>(block_base[blk] +
+                                       (static_cast<uint64_t>(v) - layout_.bounds[blk]) *
+                                           layout_.row_bytes);
+  }
+  auto t1 = Clock::now();
+  time_.sample_s += std::chrono::duration<double>(t1 - t0).count();
+  torch::Tensor emb = torch::empty({u, d});
+  float* e = emb.data_ptr<float>();
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 512), [&](const auto& r) {
+    for (int64_t i = r.begin(); i < r.end(); ++i) std::memcpy(e + i * d, rows[i], d * 4);
+  });
+  emb.set_requires_grad(true);
+  auto t2 = Clock::now();
+  time_.gather_s += std::chrono::duration<double>(t2 - t1).count();
+  auto index_tensor = [](std::vector<int64_t>& v) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
+  };
+  torch::Tensor h = emb.index_select(0, index_tensor(head));
+  torch::Tensor t = emb.index_select(0, index_tensor(tail));
+  torch::Tensor r = relations_.index_select(0, index_tensor(rel));
+  torch::Tensor tn = emb.index_select(0, index_tensor(tail_neg)).view({chunks, per_chunk, d});
+  torch::Tensor tq = decoder_.TailQuery(h, r);
+  torch::Tensor pos = decoder_.Score(tq, t);
+  torch::Tensor loss = torch::zeros({});
+  torch::Tensor hq;
+  torch::Tensor hn;
+  if (!reciprocal) {
+    hq = decoder_.HeadQuery(r, t);
+    hn = emb.index_select(0, index_tensor(head_neg)).view({chunks, per_chunk, d});
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    const int64_t lo = static_cast<int64_t>(q * c / chunks), hi = static_cast<int64_t>(q * (c + 1) / chunks);
+    torch::Tensor p = pos.slice(0, lo, hi);
+    loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(tq.slice(0, lo, hi), tn[c]));
+    if (!reciprocal) {
+      loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), hn[c]));
+    }
+  }
+  loss = loss / static_cast<double>(q * (reciprocal ? 1 : 2));
+  if (tc.regularizer != "none" && tc.regularization > 0) {
+    const double w = tc.regularization / static_cast<double>(q);
+    if (tc.regularizer == "l2") {
+      loss = loss + w * (h.pow(2).sum() + t.pow(2).sum() + r.pow(2).sum());
+    } else {
+      loss = loss + w * (h.abs().pow(3).sum() + t.abs().pow(3).sum() + r.abs().pow(3).sum());
+    }
+  }
+  rel_opt_->zero_grad();
+  loss.backward();
+  auto t3 = Clock::now();
+  time_.compute_s += std::chrono::duration<double>(t3 - t2).count();
+  // Row-wise Adagrad into the rows (state in the second half of the row).
+  torch::Tensor grad = emb.grad().contiguous();
+  const float* g = grad.data_ptr<float>();
+  const float lr = static_cast<float>(tc.lr);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 256), [&](const auto& range) {
+    for (int64_t i = range.begin(); i < range.end(); ++i) {
+      float* value = rows[i];
+      float* state = value + d;
+      const float* gi = g + i * d;
+      for (int64_t j = 0; j < d; ++j) {
+        state[j] += gi[j] * gi[j];
+        value[j] -= lr * gi[j] / (std::sqrt(state[j]) + 1e-10f);
+      }
+    }
+  });
+  rel_opt_->step();
+  time_.update_s += Since(t3);
+  return loss.item<double>();
+}
+
+Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
+                         double& loss_sum, uint64_t& edges, bool& interrupted) {
+  std::vector<int64_t> order;
+  const std::vector<LpStep> steps = EpochSteps(epoch, order);
+  const uint32_t p = num_partitions();
+  std::vector<std::byte*> block_base(p, nullptr);
+  std::unique_ptr<BlockPrefetcher> prefetcher;
+  if (!in_memory_) {
+    PrefetcherOptions po;
+    SLUICE_ASSIGN_OR_RETURN(po.planner, ParsePlannerKind(cfg_.storage.planner));
+    po.run_ahead = EffectiveRunAhead(steps);
+    po.io = cfg_.io;
+    po.window_steps = 4096;
+    prefetcher = std::make_unique<BlockPrefetcher>(
+        cache_.get(), po, [&, p](uint64_t t, std::vector<BlockId>& blocks) {
+          if (t + first_step >= steps.size()) return false;
+          const LpStep& s = steps[t + first_step];
+          if (cfg_.train.schedule == "shuffle") {
+            for (BlockId b = 0; b < p; ++b) blocks.push_back(b);
+          } else {
+            blocks.push_back(s.bi);
+            if (s.bj != s.bi) blocks.push_back(s.bj);
+          }
+          return true;
+        });
+    SLUICE_RETURN_IF_ERROR(prefetcher->Start());
+  } else {
+    for (BlockId b = 0; b < p; ++b) {
+      block_base[b] = memory_table_.data() + uint64_t{b} * layout_.block_bytes();
+    }
+  }
+  auto start = Clock::now();
+  auto last_print = start;
+  const uint64_t total_edges = src_.size();
+  uint64_t done_edges = 0;
+  for (uint64_t i = 0; i < first_step && i < steps.size(); ++i) done_edges += steps[i].end - steps[i].begin;
+  for (uint64_t s = first_step; s < steps.size(); ++s) {
+    const LpStep& step = steps[s];
+    if (prefetcher != nullptr) {
+      auto w = Clock::now();
+      Status ready = prefetcher->WaitReady(s - first_step);
+      time_.wait_s += Since(w);
+      if (!ready.ok()) {
+        prefetcher->Abort();
+        return ready;
+      }
+      if (cfg_.train.schedule == "shuffle") {
+        for (BlockId b = 0; b < p; ++b) block_base[b] = cache_->block_data(b);
+      } else {
+        block_base[step.bi] = cache_->block_data(step.bi);
+        block_base[step.bj] = cache_->block_data(step.bj);
+      }
+    }
+    loss_sum += TrainStep(step, order, epoch, s, block_base) * static_cast<double>(step.end - step.begin);
+    edges += step.end - step.begin;
+    done_edges += step.end - step.begin;
+    if (prefetcher != nullptr) {
+      if (cfg_.train.schedule == "shuffle") {
+        for (BlockId b = 0; b < p; ++b) cache_->MarkDirty(b);
+      } else {
+        cache_->MarkDirty(step.bi);
+        cache_->MarkDirty(step.bj);
+      }
+      prefetcher->Computed(s - first_step);
+    }
+    ++steps_run_;
+    const bool stop_now = g_interrupted.load() ||
+                          (options.stop_after_steps >= 0 && steps_run_ >= options.stop_after_steps);
+    static const bool tty = isatty(STDERR_FILENO) != 0;
+    if (cfg_.progress && ((tty && Since(last_print) > 0.5) || s + 1 == steps.size())) {
+      last_print = Clock::now();
+      const double el = Since(start);
+      const double frac = static_cast<double>(done_edges) / static_cast<double>(total_edges);
+      const double rate = static_cast<double>(edges) / std::max(el, 1e-9);
+      const double eta = rate > 0 ? static_cast<double>(total_edges - done_edges) / rate : 0;
+      const int bar = static_cast<int>(frac * 30);
+      std::fprintf(stderr, "%sepoch %llu/%d [%.*s%*s] %5.1f%% loss %.4f %s edges/s ETA %.0fs   ",
+                   tty ? "\r" : "", static_cast<unsigned long long>(epoch + 1), cfg_.train.epochs, bar,
+                   "##############################", 30 - bar, "", 100 * frac,
+                   loss_sum / std::max<double>(1.0, static_cast<double>(edges)),
+                   FormatCount(rate).c_str(), eta);
+      if (s + 1 == steps.size()) std::fprintf(stderr, "\n");
+    }
+    if (stop_now && s + 1 < steps.size()) {
+      interrupted = true;
+      if (prefetcher != nullptr) {
+        SLUICE_RETURN_IF_ERROR(prefetcher->Stop());
+        plan_stats_.loads += prefetcher->plan_stats().loads;
+      }
+      return Checkpoint(epoch, s + 1);
+    }
+  }
+  if (prefetcher != nullptr) {
+    SLUICE_RETURN_IF_ERROR(prefetcher->Stop());
+    // The next epoch's planner starts from an empty cache.
+    SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+    SLUICE_RETURN_IF_ERROR(cache_->DropAll(*io));
+    const PlanStats& ps = prefetcher->plan_stats();
+    plan_stats_.steps += ps.steps;
+    plan_stats_.accesses += ps.accesses;
+    plan_stats_.loads += ps.loads;
+    plan_stats_.evictions += ps.evictions;
+    plan_stats_.write_backs += ps.write_backs;
+    plan_time_.busy_s += prefetcher->plan_time().busy_s;
+    io_time_.busy_s += prefetcher->io_time().busy_s;
+    io_time_.wait_s += prefetcher->io_time().wait_s;
+  }
+  return Status::Ok();
+}
+
+// Brings the table file up to date (out of core: the dirty slots; in memory: the whole table).
+Status LpRun::SyncTable() {
+  if (in_memory_) {
+    return WriteFileAtomic(table_path_, std::span<const std::byte>(
+                                            memory_table_.data(),
+                                            layout_.num_rows() * layout_.row_bytes));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  SLUICE_RETURN_IF_ERROR(cache_->FlushDirty(*io));
+  return table_->Sync();
+}
+
+Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
+  auto start = Clock::now();
+  SLUICE_RETURN_IF_ERROR(SyncTable());
+  const std::string name = "epoch-" + std::to_string(epoch) + "-step-" + std::to_string(step_in_epoch);
+  const std::string dir = cfg_.run_dir + "/checkpoints/" + name;
+  const std::string temp = dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  fs::create_directories(temp);
+  fs::copy_file(table_path_, temp + "/nodes.bin", fs::copy_options::overwrite_existing, ec);
+  if (ec) return IoError("checkpoint: copy " + table_path_ + ": " + ec.message());
+  {
+    torch::Tensor rel = relations_.detach().clone();
+    torch::save(rel, temp + "/relations.pt");
+    torch::save(*rel_opt_, temp + "/relation_optimizer.pt");
+  }
+  std::ostringstream state;
+  state << "{\"epoch\": " << epoch << ", \"step\": " << step_in_epoch << ", \"seed\": "
+        << cfg_.train.seed << "}\n";
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(temp + "/state.json", state.str()));
+  SLUICE_RETURN_IF_ERROR(SyncDirectory(temp));
+  fs::remove_all(dir, ec);
+  fs::rename(temp, dir, ec);
+  if (ec) return IoError("checkpoint: rename " + temp + " to " + dir + ": " + ec.message());
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/checkpoints/latest", name + "\n"));
+  // Keep the two newest checkpoints.
+  if (!latest_.empty() && latest_ != name) {
+    if (!previous_.empty()) fs::remove_all(cfg_.run_dir + "/checkpoints/" + previous_, ec);
+    previous_ = latest_;
+  }
+  latest_ = name;
+  checkpoint_s_ += Since(start);
+  return Status::Ok();
+}
+
+
+Result<std::string> LpRun::FindLatest() const {
+  std::ifstream in(cfg_.run_dir + "/checkpoints/latest");
+  std::string name;
+  if (!(in >> name)) return NotFound("no checkpoint in " + cfg_.run_dir + "/checkpoints");
+  return name;
+}
+
+Status LpRun::LoadCheckpoint(const std::string& name) {
+  const std::string dir = cfg_.run_dir + "/checkpoints/" + name;
+  std::ifstream state(dir + "/state.json");
+  std::string text((std::istreambuf_iterator<char>(state)), std::istreambuf_iterator<char>());
+  unsigned long long epoch = 0, step = 0;
+  if (std::sscanf(text.c_str(), "{\"epoch\": %llu, \"step\": %llu", &epoch, &step) != 2) {
+    return Corruption(dir + "/state.json: unreadable checkpoint state");
+  }
+  const uint64_t bytes = layout_.num_rows() * layout_.row_bytes;
+  std::error_code ec;
+  if (fs::file_size(dir + "/nodes.bin", ec) != RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()) ||
+      ec) {
+    return Corruption(dir + "/nodes.bin: size does not match the model (" + std::to_string(bytes) +
+                      " bytes of rows expected)");
+  }
+  torch::Tensor rel;
+  torch::load(rel, dir + "/relations.pt");
+  if (rel.sizes() != relations_.sizes()) {
+    return Corruption(dir + "/relations.pt: shape does not match the model");
+  }
+  {
+    torch::NoGradGuard guard;
+    relations_.copy_(rel);
+  }
+  torch::load(*rel_opt_, dir + "/relation_optimizer.pt");
+  latest_ = name;
+  start_epoch_ = epoch;
+  start_step_ = step;
+  return Status::Ok();
+}
+
+torch::Tensor LpRun::AllNodeEmbeddings() {
+  const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
+  torch::Tensor all = torch::empty({n, d});
+  float* out = all.data_ptr<float>();
+  std::vector<std::byte> block(layout_.block_bytes());
+  auto file = File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false);
+  SLUICE_CHECK(file.ok(), "%s", file.status().ToString().c_str());
+  for (BlockId b = 0; b < layout_.num_blocks(); ++b) {
+    const std::byte* rows = nullptr;
+    if (in_memory_ && memory_table_.size() > 0 && rows_path_.empty()) {
+      rows = memory_table_.data() + uint64_t{b} * layout_.block_bytes();
+    } else {
+      Status s = PreadFull(*file, block.data(), block.size(), uint64_t{b} * block.size());
+      SLUICE_CHECK(s.ok(), "%s", s.ToString().c_str());
+      rows = block.data();
+    }
+    for (uint64_t v = layout_.bounds[b]; v < layout_.bounds[b + 1]; ++v) {
+      std::memcpy(out + v * d, rows + (v - layout_.bounds[b]) * layout_.row_bytes, d * 4);
+    }
+  }
+  return all;
+}
+
+Result<LpMetrics> LpRun::Evaluate(const std::string& split) {
+  auto start = Clock::now();
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> src, rel, dst;
+  SLUICE_RETURN_IF_ERROR(LoadEdges(split, src, rel, dst));
+  LpMetrics m;
+  m.exact = layout_.num_nodes() <= cfg_.eval.exact_max_nodes;
+  m.filtered = cfg_.eval.filtered && m.exact;
+  const uint64_t base_rel = num_relations_ / (cfg_.model.reciprocal ? 2 : 1);
+  // Known true edges: tails of (h, r) and heads of (r, t) over every split.
+  std::unordered_map<uint64_t, std::vector<int64_t>> tails_of, heads_of;
+  if (m.filtered) {
+    for (const char* s : {"train", "valid", "test"}) {
+      if (!dataset_.Has(std::string("edges.") + s + ".src")) continue;
+      std::vector<int64_t> a, r, b;
+      SLUICE_RETURN_IF_ERROR(LoadEdges(s, a, r, b));
+      for (size_t i = 0; i < a.size(); ++i) {
+        tails_of[static_cast<uint64_t>(a[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(b[i]);
+        heads_of[static_cast<uint64_t>(b[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(a[i]);
+      }
+    }
+  }
+  torch::Tensor nodes = AllNodeEmbeddings();
+  torch::Tensor rels = relations_.detach();
+  uint64_t n = src.size();
+  if (cfg_.eval.max_edges > 0) n = std::min<uint64_t>(n, cfg_.eval.max_edges);
+  m.edges = n;
+  double rr = 0, h1 = 0, h3 = 0, h10 = 0;
+  uint64_t ranked = 0;
+  const int64_t batch = 256;
+  torch::Tensor candidates_ids;
+  torch::Tensor candidates = nodes;
+  if (!m.exact) {
+    const Key k = Key(cfg_.train.seed).With(0xE7A1);
+    std::vector<int64_t> ids(static_cast<size_t>(cfg_.eval.sampled_negatives));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(k.Below(i, layout_.num_nodes()));
+    candidates_ids = torch::tensor(ids);
+    candidates = nodes.index_select(0, candidates_ids);
+  }
+  auto rank_rows = [&](const torch::Tensor& q, const std::vector<int64_t>& truth, uint64_t lo,
+                       const std::vector<const std::vector<int64_t>*>& known) {
+    torch::Tensor truth_t = torch::from_blob(const_cast<int64_t*>(truth.data()) + lo,
+                                             {q.size(0)}, torch::kInt64);
+    torch::Tensor true_score = decoder_.Score(q, nodes.index_select(0, truth_t));
+    torch::Tensor scores = decoder_.ScoreAll(q, candidates);
+    if (m.filtered) {
+      auto a = scores.accessor<float, 2>();
+      for (int64_t i = 0; i < q.size(0); ++i) {
+        if (known[i] == nullptr) continue;
+        for (int64_t x : *known[i]) a[i][x] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    torch::Tensor ts = true_score.unsqueeze(1);
+    torch::Tensor greater = (scores > ts).sum(1).to(torch::kDouble);
+    torch::Tensor equal = (scores == ts).sum(1).to(torch::kDouble);
+    // In an exact unfiltered ranking the true node ties with itself; filtered, it was removed.
+    if (m.exact && !m.filtered) equal = equal - 1;
+    torch::Tensor rank = 1 + greater + equal.clamp_min(0) / 2;
+    auto ra = rank.accessor<double, 1>();
+    for (int64_t i = 0; i < rank.size(0); ++i) {
+      const double x = ra[i];
+      rr += 1.0 / x;
+      h1 += x <= 1;
+      h3 += x <= 3;
+      h10 += x <= 10;
+      ++ranked;
+    }
+  };
+  for (uint64_t lo = 0; lo < n; lo += batch) {
+    const uint64_t hi = std::min<uint64_t>(n, lo + batch);
+    const int64_t b = static_cast<int64_t>(hi - lo);
+    torch::Tensor hs = torch::from_blob(src.data() + lo, {b}, torch::kInt64);
+    torch::Tensor ts = torch::from_blob(dst.data() + lo, {b}, torch::kInt64);
+    torch::Tensor rs = torch::from_blob(rel.data() + lo, {b}, torch::kInt64);
+    torch::Tensor h = nodes.index_select(0, hs), t = nodes.index_select(0, ts);
+    std::vector<const std::vector<int64_t>*> known(static_cast<size_t>(b), nullptr);
+    // Tails of (h, r, ?).
+    if (m.filtered) {
+      for (int64_t i = 0; i < b; ++i) {
+        auto it = tails_of.find(static_cast<uint64_t>(src[lo + i]) * base_rel + static_cast<uint64_t>(rel[lo + i]));
+        known[i] = it == tails_of.end() ? nullptr : &it->second;
+      }
+    }
+    rank_rows(decoder_.TailQuery(h, rels.index_select(0, rs)), dst, lo, known);
+    // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
+    if (m.filtered) {
+      for (int64_t i = 0; i < b; ++i) {
+        auto it = heads_of.find(static_cast<uint64_t>(dst[lo + i]) * base_rel + static_cast<uint64_t>(rel[lo + i]));
+        known[i] = it == heads_of.end() ? nullptr : &it->second;
+      }
+    }
+    torch::Tensor hq = cfg_.model.reciprocal
+                           ? decoder_.TailQuery(t, rels.index_select(0, rs + static_cast<int64_t>(base_rel)))
+                           : decoder_.HeadQuery(rels.index_select(0, rs), t);
+    rank_rows(hq, src, lo, known);
+  }
+  const double k = std::max<double>(1.0, static_cast<double>(ranked));
+  m.mrr = rr / k, m.hits1 = h1 / k, m.hits3 = h3 / k, m.hits10 = h10 / k;
+  eval_s_ += Since(start);
+  return m;
+}
+
+Status LpRun::Train(const LpTrainOptions& options) {
+  auto run_start = Clock::now();
+  fs::create_directories(cfg_.run_dir + "/checkpoints");
+  ThreadPlan plan = MakeThreadPlan(cfg_.threads, OnlineCores());
+  auto handle = ApplyThreadPlan(plan);
+  ApplyTorchThreads(plan);
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/config.yaml", DumpConfig(cfg_)));
+  if (options.resume) {
+    SLUICE_ASSIGN_OR_RETURN(std::string name, FindLatest());
+    SLUICE_RETURN_IF_ERROR(LoadCheckpoint(name));
+    // The table restarts from the snapshot (it may have moved on since).
+    fs::create_directories(cfg_.run_dir + "/tables");
+    std::error_code ec;
+    fs::copy_file(cfg_.run_dir + "/checkpoints/" + name + "/nodes.bin", table_path_ + ".tmp",
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) return IoError("resume: copy the checkpoint's table: " + ec.message());
+    fs::rename(table_path_ + ".tmp", table_path_, ec);
+    if (ec) return IoError("resume: rename " + table_path_ + ".tmp: " + ec.message());
+  } else {
+    std::error_code ec;
+    fs::remove(table_path_, ec);  // a fresh run starts from freshly initialised rows
+    fs::remove(cfg_.run_dir + "/metrics.jsonl", ec);
+  }
+  SLUICE_RETURN_IF_ERROR(SetUpStorage());
+  std::printf("sluice train: %s, %llu nodes, %llu relations, %zu training edges, %u partitions\n",
+              cfg_.dataset.c_str(), static_cast<unsigned long long>(layout_.num_nodes()),
+              static_cast<unsigned long long>(num_relations_), src_.size(), num_partitions());
+  std::printf("  %s\n", plan.ToString().c_str());
+  const uint64_t table_bytes = layout_.num_rows() * layout_.row_bytes;
+  if (in_memory_) {
+    std::printf("  memory: in memory, node table %s (embeddings + Adagrad state)\n",
+                FormatBytes(table_bytes).c_str());
+  } else {
+    std::printf("  memory: budget %s = reserved %s + %u partition slots of %s; node table %s on "
+                "disk; %u of %u partitions resident per buffer state\n",
+                FormatBytes(cfg_.storage.budget.value).c_str(), FormatBytes(reserved_bytes_).c_str(),
+                slots_, FormatBytes(layout_.block_bytes()).c_str(), FormatBytes(table_bytes).c_str(),
+                resident_, num_partitions());
+  }
+  std::fflush(stdout);
+  struct sigaction sa = {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  double best_mrr = -1;
+  int since_best = 0;
+  bool interrupted = false;
+  uint64_t total_edges = 0;
+  double train_s = 0;
+  for (uint64_t epoch = start_epoch_; epoch < static_cast<uint64_t>(cfg_.train.epochs); ++epoch) {
+    double loss_sum = 0;
+    uint64_t edges = 0;
+    auto epoch_start = Clock::now();
+    const uint64_t first = epoch == start_epoch_ ? start_step_ : 0;
+    SLUICE_RETURN_IF_ERROR(TrainEpoch(epoch, first, options, loss_sum, edges, interrupted));
+    const double epoch_s = Since(epoch_start);
+    train_s += epoch_s;
+    total_edges += edges;
+    if (interrupted) {
+      std::printf("interrupted in epoch %llu: checkpoint %s written; `--resume` continues\n",
+                  static_cast<unsigned long long>(epoch + 1), latest_.c_str());
+      break;
+    }
+    std::ostringstream line;
+    line << "{\"epoch\": " << epoch + 1 << ", \"loss\": " << loss_sum / std::max<double>(1.0, static_cast<double>(edges))
+         << ", \"epoch_s\": " << epoch_s << ", \"edges_per_s\": " << static_cast<double>(edges) / epoch_s;
+    std::printf("epoch %llu: loss %.4f, %.2f s, %s edges/s", static_cast<unsigned long long>(epoch + 1),
+                loss_sum / std::max<double>(1.0, static_cast<double>(edges)), epoch_s,
+                FormatCount(static_cast<double>(edges) / epoch_s).c_str());
+    const bool last = epoch + 1 == static_cast<uint64_t>(cfg_.train.epochs);
+    bool stop = false;
+    if (cfg_.eval.every > 0 && ((epoch + 1) % cfg_.eval.every == 0 || last) &&
+        dataset_.Has("edges.valid.src")) {
+      SLUICE_RETURN_IF_ERROR(SyncTable());
+      SLUICE_ASSIGN_OR_RETURN(LpMetrics v, Evaluate("valid"));
+      line << ", \"valid\": " << v.ToJson();
+      std::printf(", valid %s", v.ToString().c_str());
+      if (v.mrr > best_mrr) {
+        best_mrr = v.mrr;
+        since_best = 0;
+        SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0));
+        SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/checkpoints/best", latest_ + "\n"));
+      } else if (cfg_.eval.patience > 0 && ++since_best >= cfg_.eval.patience) {
+        stop = true;
+      }
+    }
+    std::printf("\n");
+    line << "}";
+    SLUICE_RETURN_IF_ERROR(AppendLine(cfg_.run_dir + "/metrics.jsonl", line.str()));
+    if (latest_ != "epoch-" + std::to_string(epoch + 1) + "-step-0" &&
+        (last || stop || (cfg_.checkpoint_every > 0 && (epoch + 1) % cfg_.checkpoint_every == 0))) {
+      SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0));
+    }
+    if (stop) {
+      std::printf("early stop: %d validations without a better MRR\n", cfg_.eval.patience);
+      break;
+    }
+  }
+  // Summary.
+  std::ostringstream sum;
+  sum << "run " << cfg_.run_dir << "\n"
+      << "  trained " << total_edges << " edges in " << train_s << " s ("
+      << FormatCount(static_cast<double>(total_edges) / std::max(train_s, 1e-9)) << " edges/s)\n"
+      << "  compute thread: sampling+unique " << time_.sample_s << " s, gather " << time_.gather_s
+      << " s, forward+backward " << time_.compute_s << " s, update " << time_.update_s
+      << " s, waiting for io " << time_.wait_s << " s\n"
+      << "  prefetcher: planning " << plan_time_.busy_s << " s, io " << io_time_.busy_s
+      << " s, io waiting for compute " << io_time_.wait_s << " s; partition loads "
+      << plan_stats_.loads << ", write-backs " << plan_stats_.write_backs << "\n"
+      << "  checkpoints " << checkpoint_s_ << " s, evaluation " << eval_s_ << " s, wall "
+      << Since(run_start) << " s\n"
+      << "  " << plan.ToString() << "\n"
+      << "  memory: " << (in_memory_ ? "in memory" : "out of core, budget " + FormatBytes(cfg_.storage.budget.value))
+      << ", node table " << FormatBytes(table_bytes) << ", peak RSS " << FormatBytes(PeakRssBytes())
+      << "\n";
+  std::printf("%s", sum.str().c_str());
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/summary.txt", sum.str()));
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string LpMetrics::ToString() const {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "MRR %.4f Hits@1 %.4f Hits@3 %.4f Hits@10 %.4f (%s, %s, %llu edges)",
+                mrr, hits1, hits3, hits10, exact ? "all nodes" : "sampled nodes",
+                filtered ? "filtered" : "unfiltered", static_cast<unsigned long long>(edges));
+  return buf;
+}
+
+std::string LpMetrics::ToJson() const {
+  char buf[300];
+  std::snprintf(buf, sizeof buf,
+                "{\"mrr\": %.6f, \"hits1\": %.6f, \"hits3\": %.6f, \"hits10\": %.6f, \"edges\": "
+                "%llu, \"ranking\": \"%s\", \"filtered\": %s}",
+                mrr, hits1, hits3, hits10, static_cast<unsigned long long>(edges),
+                exact ? "all" : "sampled", filtered ? "true" : "false");
+  return buf;
+}
+
+Result<LpConfig> LoadRunConfig(const std::string& run_dir) {
+  LpConfig config;
+  const std::string path = run_dir + "/config.yaml";
+  if (!fs::exists(path)) return NotFound(path + ": not a run directory (no config.yaml)");
+  SLUICE_RETURN_IF_ERROR(LoadConfig(path, {}, config));
+  config.run_dir = run_dir;
+  return config;
+}
+
+Status RunLpTrain(const LpConfig& config, const LpTrainOptions& options) {
+  LpRun run(config);
+  SLUICE_RETURN_IF_ERROR(run.Open(/*training=*/true));
+  return run.Train(options);
+}
+
+namespace {
+
+// Opens a run directory at its latest checkpoint, for eval/export/predict.
+Result<std::unique_ptr<LpRun>> OpenTrained(const std::string& run_dir) {
+  SLUICE_ASSIGN_OR_RETURN(LpConfig config, LoadRunConfig(run_dir));
+  config.storage.mode = "in_memory";  // read-only use: rows come from the checkpoint file
+  auto run = std::make_unique<LpRun>(config);
+  SLUICE_RETURN_IF_ERROR(run->Open(/*training=*/false));
+  SLUICE_ASSIGN_OR_RETURN(std::string name, run->FindLatest());
+  SLUICE_RETURN_IF_ERROR(run->LoadCheckpoint(name));
+  run->ReadRowsFromCheckpoint();
+  return run;
+}
+
+}  // namespace
+
+Result<LpMetrics> RunLpEval(const std::string& run_dir, const std::string& split) {
+  SLUICE_ASSIGN_OR_RETURN(auto run, OpenTrained(run_dir));
+  if (!run->dataset().Has("edges." + split + ".src")) {
+    return NotFound("dataset has no '" + split + "' split");
+  }
+  return run->Evaluate(split);
+}
+
+Result<std::vector<float>> ReadNodeEmbeddings(const std::string& run_dir) {
+  SLUICE_ASSIGN_OR_RETURN(auto run, OpenTrained(run_dir));
+  torch::Tensor all = run->AllNodeEmbeddings();
+  return std::vector<float>(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
+}
+
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A little-endian .npy (format 1.0) of a C-order array, written to a temp name and renamed.
+Status WriteNpy(const std::string& path, const char* descr, const std::vector<int64_t>& shape,
+                const void* data, size_t bytes) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(static_cast<const char*>(data), bytes);
+  return WriteFileAtomic(path, out);
+}
+
+// Original names (or ids) of nodes or relations, when the dataset stores them.
+Result<std::vector<std::string>> Names(const Dataset& ds, const std::string& what, uint64_t count) {
+  std::vector<std::string> names;
+  if (ds.Has(what + ".names.offsets")) {
+    SLUICE_ASSIGN_OR_RETURN(auto offsets, ds.ReadInt64(what + ".names.offsets"));
+    SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, ds.File(what + ".names.bytes"));
+    std::ifstream in(ds.PathOf(*f), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+      names.push_back(bytes.substr(static_cast<size_t>(offsets[i]), static_cast<size_t>(offsets[i + 1] - offsets[i])));
+    }
+  } else if (ds.Has(what + ".original_ids")) {
+    SLUICE_ASSIGN_OR_RETURN(auto ids, ds.ReadInt64(what + ".original_ids"));
+    for (int64_t id : ids) names.push_back(std::to_string(id));
+  } else {
+    for (uint64_t i = 0; i < count; ++i) names.push_back(std::to_string(i));
+  }
+  return names;
+}
+
+}  // namespace
+
+Status RunLpExport(const std::string& run_dir, const std::string& out_dir) {
+  SLUICE_ASSIGN_OR_RETURN(auto run, OpenTrained(run_dir));
+  const std::string temp = out_dir + ".tmp";
+  std::error_code ec;
+  if (fs::exists(out_dir)) return InvalidArgument("export: " + out_dir + " exists; choose a new directory");
+  fs::create_directories(temp, ec);
+  if (ec) return IoError("export: create " + temp + ": " + ec.message());
+  torch::Tensor nodes = run->AllNodeEmbeddings();
+  torch::Tensor rels = run->relations().detach().contiguous();
+  SLUICE_RETURN_IF_ERROR(WriteNpy(temp + "/nodes.npy", "<f4", {nodes.size(0), nodes.size(1)},
+                                  nodes.data_ptr<float>(), nodes.numel() * 4));
+  SLUICE_RETURN_IF_ERROR(WriteNpy(temp + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
+                                  rels.data_ptr<float>(), rels.numel() * 4));
+  for (const char* what : {"nodes", "relations"}) {
+    const uint64_t count = std::string(what) == "nodes" ? static_cast<uint64_t>(nodes.size(0))
+                                                        : run->base_relations();
+    SLUICE_ASSIGN_OR_RETURN(auto names, Names(run->dataset(), what, count));
+    std::string text;
+    for (const auto& n : names) text += n + "\n";
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomic(temp + "/" + what + ".names.txt", text));
+  }
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(temp + "/README.txt",
+      "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
+      "original id.\nrelations.npy: row r is relation r (rows past the relation count are the "
+      "reciprocal relations); relations.names.txt line r is its original id.\n"));
+  fs::rename(temp, out_dir, ec);
+  if (ec) return IoError("export: rename " + temp + ": " + ec.message());
+  return Status::Ok();
+}
+
+Result<std::string> RunLpPredict(const std::string& run_dir, const std::string& head,
+                                 const std::string& relation, int k) {
+  SLUICE_ASSIGN_OR_RETURN(auto run, OpenTrained(run_dir));
+  const uint64_t n = run->layout().num_nodes();
+  SLUICE_ASSIGN_OR_RETURN(auto node_names, Names(run->dataset(), "nodes", n));
+  SLUICE_ASSIGN_OR_RETURN(auto rel_names, Names(run->dataset(), "relations", run->base_relations()));
+  auto find = [](const std::vector<std::string>& names, const std::string& x, const char* what) -> Result<int64_t> {
+    for (size_t i = 0; i < names.size(); ++i) if (names[i] == x) return static_cast<int64_t>(i);
+    return NotFound(std::string("predict: no ") + what + " named '" + x + "'");
+  };
+  SLUICE_ASSIGN_OR_RETURN(int64_t h, find(node_names, head, "node"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t r, find(rel_names, relation, "relation"));
+  torch::NoGradGuard guard;
+  torch::Tensor nodes = run->AllNodeEmbeddings();
+  torch::Tensor q = run->decoder().TailQuery(nodes[h].unsqueeze(0), run->relations().detach()[r].unsqueeze(0));
+  torch::Tensor scores = run->decoder().ScoreAll(q, nodes).squeeze(0);
+  auto top = scores.topk(std::min<int64_t>(k, static_cast<int64_t>(n)));
+  auto values = std::get<0>(top), idx = std::get<1>(top);
+  std::ostringstream out;
+  for (int64_t i = 0; i < idx.size(0); ++i) {
+    const int64_t t = idx[i].item<int64_t>();
+    out << i + 1 << "\t" << node_names[static_cast<size_t>(t)] << "\t" << values[i].item<float>() << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace sluice
