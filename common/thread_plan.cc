@@ -22,7 +22,7 @@ ThreadPlan MakeThreadPlan(const ThreadConfig& config, int online_cores) {
   plan.cores = std::max(1, online_cores);
   plan.total = config.total > 0 ? config.total : plan.cores;
   plan.compute_threads = config.compute > 0 ? config.compute : plan.total;
-  plan.blas_threads = plan.compute_threads;
+  plan.blas_threads = config.blas > 0 ? config.blas : plan.compute_threads;
   plan.tbb_threads = config.tbb > 0 ? config.tbb : plan.total;
   return plan;
 }

@@ -14,6 +14,7 @@ struct ThreadConfig {
   int total = 0;    // cores the run may use; 0 = all online cores
   int compute = 0;  // libtorch intra-op and OpenBLAS threads; 0 = total
   int tbb = 0;      // TBB worker pool (sampler, gathers); 0 = total
+  int blas = 0;     // OpenBLAS threads; 0 = compute
 
   template <class V>
   void VisitFields(V& v);
@@ -57,6 +58,7 @@ void ThreadConfig::VisitFields(V& v) {
   v.Field("total", total, "cores the run may use; 0 = all online cores", InRange(0, 1024));
   v.Field("compute", compute, "libtorch intra-op and OpenBLAS threads; 0 = total",
           InRange(0, 1024));
+  v.Field("blas", blas, "OpenBLAS threads; 0 = compute", InRange(0, 1024));
   v.Field("tbb", tbb, "TBB worker threads for data-parallel stage work; 0 = total",
           InRange(0, 1024));
 }

@@ -1,5 +1,8 @@
 #include "train/lp_model.h"
 
+#include <ATen/Parallel.h>
+#include <tbb/parallel_invoke.h>
+
 #include "common/check.h"
 
 namespace sluice {
@@ -46,6 +49,148 @@ torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor
   }
   SLUICE_CHECK(kind == "margin", "unknown loss %s", kind.c_str());
   return torch::relu(margin - pos.unsqueeze(1) + neg).mean(1).sum();
+}
+
+namespace {
+
+// Pads q queries into [C, ceil(q / C), d] so chunk c's rows are queries [q*c/C, q*(c+1)/C);
+// padding rows are zero. Returns the padded tensor and the row mask [C, bc].
+struct Padded {
+  torch::Tensor x;      // [C, bc, d]
+  torch::Tensor index;  // [C * bc]: the query of each padded row, q for padding
+  torch::Tensor mask;   // [C, bc] 1 for real rows
+};
+
+Padded Pad(const torch::Tensor& x, int64_t chunks) {
+  const int64_t q = x.size(0), d = x.size(1);
+  const int64_t bc = (q + chunks - 1) / chunks;
+  std::vector<int64_t> index(static_cast<size_t>(chunks * bc), q);
+  std::vector<float> mask(index.size(), 0.0f);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = q * c / chunks, hi = q * (c + 1) / chunks;
+    for (int64_t i = lo; i < hi; ++i) {
+      index[static_cast<size_t>(c * bc + i - lo)] = i;
+      mask[static_cast<size_t>(c * bc + i - lo)] = 1.0f;
+    }
+  }
+  Padded p;
+  p.index = torch::tensor(index);
+  p.mask = torch::tensor(mask).view({chunks, bc});
+  p.x = torch::cat({x, torch::zeros({1, d})}, 0).index_select(0, p.index).view({chunks, bc, d});
+  return p;
+}
+
+torch::Tensor Unpad(const torch::Tensor& padded, const Padded& p, int64_t q) {
+  const int64_t d = padded.size(2);
+  torch::Tensor out = torch::zeros({q + 1, d});
+  out.index_add_(0, p.index, padded.reshape({-1, d}));
+  return out.narrow(0, 0, q);
+}
+
+struct SideGrads {
+  torch::Tensor query;  // dL/dquery [q, d]
+  torch::Tensor target; // dL/dtarget (the true candidate) [q, d]
+  torch::Tensor neg;    // dL/dnegatives [C, n, d]
+  double loss = 0;
+};
+
+// One corrupted side: scores of `query` against its true candidate and its chunk's negatives.
+SideGrads Side(const std::string& loss, double margin, const torch::Tensor& query,
+               const torch::Tensor& target, const torch::Tensor& neg, double scale) {
+  const int64_t q = query.size(0), chunks = neg.size(0), n = neg.size(1);
+  Padded p = Pad(query, chunks);
+  torch::Tensor pos = (query * target).sum(1);                            // [q]
+  torch::Tensor pos_p = torch::cat({pos, torch::zeros({1})}).index_select(0, p.index)
+                            .view({chunks, -1});                          // [C, bc]
+  torch::Tensor s = torch::bmm(p.x, neg.transpose(1, 2));                 // [C, bc, n]
+  torch::Tensor g_pos, g_s;
+  double value = 0;
+  if (loss == "softmax") {
+    torch::Tensor logits = torch::cat({pos_p.unsqueeze(2), s}, 2);        // [C, bc, 1 + n]
+    torch::Tensor prob = torch::softmax(logits, 2);                       // one exp pass
+    // -log p(true) = logsumexp - pos; clamped so a vanishing probability stays finite.
+    value = (-torch::log(prob.select(2, 0).clamp_min(1e-30)) * p.mask).sum().item<double>();
+    g_pos = prob.select(2, 0) - 1;
+    g_s = prob.narrow(2, 1, n);
+  } else if (loss == "logistic") {
+    value = ((torch::softplus(-pos_p) + torch::softplus(s).mean(2)) * p.mask).sum().item<double>();
+    g_pos = -torch::sigmoid(-pos_p);
+    g_s = torch::sigmoid(s) / static_cast<double>(n);
+  } else {
+    torch::Tensor viol = margin - pos_p.unsqueeze(2) + s;
+    torch::Tensor active = (viol > 0).to(torch::kFloat);
+    value = ((torch::relu(viol).mean(2)) * p.mask).sum().item<double>();
+    g_s = active / static_cast<double>(n);
+    g_pos = -g_s.sum(2);
+  }
+  torch::Tensor m = p.mask * scale;
+  g_pos = g_pos * m;                                                       // [C, bc]
+  g_s = g_s * m.unsqueeze(2);                                              // [C, bc, n]
+  SideGrads out;
+  out.loss = value;
+  torch::Tensor g_pos_q = Unpad(g_pos.unsqueeze(2), p, q).squeeze(1);      // [q]
+  out.query = Unpad(torch::bmm(g_s, neg), p, q) + g_pos_q.unsqueeze(1) * target;
+  out.target = g_pos_q.unsqueeze(1) * query;
+  out.neg = torch::bmm(g_s.transpose(1, 2), p.x);                          // [C, n, d]
+  return out;
+}
+
+}  // namespace
+
+LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
+                             const LpBatch& b, double scale) {
+  torch::NoGradGuard no_grad;
+  const LpDecoder dec(decoder);
+  LpGrads g;
+  // The two corrupted sides are independent: compute them on two TBB workers (each with the
+  // caller's intra-op thread count, so results do not depend on which worker runs which).
+  const int threads = at::get_num_threads();
+  SideGrads tail, head;
+  auto tail_side = [&] {
+    at::set_num_threads(threads);
+    tail = Side(loss, margin, dec.TailQuery(b.h, b.r), b.t, b.tail_neg, scale);
+  };
+  auto head_side = [&] {
+    at::set_num_threads(threads);
+    head = Side(loss, margin, dec.HeadQuery(b.r, b.t), b.h, b.head_neg, scale);
+  };
+  if (b.head_neg.defined()) {
+    tbb::parallel_invoke(tail_side, head_side);
+  } else {
+    tail_side();
+  }
+  g.loss = tail.loss;
+  g.tail_neg = tail.neg;
+  g.t = tail.target;
+  torch::Tensor dq = tail.query;
+  if (decoder == "distmult") {
+    g.h = dq * b.r;
+    g.r = dq * b.h;
+  } else if (decoder == "dot") {
+    g.h = dq;
+    g.r = torch::zeros_like(b.r);
+  } else {  // complex: q = [hr rr - hi ri, hr ri + hi rr]
+    auto a = dq.chunk(2, 1), h = b.h.chunk(2, 1), r = b.r.chunk(2, 1);
+    g.h = torch::cat({a[0] * r[0] + a[1] * r[1], -a[0] * r[1] + a[1] * r[0]}, 1);
+    g.r = torch::cat({a[0] * h[0] + a[1] * h[1], -a[0] * h[1] + a[1] * h[0]}, 1);
+  }
+  if (b.head_neg.defined()) {
+    g.loss += head.loss;
+    g.head_neg = head.neg;
+    g.h = g.h + head.target;
+    torch::Tensor dh = head.query;
+    if (decoder == "distmult") {
+      g.t = g.t + dh * b.r;
+      g.r = g.r + dh * b.t;
+    } else if (decoder == "dot") {
+      g.t = g.t + dh;
+    } else {  // complex: q = [rr tr + ri ti, rr ti - ri tr]
+      auto a = dh.chunk(2, 1), t = b.t.chunk(2, 1), r = b.r.chunk(2, 1);
+      g.t = g.t + torch::cat({a[0] * r[0] - a[1] * r[1], a[0] * r[1] + a[1] * r[0]}, 1);
+      g.r = g.r + torch::cat({a[0] * t[0] + a[1] * t[1], a[0] * t[1] - a[1] * t[0]}, 1);
+    }
+  }
+  return g;
 }
 
 }  // namespace sluice

@@ -27,6 +27,24 @@ class LpDecoder {
   std::string kind_;
 };
 
+// The rows a step scores, gathered: per query a head, relation and tail; per chunk c the shared
+// negatives tail_neg[c] (and head_neg[c] unless only tails are corrupted). Queries are split
+// into `chunks` contiguous runs: chunk c is queries [q*c/C, q*(c+1)/C).
+struct LpBatch {
+  torch::Tensor h, r, t;            // [q, d]
+  torch::Tensor tail_neg, head_neg; // [C, n, d]; head_neg undefined: tails only
+};
+struct LpGrads {
+  torch::Tensor h, r, t, tail_neg, head_neg;  // same shapes as the batch
+  double loss = 0;                             // the loss, summed over queries and sides
+};
+
+// Loss and gradients of a step for the bilinear decoders (distmult, complex, dot), computed
+// directly: one batched matrix product per side forward and two backward, no autograd graph.
+// `scale` multiplies the loss (1 / number of scored queries). TransE uses autograd instead.
+LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
+                             const LpBatch& batch, double scale);
+
 // Sum over queries of the loss of positive scores `pos` [b] against negatives `neg` [b, n].
 torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg);

@@ -371,64 +371,127 @@ double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, u
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 512), [&](const auto& r) {
     for (int64_t i = r.begin(); i < r.end(); ++i) std::memcpy(e + i * d, rows[i], d * 4);
   });
-  emb.set_requires_grad(true);
   auto t2 = Clock::now();
   time_.gather_s += std::chrono::duration<double>(t2 - t1).count();
   auto index_tensor = [](std::vector<int64_t>& v) {
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
   };
-  torch::Tensor h = emb.index_select(0, index_tensor(head));
-  torch::Tensor t = emb.index_select(0, index_tensor(tail));
-  torch::Tensor r = relations_.index_select(0, index_tensor(rel));
-  torch::Tensor tn = emb.index_select(0, index_tensor(tail_neg)).view({chunks, per_chunk, d});
-  torch::Tensor tq = decoder_.TailQuery(h, r);
-  torch::Tensor pos = decoder_.Score(tq, t);
-  torch::Tensor loss = torch::zeros({});
-  torch::Tensor hq;
-  torch::Tensor hn;
-  if (!reciprocal) {
-    hq = decoder_.HeadQuery(r, t);
-    hn = emb.index_select(0, index_tensor(head_neg)).view({chunks, per_chunk, d});
-  }
-  for (uint32_t c = 0; c < chunks; ++c) {
-    const int64_t lo = static_cast<int64_t>(q * c / chunks), hi = static_cast<int64_t>(q * (c + 1) / chunks);
-    torch::Tensor p = pos.slice(0, lo, hi);
-    loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(tq.slice(0, lo, hi), tn[c]));
+  const double scale = 1.0 / static_cast<double>(q * (reciprocal ? 1 : 2));
+  torch::Tensor grad;        // [u, d], summed per unique row in a fixed order
+  torch::Tensor rel_grad;    // [num_relations, d]
+  double loss_value = 0;
+  if (cfg_.model.decoder != "transe") {
+    // Bilinear decoders: gradients computed directly (no autograd graph).
+    LpBatch batch;
+    batch.h = emb.index_select(0, index_tensor(head));
+    batch.t = emb.index_select(0, index_tensor(tail));
+    batch.r = relations_.detach().index_select(0, index_tensor(rel));
+    batch.tail_neg = emb.index_select(0, index_tensor(tail_neg)).view({chunks, per_chunk, d});
     if (!reciprocal) {
-      loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), hn[c]));
+      batch.head_neg = emb.index_select(0, index_tensor(head_neg)).view({chunks, per_chunk, d});
     }
-  }
-  loss = loss / static_cast<double>(q * (reciprocal ? 1 : 2));
-  if (tc.regularizer != "none" && tc.regularization > 0) {
-    const double w = tc.regularization / static_cast<double>(q);
-    if (tc.regularizer == "l2") {
-      loss = loss + w * (h.pow(2).sum() + t.pow(2).sum() + r.pow(2).sum());
-    } else {
-      loss = loss + w * (h.abs().pow(3).sum() + t.abs().pow(3).sum() + r.abs().pow(3).sum());
+    LpGrads g = BilinearLossAndGrads(cfg_.model.decoder, tc.loss, tc.margin, batch, scale);
+    loss_value = g.loss * scale;
+    if (tc.regularizer != "none" && tc.regularization > 0) {
+      torch::NoGradGuard no_grad;
+      const double w = tc.regularization * scale * (reciprocal ? 1 : 2);
+      auto reg = [&](const torch::Tensor& x, torch::Tensor& gx) {
+        if (tc.regularizer == "l2") {
+          loss_value += w * x.pow(2).sum().item<double>();
+          gx = gx + 2 * w * x;
+        } else {
+          loss_value += w * x.abs().pow(3).sum().item<double>();
+          gx = gx + 3 * w * x * x.abs();
+        }
+      };
+      reg(batch.h, g.h);
+      reg(batch.t, g.t);
+      reg(batch.r, g.r);
     }
+    // Sum the per-use gradients into per-row ones, serially in use order (deterministic).
+    grad = torch::zeros({u, d});
+    float* gr = grad.data_ptr<float>();
+    auto add = [&](const std::vector<int64_t>& idx, const torch::Tensor& gt) {
+      torch::Tensor c = gt.reshape({-1, d}).contiguous();
+      const float* src = c.data_ptr<float>();
+      for (size_t i = 0; i < idx.size(); ++i) {
+        float* dst = gr + idx[i] * d;
+        const float* x = src + i * static_cast<size_t>(d);
+        for (int64_t j = 0; j < d; ++j) dst[j] += x[j];
+      }
+    };
+    add(head, g.h);
+    add(tail, g.t);
+    add(tail_neg, g.tail_neg);
+    if (!reciprocal) add(head_neg, g.head_neg);
+    rel_grad = torch::zeros({static_cast<int64_t>(num_relations_), d});
+    {
+      float* rg = rel_grad.data_ptr<float>();
+      torch::Tensor c = g.r.contiguous();
+      const float* src = c.data_ptr<float>();
+      for (size_t i = 0; i < rel.size(); ++i) {
+        for (int64_t j = 0; j < d; ++j) rg[rel[i] * d + j] += src[i * static_cast<size_t>(d) + j];
+      }
+    }
+  } else {
+    emb.set_requires_grad(true);
+    torch::Tensor h = emb.index_select(0, index_tensor(head));
+    torch::Tensor t = emb.index_select(0, index_tensor(tail));
+    torch::Tensor r = relations_.index_select(0, index_tensor(rel));
+    torch::Tensor tn = emb.index_select(0, index_tensor(tail_neg)).view({chunks, per_chunk, d});
+    torch::Tensor tq = decoder_.TailQuery(h, r);
+    torch::Tensor pos = decoder_.Score(tq, t);
+    torch::Tensor loss = torch::zeros({});
+    torch::Tensor hq;
+    torch::Tensor hn;
+    if (!reciprocal) {
+      hq = decoder_.HeadQuery(r, t);
+      hn = emb.index_select(0, index_tensor(head_neg)).view({chunks, per_chunk, d});
+    }
+    for (uint32_t c = 0; c < chunks; ++c) {
+      const int64_t lo = static_cast<int64_t>(q * c / chunks), hi = static_cast<int64_t>(q * (c + 1) / chunks);
+      torch::Tensor p = pos.slice(0, lo, hi);
+      loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(tq.slice(0, lo, hi), tn[c]));
+      if (!reciprocal) {
+        loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), hn[c]));
+      }
+    }
+    loss = loss * scale;
+    if (tc.regularizer != "none" && tc.regularization > 0) {
+      const double w = tc.regularization * scale * (reciprocal ? 1 : 2);
+      if (tc.regularizer == "l2") {
+        loss = loss + w * (h.pow(2).sum() + t.pow(2).sum() + r.pow(2).sum());
+      } else {
+        loss = loss + w * (h.abs().pow(3).sum() + t.abs().pow(3).sum() + r.abs().pow(3).sum());
+      }
+    }
+    rel_opt_->zero_grad();
+    loss.backward();
+    loss_value = loss.item<double>();
+    grad = emb.grad().contiguous();
+    rel_grad = relations_.grad().clone();
   }
-  rel_opt_->zero_grad();
-  loss.backward();
+  relations_.mutable_grad() = rel_grad;
   auto t3 = Clock::now();
   time_.compute_s += std::chrono::duration<double>(t3 - t2).count();
   // Row-wise Adagrad into the rows (state in the second half of the row).
-  torch::Tensor grad = emb.grad().contiguous();
   const float* g = grad.data_ptr<float>();
   const float lr = static_cast<float>(tc.lr);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 256), [&](const auto& range) {
     for (int64_t i = range.begin(); i < range.end(); ++i) {
-      float* value = rows[i];
-      float* state = value + d;
-      const float* gi = g + i * d;
-      for (int64_t j = 0; j < d; ++j) {
-        state[j] += gi[j] * gi[j];
-        value[j] -= lr * gi[j] / (std::sqrt(state[j]) + 1e-10f);
+      float* __restrict value = rows[i];
+      float* __restrict state = value + d;
+      const float* __restrict gi = g + i * d;
+      for (int64_t j = 0; j < d; ++j) {  // vectorises: no aliasing, no branches
+        const float s = state[j] + gi[j] * gi[j];
+        state[j] = s;
+        value[j] -= lr * gi[j] / (std::sqrt(s) + 1e-10f);
       }
     }
   });
   rel_opt_->step();
   time_.update_s += Since(t3);
-  return loss.item<double>();
+  return loss_value;
 }
 
 Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,

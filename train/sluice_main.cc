@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -169,6 +171,10 @@ int Main(int argc, char** argv) {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
+  // Training allocates and frees the same multi-megabyte tensors every step. glibc would map
+  // and unmap each one (page faults and zeroing: a fifth of the step); keep them in the heap.
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   try {
     return sluice::Main(argc, argv);
   } catch (const std::exception& e) {
