@@ -45,7 +45,7 @@ Result<uint32_t> SlotsFromBudget(uint64_t budget_bytes, uint64_t reserved_bytes,
                               " slots of " + FormatBytes(slot_bytes) + ", but one step needs " +
                               std::to_string(min_slots) + " (" +
                               FormatBytes(reserved_bytes + min_slots * slot_bytes) +
-                              " in all); raise memory.budget or shrink the batch");
+                              " in all); raise the memory budget or shrink the step");
   }
   return static_cast<uint32_t>(slots);
 }

@@ -218,8 +218,14 @@ std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& orde
 
 Status LpRun::SetUpStorage() {
   const uint32_t p = num_partitions();
-  const uint64_t edge_bytes = (src_.size() + rel_.size() + dst_.size()) * 8 + buckets_.size() * 8;
-  reserved_bytes_ = edge_bytes + stamp_.size() * 8 + (64ull << 20);
+  // Reserved: what the process holds already (libtorch's code and allocator, the edges just
+  // read), the per-node stamp table, and one step's tensors (the score matrices dominate:
+  // about four [queries x negatives] float tensors per corrupted side), plus 32 MiB slack.
+  const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
+  const uint64_t sides = cfg_.model.reciprocal ? 1 : 2;
+  const uint64_t step_bytes = queries * static_cast<uint64_t>(cfg_.train.negatives) * 16 * sides +
+                              queries * static_cast<uint64_t>(cfg_.model.dim) * 4 * 16;
+  reserved_bytes_ = CurrentRssBytes() + step_bytes + (32ull << 20);
   fs::create_directories(cfg_.run_dir + "/tables");
   if (!fs::exists(table_path_)) {
     SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
@@ -902,6 +908,7 @@ Status LpRun::Train(const LpTrainOptions& options) {
       }
     }
     std::printf("\n");
+    std::fflush(stdout);
     line << "}";
     SLUICE_RETURN_IF_ERROR(AppendLine(cfg_.run_dir + "/metrics.jsonl", line.str()));
     if (latest_ != "epoch-" + std::to_string(epoch + 1) + "-step-0" &&

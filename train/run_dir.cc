@@ -22,14 +22,20 @@ std::string FormatCount(double x) {
   return buf;
 }
 
-uint64_t PeakRssBytes() {
+namespace {
+uint64_t StatusField(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
+  const std::string prefix = std::string(field) + ":";
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size())) * 1024;
   }
   return 0;
 }
+}  // namespace
+
+uint64_t PeakRssBytes() { return StatusField("VmHWM"); }
+uint64_t CurrentRssBytes() { return StatusField("VmRSS"); }
 
 Status AppendLine(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "a");
