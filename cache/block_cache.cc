@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/crash_point.h"
 #include "common/units.h"
 
 namespace sluice {
@@ -107,7 +108,11 @@ Status BlockCache::Transfer(IoSession& io, const std::vector<Move>& writes,
   stats_.blocks_loaded += reads.size();
   if (direct_path_ && table_->direct()) return TransferDirect(io, writes, reads);
   // Row paths: the write-backs finish before the loads start (two calls).
-  SLUICE_RETURN_IF_ERROR(TransferRows(io, writes, /*write=*/true));
+  if (!writes.empty()) {
+    SLUICE_RETURN_IF_ERROR(TransferRows(io, {writes.begin(), writes.begin() + 1}, /*write=*/true));
+    CrashPoint("write_back");
+    SLUICE_RETURN_IF_ERROR(TransferRows(io, {writes.begin() + 1, writes.end()}, /*write=*/true));
+  }
   return TransferRows(io, reads, /*write=*/false);
 }
 
@@ -123,7 +128,12 @@ Status BlockCache::TransferDirect(IoSession& io, const std::vector<Move>& writes
   requests_.clear();
   for (const Move& m : writes) requests_.push_back(request(m, IoKind::kWrite));
   if (options_.write_back_before_load) {
-    SLUICE_RETURN_IF_ERROR(io.executor().Execute(requests_));
+    if (!requests_.empty()) {
+      // A crash between two write-backs leaves the table half old, half new.
+      SLUICE_RETURN_IF_ERROR(io.executor().Execute(std::span(requests_).first(1)));
+      CrashPoint("write_back");
+      SLUICE_RETURN_IF_ERROR(io.executor().Execute(std::span(requests_).subspan(1)));
+    }
     requests_.clear();
   }
   for (const Move& m : reads) requests_.push_back(request(m, IoKind::kRead));

@@ -19,6 +19,7 @@
 #include "cache/block_cache.h"
 #include "cache/partition_order.h"
 #include "common/aligned_buffer.h"
+#include "common/crash_point.h"
 #include "common/units.h"
 #include "prefetch/block_prefetcher.h"
 #include "sampler/batch_order.h"
@@ -556,6 +557,7 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
     loss_sum += TrainStep(step, order, epoch, s, block_base) * static_cast<double>(step.end - step.begin);
     edges += step.end - step.begin;
     done_edges += step.end - step.begin;
+    CrashPoint("step");
     if (prefetcher != nullptr) {
       if (cfg_.train.schedule == "shuffle") {
         for (BlockId b = 0; b < p; ++b) cache_->MarkDirty(b);
@@ -633,6 +635,7 @@ Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
   fs::create_directories(temp);
   fs::copy_file(table_path_, temp + "/nodes.bin", fs::copy_options::overwrite_existing, ec);
   if (ec) return IoError("checkpoint: copy " + table_path_ + ": " + ec.message());
+  CrashPoint("checkpoint");
   {
     torch::Tensor rel = relations_.detach().clone();
     torch::save(rel, temp + "/relations.pt");
@@ -643,6 +646,7 @@ Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
         << cfg_.train.seed << "}\n";
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(temp + "/state.json", state.str()));
   SLUICE_RETURN_IF_ERROR(SyncDirectory(temp));
+  CrashPoint("rename");
   fs::remove_all(dir, ec);
   fs::rename(temp, dir, ec);
   if (ec) return IoError("checkpoint: rename " + temp + " to " + dir + ": " + ec.message());
@@ -828,8 +832,12 @@ Status LpRun::Train(const LpTrainOptions& options) {
   auto handle = ApplyThreadPlan(plan);
   ApplyTorchThreads(plan);
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/config.yaml", DumpConfig(cfg_)));
-  if (options.resume) {
-    SLUICE_ASSIGN_OR_RETURN(std::string name, FindLatest());
+  Result<std::string> latest = options.resume ? FindLatest() : NotFound("not resuming");
+  if (options.resume && !latest.ok()) {
+    std::printf("resume: %s; starting from the beginning\n", latest.status().message().c_str());
+  }
+  if (options.resume && latest.ok()) {
+    const std::string name = *latest;
     SLUICE_RETURN_IF_ERROR(LoadCheckpoint(name));
     // The table restarts from the snapshot (it may have moved on since).
     fs::create_directories(cfg_.run_dir + "/tables");
