@@ -64,6 +64,12 @@ struct Padded {
 Padded Pad(const torch::Tensor& x, int64_t chunks) {
   const int64_t q = x.size(0), d = x.size(1);
   const int64_t bc = (q + chunks - 1) / chunks;
+  if (q % chunks == 0) {  // equal chunks: a view, no copies (index stays undefined)
+    Padded p;
+    p.mask = torch::ones({chunks, bc});
+    p.x = x.view({chunks, bc, d});
+    return p;
+  }
   std::vector<int64_t> index(static_cast<size_t>(chunks * bc), q);
   std::vector<float> mask(index.size(), 0.0f);
   for (int64_t c = 0; c < chunks; ++c) {
@@ -82,6 +88,7 @@ Padded Pad(const torch::Tensor& x, int64_t chunks) {
 
 torch::Tensor Unpad(const torch::Tensor& padded, const Padded& p, int64_t q) {
   const int64_t d = padded.size(2);
+  if (!p.index.defined()) return padded.reshape({q, d});
   torch::Tensor out = torch::zeros({q + 1, d});
   out.index_add_(0, p.index, padded.reshape({-1, d}));
   return out.narrow(0, 0, q);
@@ -100,18 +107,23 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
   const int64_t q = query.size(0), chunks = neg.size(0), n = neg.size(1);
   Padded p = Pad(query, chunks);
   torch::Tensor pos = (query * target).sum(1);                            // [q]
-  torch::Tensor pos_p = torch::cat({pos, torch::zeros({1})}).index_select(0, p.index)
-                            .view({chunks, -1});                          // [C, bc]
+  torch::Tensor pos_p = p.index.defined()
+                            ? torch::cat({pos, torch::zeros({1})}).index_select(0, p.index)
+                                  .view({chunks, -1})
+                            : pos.view({chunks, -1});                     // [C, bc]
   torch::Tensor s = torch::bmm(p.x, neg.transpose(1, 2));                 // [C, bc, n]
   torch::Tensor g_pos, g_s;
   double value = 0;
   if (loss == "softmax") {
-    torch::Tensor logits = torch::cat({pos_p.unsqueeze(2), s}, 2);        // [C, bc, 1 + n]
-    torch::Tensor prob = torch::softmax(logits, 2);                       // one exp pass
-    // -log p(true) = logsumexp - pos; clamped so a vanishing probability stays finite.
-    value = (-torch::log(prob.select(2, 0).clamp_min(1e-30)) * p.mask).sum().item<double>();
-    g_pos = prob.select(2, 0) - 1;
-    g_s = prob.narrow(2, 1, n);
+    // Softmax over [pos, negatives] per query, in place in s (no concatenated logits):
+    // g_pos = p(true) - 1, g_s = p(negative); loss = log Z - pos, with the max subtracted.
+    torch::Tensor mx = torch::maximum(std::get<0>(s.max(2)), pos_p);      // [C, bc]
+    s.sub_(mx.unsqueeze(2)).exp_();                                       // e_j
+    torch::Tensor e0 = (pos_p - mx).exp_();                               // e_true
+    torch::Tensor z = s.sum(2).add_(e0);                                  // [C, bc]
+    value = ((z.log() - (pos_p - mx)) * p.mask).sum().item<double>();
+    g_pos = e0.div_(z).sub_(1);
+    g_s = s.div_(z.unsqueeze(2));
   } else if (loss == "logistic") {
     value = ((torch::softplus(-pos_p) + torch::softplus(s).mean(2)) * p.mask).sum().item<double>();
     g_pos = -torch::sigmoid(-pos_p);
@@ -123,9 +135,12 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
     g_s = active / static_cast<double>(n);
     g_pos = -g_s.sum(2);
   }
-  torch::Tensor m = p.mask * scale;
-  g_pos = g_pos * m;                                                       // [C, bc]
-  g_s = g_s * m.unsqueeze(2);                                              // [C, bc, n]
+  if (p.index.defined()) {  // zero the padding rows' gradients
+    g_pos = g_pos * p.mask;
+    g_s.mul_(p.mask.unsqueeze(2));
+  }
+  g_pos = g_pos * scale;                                                   // [C, bc]
+  g_s.mul_(scale);                                                         // [C, bc, n]
   SideGrads out;
   out.loss = value;
   torch::Tensor g_pos_q = Unpad(g_pos.unsqueeze(2), p, q).squeeze(1);      // [q]

@@ -66,7 +66,8 @@ class LpRun {
   Result<LpMetrics> Evaluate(const std::string& split);
   Status LoadCheckpoint(const std::string& dir);
   const std::string& latest_checkpoint() const { return latest_; }
-  Result<std::string> FindLatest() const;
+  // The newest checkpoint; with prefer_best, the best-validating one when there is one.
+  Result<std::string> FindLatest(bool prefer_best = false) const;
   torch::Tensor AllNodeEmbeddings();
   torch::Tensor relations() const { return relations_; }
   const Dataset& dataset() const { return dataset_; }
@@ -110,7 +111,7 @@ class LpRun {
   uint64_t reserved_bytes_ = 0;
   std::vector<uint64_t> stamp_;  // node -> (step stamp << 32) | local index
   uint32_t stamp_call_ = 0;
-  std::string latest_, previous_;
+  std::string latest_, previous_, best_;  // best_ (validation MRR) is never removed
   std::string rows_path_;  // where AllNodeEmbeddings reads rows (default: the live table)
   TimeSplit time_;
   PlanStats plan_stats_;
@@ -653,7 +654,9 @@ Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/checkpoints/latest", name + "\n"));
   // Keep the two newest checkpoints.
   if (!latest_.empty() && latest_ != name) {
-    if (!previous_.empty()) fs::remove_all(cfg_.run_dir + "/checkpoints/" + previous_, ec);
+    if (!previous_.empty() && previous_ != best_) {
+      fs::remove_all(cfg_.run_dir + "/checkpoints/" + previous_, ec);
+    }
     previous_ = latest_;
   }
   latest_ = name;
@@ -662,9 +665,13 @@ Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
 }
 
 
-Result<std::string> LpRun::FindLatest() const {
-  std::ifstream in(cfg_.run_dir + "/checkpoints/latest");
+Result<std::string> LpRun::FindLatest(bool prefer_best) const {
   std::string name;
+  if (prefer_best) {
+    std::ifstream best(cfg_.run_dir + "/checkpoints/best");
+    if ((best >> name) && fs::exists(cfg_.run_dir + "/checkpoints/" + name)) return name;
+  }
+  std::ifstream in(cfg_.run_dir + "/checkpoints/latest");
   if (!(in >> name)) return NotFound("no checkpoint in " + cfg_.run_dir + "/checkpoints");
   return name;
 }
@@ -909,8 +916,14 @@ Status LpRun::Train(const LpTrainOptions& options) {
       if (v.mrr > best_mrr) {
         best_mrr = v.mrr;
         since_best = 0;
+        const std::string old_best = best_;
         SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0));
-        SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/checkpoints/best", latest_ + "\n"));
+        best_ = latest_;
+        SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/checkpoints/best", best_ + "\n"));
+        if (!old_best.empty() && old_best != previous_ && old_best != latest_) {
+          std::error_code rm;
+          fs::remove_all(cfg_.run_dir + "/checkpoints/" + old_best, rm);
+        }
       } else if (cfg_.eval.patience > 0 && ++since_best >= cfg_.eval.patience) {
         stop = true;
       }
@@ -995,7 +1008,7 @@ Result<std::unique_ptr<LpRun>> OpenTrained(const std::string& run_dir) {
   config.storage.mode = "in_memory";  // read-only use: rows come from the checkpoint file
   auto run = std::make_unique<LpRun>(config);
   SLUICE_RETURN_IF_ERROR(run->Open(/*training=*/false));
-  SLUICE_ASSIGN_OR_RETURN(std::string name, run->FindLatest());
+  SLUICE_ASSIGN_OR_RETURN(std::string name, run->FindLatest(/*prefer_best=*/true));
   SLUICE_RETURN_IF_ERROR(run->LoadCheckpoint(name));
   run->ReadRowsFromCheckpoint();
   return run;

@@ -57,7 +57,8 @@ TEST(LpModelTest, DirectGradientsMatchAutograd) {
   for (const char* decoder : {"distmult", "complex", "dot"}) {
     for (const char* loss : {"softmax", "logistic", "margin"}) {
       for (bool heads : {true, false}) {
-        Check({decoder, loss, heads}, /*q=*/103, /*chunks=*/4, /*n=*/17, /*d=*/8);
+        Check({decoder, loss, heads}, /*q=*/103, /*chunks=*/4, /*n=*/17, /*d=*/8);  // padded
+        Check({decoder, loss, heads}, /*q=*/100, /*chunks=*/4, /*n=*/17, /*d=*/8);  // equal
       }
     }
   }
