@@ -46,10 +46,11 @@ double Since(Clock::time_point start) {
 std::atomic<bool> g_interrupted{false};
 extern "C" void OnInterrupt(int) { g_interrupted.store(true); }
 
-// One training step: edges [begin, end) of the epoch order, all in bucket (bi, bj) under the
-// partition schedule (every partition under the global shuffle).
+// One training step: edges [begin, end) of the epoch order, trained in buffer state `state`
+// (its partitions are the step's blocks and its negatives' ranges; the global shuffle has one
+// state holding every partition).
 struct LpStep {
-  uint32_t bi = 0, bj = 0;
+  uint32_t state = 0;
   uint64_t begin = 0, end = 0;
 };
 
@@ -82,13 +83,17 @@ class LpRun {
   uint32_t num_partitions() const { return layout_.num_blocks(); }
   Status LoadEdges(const std::string& split, std::vector<int64_t>& src, std::vector<int64_t>& rel,
                    std::vector<int64_t>& dst) const;
-  std::vector<LpStep> EpochSteps(uint64_t epoch, std::vector<int64_t>& order) const;
+  // The epoch's steps, its edge order and, per buffer state, its partitions.
+  std::vector<LpStep> EpochSteps(uint64_t epoch, std::vector<int64_t>& order,
+                                 std::vector<std::vector<BlockId>>& states) const;
   Status SetUpStorage();
-  uint32_t EffectiveRunAhead(const std::vector<LpStep>& steps) const;
+  uint32_t EffectiveRunAhead(const std::vector<LpStep>& steps,
+                             const std::vector<std::vector<BlockId>>& states) const;
   Status TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
                     double& loss_sum, uint64_t& edges, bool& interrupted);
   double TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
-                   uint64_t index, const std::vector<std::byte*>& block_base);
+                   uint64_t index, const std::vector<BlockId>& blocks,
+                   const std::vector<std::byte*>& block_base);
   Status Checkpoint(uint64_t epoch, uint64_t step_in_epoch);
   Status SyncTable();
 
@@ -181,16 +186,21 @@ Status LpRun::Open(bool training) {
   return Status::Ok();
 }
 
-// The partition schedule: per buffer state, per bucket, the bucket's edges shuffled, in
-// batches. The global shuffle: one permutation, in batches over every partition.
-std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& order) const {
+// The partition schedule: per buffer state, the edges of its buckets shuffled together, in
+// batches; negatives come from the state's partitions (as Marius does). The global shuffle:
+// one permutation, in batches, one state holding every partition.
+std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& order,
+                                      std::vector<std::vector<BlockId>>& states) const {
   std::vector<LpStep> steps;
   const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
   const uint32_t p = num_partitions();
+  states.clear();
   if (cfg_.train.schedule == "shuffle") {
+    states.emplace_back();
+    for (BlockId b = 0; b < p; ++b) states.back().push_back(b);
     order = EpochPermutation(src_.size(), cfg_.train.seed, epoch);
     for (uint64_t b = 0; b < order.size(); b += batch) {
-      steps.push_back({0, 0, b, std::min<uint64_t>(b + batch, order.size())});
+      steps.push_back({0, b, std::min<uint64_t>(b + batch, order.size())});
     }
     return steps;
   }
@@ -201,18 +211,21 @@ std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& orde
   SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
   order.clear();
   order.reserve(src_.size());
-  uint64_t group = 0;
-  for (const BufferState& state : made->states) {
+  for (size_t g = 0; g < made->states.size(); ++g) {
+    const BufferState& state = made->states[g];
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> groups(1);
     for (auto [i, j] : state.buckets) {
       const int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
-      if (begin == end) continue;
-      const uint64_t first = order.size();
-      std::vector<std::vector<std::pair<int64_t, int64_t>>> one = {{{begin, end}}};
-      auto shuffled = GroupedOrder(one, cfg_.train.seed, epoch * 1'000'003 + group++);
-      order.insert(order.end(), shuffled.begin(), shuffled.end());
-      for (uint64_t b = first; b < order.size(); b += batch) {
-        steps.push_back({i, j, b, std::min<uint64_t>(b + batch, order.size())});
-      }
+      if (begin < end) groups[0].push_back({begin, end});
+    }
+    if (groups[0].empty()) continue;
+    const uint32_t index = static_cast<uint32_t>(states.size());
+    states.emplace_back(state.resident.begin(), state.resident.end());
+    const uint64_t first = order.size();
+    auto shuffled = GroupedOrder(groups, cfg_.train.seed, epoch * 1'000'003 + g);
+    order.insert(order.end(), shuffled.begin(), shuffled.end());
+    for (uint64_t b = first; b < order.size(); b += batch) {
+      steps.push_back({index, b, std::min<uint64_t>(b + batch, order.size())});
     }
   }
   return steps;
@@ -277,17 +290,10 @@ Status LpRun::SetUpStorage() {
 
 // The largest run-ahead d (at most the configured one) such that every d + 1 consecutive steps
 // need at most `slots_` blocks together (the planner protects the blocks of the last d steps).
-uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps) const {
+uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps,
+                                  const std::vector<std::vector<BlockId>>& states) const {
   const uint32_t p = num_partitions();
-  auto blocks_of = [&](const LpStep& s, std::vector<BlockId>& out) {
-    out.clear();
-    if (cfg_.train.schedule == "shuffle") {
-      for (BlockId b = 0; b < p; ++b) out.push_back(b);
-    } else {
-      out.push_back(s.bi);
-      if (s.bj != s.bi) out.push_back(s.bj);
-    }
-  };
+  auto blocks_of = [&](const LpStep& s, std::vector<BlockId>& out) { out = states[s.state]; };
   std::vector<uint32_t> count(p, 0);
   uint32_t distinct = 0;
   uint64_t best = cfg_.storage.run_ahead;
@@ -306,7 +312,8 @@ uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps) const {
 }
 
 double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
-                        uint64_t index, const std::vector<std::byte*>& block_base) {
+                        uint64_t index, const std::vector<BlockId>& blocks,
+                        const std::vector<std::byte*>& block_base) {
   auto t0 = Clock::now();
   const LpTrainConfig& tc = cfg_.train;
   const bool reciprocal = cfg_.model.reciprocal;
@@ -325,15 +332,12 @@ double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, u
   }
   const uint32_t chunks = static_cast<uint32_t>(std::min<uint64_t>(tc.chunks, q));
   const uint32_t per_chunk = static_cast<uint32_t>(tc.negatives);
-  std::vector<NodeRange> ranges;
-  if (tc.schedule == "shuffle") {
-    ranges.push_back({0, static_cast<int64_t>(layout_.num_nodes())});
-  } else {
-    ranges.push_back({static_cast<int64_t>(layout_.bounds[step.bi]),
-                      static_cast<int64_t>(layout_.bounds[step.bi + 1])});
-    if (step.bj != step.bi) {
-      ranges.push_back({static_cast<int64_t>(layout_.bounds[step.bj]),
-                        static_cast<int64_t>(layout_.bounds[step.bj + 1])});
+  std::vector<NodeRange> ranges;  // the state's partitions, in partition order
+  std::vector<BlockId> sorted(blocks.begin(), blocks.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (BlockId k : sorted) {
+    if (layout_.bounds[k] < layout_.bounds[k + 1]) {
+      ranges.push_back({static_cast<int64_t>(layout_.bounds[k]), static_cast<int64_t>(layout_.bounds[k + 1])});
     }
   }
   const NegativeSampler negatives = NegativeSampler::Uniform(ranges);
@@ -505,26 +509,22 @@ double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, u
 Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
                          double& loss_sum, uint64_t& edges, bool& interrupted) {
   std::vector<int64_t> order;
-  const std::vector<LpStep> steps = EpochSteps(epoch, order);
+  std::vector<std::vector<BlockId>> states;
+  const std::vector<LpStep> steps = EpochSteps(epoch, order, states);
   const uint32_t p = num_partitions();
   std::vector<std::byte*> block_base(p, nullptr);
   std::unique_ptr<BlockPrefetcher> prefetcher;
   if (!in_memory_) {
     PrefetcherOptions po;
     SLUICE_ASSIGN_OR_RETURN(po.planner, ParsePlannerKind(cfg_.storage.planner));
-    po.run_ahead = EffectiveRunAhead(steps);
+    po.run_ahead = EffectiveRunAhead(steps, states);
     po.io = cfg_.io;
     po.window_steps = 4096;
     prefetcher = std::make_unique<BlockPrefetcher>(
         cache_.get(), po, [&, p](uint64_t t, std::vector<BlockId>& blocks) {
           if (t + first_step >= steps.size()) return false;
           const LpStep& s = steps[t + first_step];
-          if (cfg_.train.schedule == "shuffle") {
-            for (BlockId b = 0; b < p; ++b) blocks.push_back(b);
-          } else {
-            blocks.push_back(s.bi);
-            if (s.bj != s.bi) blocks.push_back(s.bj);
-          }
+          blocks.insert(blocks.end(), states[s.state].begin(), states[s.state].end());
           return true;
         });
     SLUICE_RETURN_IF_ERROR(prefetcher->Start());
@@ -548,24 +548,15 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
         prefetcher->Abort();
         return ready;
       }
-      if (cfg_.train.schedule == "shuffle") {
-        for (BlockId b = 0; b < p; ++b) block_base[b] = cache_->block_data(b);
-      } else {
-        block_base[step.bi] = cache_->block_data(step.bi);
-        block_base[step.bj] = cache_->block_data(step.bj);
-      }
+      for (BlockId b : states[step.state]) block_base[b] = cache_->block_data(b);
     }
-    loss_sum += TrainStep(step, order, epoch, s, block_base) * static_cast<double>(step.end - step.begin);
+    loss_sum += TrainStep(step, order, epoch, s, states[step.state], block_base) *
+                static_cast<double>(step.end - step.begin);
     edges += step.end - step.begin;
     done_edges += step.end - step.begin;
     CrashPoint("step");
     if (prefetcher != nullptr) {
-      if (cfg_.train.schedule == "shuffle") {
-        for (BlockId b = 0; b < p; ++b) cache_->MarkDirty(b);
-      } else {
-        cache_->MarkDirty(step.bi);
-        cache_->MarkDirty(step.bj);
-      }
+      for (BlockId b : states[step.state]) cache_->MarkDirty(b);
       prefetcher->Computed(s - first_step);
     }
     ++steps_run_;

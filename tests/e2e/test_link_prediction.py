@@ -121,7 +121,7 @@ def test_bad_config_is_one_clear_line(sluice_bin, graph, tmp_path):
     assert out.returncode == 2 and "even" in out.stderr
 
 
-@pytest.mark.parametrize("point", ["step:400", "write_back:60", "checkpoint:1", "rename:2"])
+@pytest.mark.parametrize("point", ["step:150", "write_back:60", "checkpoint:1", "rename:2"])
 def test_kill_9_then_resume_gives_the_same_model(sluice_bin, graph, tmp_path, point):
     """kill -9 (SIGKILL at a seeded crash point: mid-epoch after a step, between two partition
     write-backs, while a checkpoint is being written, just before its rename), then --resume
