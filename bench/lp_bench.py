@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Link-prediction throughput: configurations measured in the same run, medians of --rounds.
+
+  FB15k-237, the Marius setup (DistMult d=50, batch 1000, 10 x 500 negatives per side):
+    in memory with a global shuffle, and out of core (2 of 4 partitions resident);
+  a generated 2M-node / 20M-edge graph (batch 10,000, 10 x 100 negatives, 16 partitions,
+    4 resident): out of core and in memory with the same schedule (their tables are compared
+    byte for byte).
+
+  /usr/bin/python3 bench/lp_bench.py --fb15k data/fb15k-237 --g20m data/g20m [--rounds 3]
+
+Datasets: scripts/sluice_prep.py kg ... --partitions 4, and gen-graph + edges --partitions 16
+(see configs/marius_g20m.yaml). Epoch times exclude evaluation and checkpoints.
+"""
+import argparse
+import filecmp
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def train(binary, config, run_dir, sets):
+    args = [str(binary), "train", str(ROOT / "configs" / config), "--set", f"run_dir={run_dir}",
+            "--set", "progress=false", "--set", "eval.every=0"]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"lp_bench: {config} failed: {out.stderr.strip()}")
+    rows = [json.loads(l) for l in (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return rows, out.stdout
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fb15k", type=pathlib.Path, help="FB15k-237 dataset (4 partitions)")
+    p.add_argument("--g20m", type=pathlib.Path, help="generated 20M-edge dataset (16 partitions)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2, help="FB15k-237 epochs per round (first dropped)")
+    p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/release/train/sluice")
+    args = p.parse_args()
+    configs = []
+    if args.fb15k:
+        configs += [("FB15k-237, in memory, global shuffle", "fb15k237_distmult_marius.yaml",
+                     [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4),
+                    ("FB15k-237, out of core, 2 of 4 resident", "fb15k237_distmult_marius_ooc.yaml",
+                     [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4)]
+    if args.g20m:
+        configs += [("20M edges, out of core, 4 of 16 resident", "marius_g20m.yaml",
+                     [f"dataset={args.g20m}"], 71.0),
+                    ("20M edges, in memory, same schedule", "marius_g20m.yaml",
+                     [f"dataset={args.g20m}", "storage.mode=in_memory"], 71.0)]
+    if not configs:
+        p.error("give --fb15k and/or --g20m")
+    times = {name: [] for name, *_ in configs}
+    edges = {}
+    with tempfile.TemporaryDirectory(dir=ROOT / "runs" if (ROOT / "runs").exists() else None) as tmp:
+        for r in range(args.rounds):
+            for i, (name, config, sets, _) in enumerate(configs):
+                run_dir = pathlib.Path(tmp) / f"{i}-{r}"
+                rows, _ = train(args.bin, config, run_dir, sets)
+                last = rows[-1]  # the last epoch (warm)
+                times[name].append(last["epoch_s"])
+                edges[name] = last["edges_per_s"] * last["epoch_s"]
+                print(f"round {r + 1}: {name}: {last['epoch_s']:.2f} s", file=sys.stderr)
+            if args.g20m:
+                n = len(configs)
+                same = filecmp.cmp(pathlib.Path(tmp) / f"{n - 2}-{r}/tables/nodes.bin",
+                                   pathlib.Path(tmp) / f"{n - 1}-{r}/tables/nodes.bin", shallow=False)
+                print(f"round {r + 1}: 20M-edge tables out of core == in memory: {same}", file=sys.stderr)
+                if not same:
+                    sys.exit("lp_bench: the out-of-core table differs from the in-memory one")
+    print(f"\nlink prediction, medians of {args.rounds} rounds (epoch time of the last epoch)\n")
+    print("| configuration | epoch s | edges/s | Marius epoch s | vs Marius |\n|---|---:|---:|---:|---:|")
+    for name, _, _, marius in configs:
+        m = statistics.median(times[name])
+        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {marius} | {marius / m:.2f}x |")
+    if args.g20m:
+        ooc = statistics.median(times[configs[-2][0]])
+        mem = statistics.median(times[configs[-1][0]])
+        print(f"\n20M edges: out-of-core / in-memory epoch time = {ooc / mem:.2f} (tables identical)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
