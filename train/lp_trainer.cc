@@ -953,6 +953,10 @@ Status LpRun::Train(const LpTrainOptions& options) {
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/summary.txt", sum.str()));
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  if (interrupted) {
+    return Aborted("interrupted: checkpoint " + latest_ + " written in " + cfg_.run_dir +
+                   "; `sluice train ... --resume` continues");
+  }
   return Status::Ok();
 }
 

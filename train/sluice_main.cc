@@ -24,6 +24,10 @@ namespace sluice {
 namespace {
 
 int Fail(const Status& status) {
+  if (status.code() == StatusCode::kAborted) {  // Ctrl-C: stopped cleanly, as a shell expects
+    std::fprintf(stderr, "sluice: %s\n", status.message().c_str());
+    return 130;
+  }
   std::fprintf(stderr, "sluice: error: %s\n", status.message().c_str());
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }

@@ -102,8 +102,8 @@ def test_resume_after_interruption_gives_the_same_model(sluice_bin, graph, tmp_p
     env = dict(os.environ, SLUICE_STOP_AFTER_STEPS="30")
     part = subprocess.run([str(sluice_bin), "train", str(base), "--set", "train.epochs=2", "--set",
                            f"run_dir={tmp_path / 'parts'}"], capture_output=True, text=True, env=env)
-    assert part.returncode == 0, part.stderr
-    assert "interrupted" in part.stdout
+    assert part.returncode == 130, part.stderr
+    assert "interrupted" in part.stdout and "--resume" in part.stderr
     res = run(sluice_bin, "train", str(base), "--set", "train.epochs=2", "--set",
               f"run_dir={tmp_path / 'parts'}", "--resume")
     assert res.returncode == 0, res.stderr
