@@ -272,6 +272,12 @@ Status LpRun::SetUpStorage() {
     slots_ = static_cast<uint32_t>(cfg_.storage.slots);
   }
   if (resident_ == 0) resident_ = slots_ >= p ? p : std::max<uint32_t>(2, slots_ - 1);
+  if (resident_ > slots_ && cfg_.train.schedule == "shuffle") {
+    return FailedPrecondition("train.schedule: shuffle needs all " + std::to_string(p) +
+                              " partitions in memory, but the cache has " + std::to_string(slots_) +
+                              " slots of " + FormatBytes(layout_.block_bytes()) +
+                              "; use train.schedule: partitions or a larger storage.budget");
+  }
   if (resident_ > slots_) {
     return FailedPrecondition("storage.resident = " + std::to_string(resident_) +
                               " partitions, but the budget " + FormatBytes(cfg_.storage.budget.value) +
