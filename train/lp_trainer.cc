@@ -118,6 +118,9 @@ class LpRun {
   uint32_t stamp_call_ = 0;
   std::string latest_, previous_, best_;  // best_ (validation MRR) is never removed
   std::string rows_path_;  // where AllNodeEmbeddings reads rows (default: the live table)
+  // Filtered evaluation: true tails of (h, r) and heads of (t, r), keyed node * R + r.
+  std::unordered_map<uint64_t, std::vector<int64_t>> tails_of_, heads_of_;
+  bool filter_built_ = false;
   TimeSplit time_;
   PlanStats plan_stats_;
   StageTime plan_time_, io_time_;
@@ -736,19 +739,21 @@ Result<LpMetrics> LpRun::Evaluate(const std::string& split) {
   m.exact = layout_.num_nodes() <= cfg_.eval.exact_max_nodes;
   m.filtered = cfg_.eval.filtered && m.exact;
   const uint64_t base_rel = num_relations_ / (cfg_.model.reciprocal ? 2 : 1);
-  // Known true edges: tails of (h, r) and heads of (r, t) over every split.
-  std::unordered_map<uint64_t, std::vector<int64_t>> tails_of, heads_of;
-  if (m.filtered) {
-    for (const char* s : {"train", "valid", "test"}) {
-      if (!dataset_.Has(std::string("edges.") + s + ".src")) continue;
+  // Known true edges: tails of (h, r) and heads of (r, t) over every split, built once.
+  if (m.filtered && !filter_built_) {
+    for (const char* split_name : {"train", "valid", "test"}) {
+      if (!dataset_.Has(std::string("edges.") + split_name + ".src")) continue;
       std::vector<int64_t> a, r, b;
-      SLUICE_RETURN_IF_ERROR(LoadEdges(s, a, r, b));
+      SLUICE_RETURN_IF_ERROR(LoadEdges(split_name, a, r, b));
       for (size_t i = 0; i < a.size(); ++i) {
-        tails_of[static_cast<uint64_t>(a[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(b[i]);
-        heads_of[static_cast<uint64_t>(b[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(a[i]);
+        tails_of_[static_cast<uint64_t>(a[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(b[i]);
+        heads_of_[static_cast<uint64_t>(b[i]) * base_rel + static_cast<uint64_t>(r[i])].push_back(a[i]);
       }
     }
+    filter_built_ = true;
   }
+  const auto& tails_of = tails_of_;
+  const auto& heads_of = heads_of_;
   torch::Tensor nodes = AllNodeEmbeddings();
   torch::Tensor rels = relations_.detach();
   uint64_t n = src.size();
