@@ -69,7 +69,7 @@ class LpRun {
   const std::string& latest_checkpoint() const { return latest_; }
   // The newest checkpoint; with prefer_best, the best-validating one when there is one.
   Result<std::string> FindLatest(bool prefer_best = false) const;
-  torch::Tensor AllNodeEmbeddings();
+  Result<torch::Tensor> AllNodeEmbeddings();
   torch::Tensor relations() const { return relations_; }
   const Dataset& dataset() const { return dataset_; }
   // Read-only use: node rows come from the latest checkpoint's snapshot.
@@ -707,20 +707,19 @@ Status LpRun::LoadCheckpoint(const std::string& name) {
   return Status::Ok();
 }
 
-torch::Tensor LpRun::AllNodeEmbeddings() {
+Result<torch::Tensor> LpRun::AllNodeEmbeddings() {
   const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
   torch::Tensor all = torch::empty({n, d});
   float* out = all.data_ptr<float>();
   std::vector<std::byte> block(layout_.block_bytes());
-  auto file = File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false);
-  SLUICE_CHECK(file.ok(), "%s", file.status().ToString().c_str());
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(rows_path_.empty() ? table_path_ : rows_path_,
+                                                OpenMode::kRead, false));
   for (BlockId b = 0; b < layout_.num_blocks(); ++b) {
     const std::byte* rows = nullptr;
     if (in_memory_ && memory_table_.size() > 0 && rows_path_.empty()) {
       rows = memory_table_.data() + uint64_t{b} * layout_.block_bytes();
     } else {
-      Status s = PreadFull(*file, block.data(), block.size(), uint64_t{b} * block.size());
-      SLUICE_CHECK(s.ok(), "%s", s.ToString().c_str());
+      SLUICE_RETURN_IF_ERROR(PreadFull(file, block.data(), block.size(), uint64_t{b} * block.size()));
       rows = block.data();
     }
     for (uint64_t v = layout_.bounds[b]; v < layout_.bounds[b + 1]; ++v) {
@@ -754,7 +753,7 @@ Result<LpMetrics> LpRun::Evaluate(const std::string& split) {
   }
   const auto& tails_of = tails_of_;
   const auto& heads_of = heads_of_;
-  torch::Tensor nodes = AllNodeEmbeddings();
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
   torch::Tensor rels = relations_.detach();
   uint64_t n = src.size();
   if (cfg_.eval.max_edges > 0) n = std::min<uint64_t>(n, cfg_.eval.max_edges);
@@ -1032,7 +1031,7 @@ Result<LpMetrics> RunLpEval(const std::string& run_dir, const std::string& split
 
 Result<std::vector<float>> ReadNodeEmbeddings(const std::string& run_dir) {
   SLUICE_ASSIGN_OR_RETURN(auto run, OpenTrained(run_dir));
-  torch::Tensor all = run->AllNodeEmbeddings();
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, run->AllNodeEmbeddings());
   return std::vector<float>(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
 }
 
@@ -1088,7 +1087,7 @@ Status RunLpExport(const std::string& run_dir, const std::string& out_dir) {
   if (fs::exists(out_dir)) return InvalidArgument("export: " + out_dir + " exists; choose a new directory");
   fs::create_directories(temp, ec);
   if (ec) return IoError("export: create " + temp + ": " + ec.message());
-  torch::Tensor nodes = run->AllNodeEmbeddings();
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, run->AllNodeEmbeddings());
   torch::Tensor rels = run->relations().detach().contiguous();
   SLUICE_RETURN_IF_ERROR(WriteNpy(temp + "/nodes.npy", "<f4", {nodes.size(0), nodes.size(1)},
                                   nodes.data_ptr<float>(), nodes.numel() * 4));
@@ -1124,7 +1123,7 @@ Result<std::string> RunLpPredict(const std::string& run_dir, const std::string& 
   SLUICE_ASSIGN_OR_RETURN(int64_t h, find(node_names, head, "node"));
   SLUICE_ASSIGN_OR_RETURN(int64_t r, find(rel_names, relation, "relation"));
   torch::NoGradGuard guard;
-  torch::Tensor nodes = run->AllNodeEmbeddings();
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, run->AllNodeEmbeddings());
   torch::Tensor q = run->decoder().TailQuery(nodes[h].unsqueeze(0), run->relations().detach()[r].unsqueeze(0));
   torch::Tensor scores = run->decoder().ScoreAll(q, nodes).squeeze(0);
   auto top = scores.topk(std::min<int64_t>(k, static_cast<int64_t>(n)));

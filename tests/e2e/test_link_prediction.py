@@ -93,6 +93,13 @@ def test_eval_export_predict(sluice_bin, graph, tmp_path):
     assert len(pr.stdout.splitlines()) == 5
     bad = run(sluice_bin, "predict", str(tmp_path / "r"), "--head", "no-such-node", "--relation", "0")
     assert bad.returncode != 0 and "no node named 'no-such-node'" in bad.stderr
+    # A truncated checkpoint is one clear error, not a crash.
+    best = (tmp_path / "r/checkpoints/best").read_text().strip()
+    with open(tmp_path / "r/checkpoints" / best / "nodes.bin", "r+b") as f:
+        f.truncate(1000)
+    ev = run(sluice_bin, "eval", str(tmp_path / "r"))
+    assert ev.returncode == 1 and "size does not match the model" in ev.stderr
+    assert ev.stderr.count("\n") == 1
 
 
 def test_resume_after_interruption_gives_the_same_model(sluice_bin, graph, tmp_path):
