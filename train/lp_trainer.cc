@@ -54,8 +54,23 @@ struct LpStep {
   uint64_t begin = 0, end = 0;
 };
 
+// A buffer state of the schedule: its partitions (the blocks its steps need, the ranges of
+// their negatives) and the dataset ranges of its buckets' edges.
+struct LpState {
+  std::vector<BlockId> blocks;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) into edges.train.*
+  uint64_t edges = 0;
+  uint64_t group = 0;  // shuffle key
+};
+
+// The edges a state trains (read from the dataset when the state begins) and their order.
+struct StateEdges {
+  std::vector<int64_t> src, rel, dst;
+  std::vector<int64_t> order;  // a shuffle of [0, src.size())
+};
+
 struct TimeSplit {
-  double sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0;
+  double sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0, edges_s = 0;
 };
 
 class LpRun {
@@ -83,15 +98,17 @@ class LpRun {
   uint32_t num_partitions() const { return layout_.num_blocks(); }
   Status LoadEdges(const std::string& split, std::vector<int64_t>& src, std::vector<int64_t>& rel,
                    std::vector<int64_t>& dst) const;
-  // The epoch's steps, its edge order and, per buffer state, its partitions.
-  std::vector<LpStep> EpochSteps(uint64_t epoch, std::vector<int64_t>& order,
-                                 std::vector<std::vector<BlockId>>& states) const;
+  // The epoch's steps (edge positions within their state's order) and its buffer states.
+  std::vector<LpStep> EpochSteps(uint64_t epoch, std::vector<LpState>& states) const;
+  // Reads state `state`'s edges (the global shuffle: all edges, already in memory) and orders them.
+  Status LoadStateEdges(uint64_t epoch, const LpState& state, StateEdges& out);
+  Status ReadEdgeRange(int64_t begin, int64_t end, StateEdges& out);
   Status SetUpStorage();
   uint32_t EffectiveRunAhead(const std::vector<LpStep>& steps,
-                             const std::vector<std::vector<BlockId>>& states) const;
+                             const std::vector<LpState>& states) const;
   Status TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
                     double& loss_sum, uint64_t& edges, bool& interrupted);
-  double TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
+  double TrainStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
                    uint64_t index, const std::vector<BlockId>& blocks,
                    const std::vector<std::byte*>& block_base);
   Status Checkpoint(uint64_t epoch, uint64_t step_in_epoch);
@@ -101,8 +118,15 @@ class LpRun {
   Dataset dataset_;
   NodeTableLayout layout_;
   uint64_t num_relations_ = 0;  // including reciprocal ones
-  std::vector<int64_t> src_, rel_, dst_;
+  std::vector<int64_t> src_, rel_, dst_;  // all training edges: the global shuffle only
   std::vector<int64_t> buckets_;
+  uint64_t num_train_edges_ = 0;
+  struct EdgeFile {
+    File file;
+    DType dtype = DType::kInt64;
+  };
+  std::vector<EdgeFile> edge_files_;  // src, rel (may be absent), dst: the partition schedule
+  std::vector<std::byte> edge_scratch_;
   LpDecoder decoder_{"distmult"};
   torch::Tensor relations_;
   std::unique_ptr<torch::optim::Optimizer> rel_opt_;
@@ -158,8 +182,26 @@ Status LpRun::Open(bool training) {
   table_path_ = cfg_.run_dir + "/tables/nodes.bin";
   in_memory_ = cfg_.storage.mode == "in_memory";
   if (training) {
-    SLUICE_RETURN_IF_ERROR(LoadEdges("train", src_, rel_, dst_));
+    num_train_edges_ = m.edges.count("train") ? m.edges.at("train") : 0;
     SLUICE_ASSIGN_OR_RETURN(buckets_, dataset_.ReadInt64("edges.train.buckets"));
+    if (cfg_.train.schedule == "shuffle") {
+      SLUICE_RETURN_IF_ERROR(LoadEdges("train", src_, rel_, dst_));
+    } else {  // streamed per buffer state: only its buckets' edges are in memory
+      for (const char* column : {"src", "rel", "dst"}) {
+        const std::string role = std::string("edges.train.") + column;
+        if (!dataset_.Has(role)) {
+          edge_files_.emplace_back();
+          continue;
+        }
+        SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset_.File(role));
+        if (f->dtype != DType::kInt32 && f->dtype != DType::kInt64) {
+          return InvalidArgument("dataset " + cfg_.dataset + ": " + role + " is " +
+                                 DTypeName(f->dtype) + ", expected int32 or int64");
+        }
+        SLUICE_ASSIGN_OR_RETURN(File file, File::Open(dataset_.PathOf(*f), OpenMode::kRead, false));
+        edge_files_.push_back({std::move(file), f->dtype});
+      }
+    }
   }
   torch::manual_seed(cfg_.train.seed);
   relations_ = torch::empty({static_cast<int64_t>(num_relations_), cfg_.model.dim});
@@ -192,18 +234,18 @@ Status LpRun::Open(bool training) {
 // The partition schedule: per buffer state, the edges of its buckets shuffled together, in
 // batches; negatives come from the state's partitions (as Marius does). The global shuffle:
 // one permutation, in batches, one state holding every partition.
-std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& order,
-                                      std::vector<std::vector<BlockId>>& states) const {
+std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<LpState>& states) const {
   std::vector<LpStep> steps;
   const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
   const uint32_t p = num_partitions();
   states.clear();
   if (cfg_.train.schedule == "shuffle") {
-    states.emplace_back();
-    for (BlockId b = 0; b < p; ++b) states.back().push_back(b);
-    order = EpochPermutation(src_.size(), cfg_.train.seed, epoch);
-    for (uint64_t b = 0; b < order.size(); b += batch) {
-      steps.push_back({0, b, std::min<uint64_t>(b + batch, order.size())});
+    LpState all;
+    for (BlockId b = 0; b < p; ++b) all.blocks.push_back(b);
+    all.edges = src_.size();
+    states.push_back(all);
+    for (uint64_t b = 0; b < all.edges; b += batch) {
+      steps.push_back({0, b, std::min<uint64_t>(b + batch, all.edges)});
     }
     return steps;
   }
@@ -212,26 +254,69 @@ std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<int64_t>& orde
                                                                : OrderingKind::kRandomized,
                                  cfg_.train.seed + epoch);
   SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
-  order.clear();
-  order.reserve(src_.size());
   for (size_t g = 0; g < made->states.size(); ++g) {
-    const BufferState& state = made->states[g];
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> groups(1);
-    for (auto [i, j] : state.buckets) {
+    const BufferState& buffer = made->states[g];
+    LpState state;
+    for (auto [i, j] : buffer.buckets) {
       const int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
-      if (begin < end) groups[0].push_back({begin, end});
+      if (begin < end) {
+        state.ranges.push_back({begin, end});
+        state.edges += static_cast<uint64_t>(end - begin);
+      }
     }
-    if (groups[0].empty()) continue;
+    if (state.edges == 0) continue;
+    state.blocks.assign(buffer.resident.begin(), buffer.resident.end());
+    state.group = epoch * 1'000'003 + g;
     const uint32_t index = static_cast<uint32_t>(states.size());
-    states.emplace_back(state.resident.begin(), state.resident.end());
-    const uint64_t first = order.size();
-    auto shuffled = GroupedOrder(groups, cfg_.train.seed, epoch * 1'000'003 + g);
-    order.insert(order.end(), shuffled.begin(), shuffled.end());
-    for (uint64_t b = first; b < order.size(); b += batch) {
-      steps.push_back({index, b, std::min<uint64_t>(b + batch, order.size())});
+    for (uint64_t b = 0; b < state.edges; b += batch) {
+      steps.push_back({index, b, std::min<uint64_t>(b + batch, state.edges)});
     }
+    states.push_back(std::move(state));
   }
   return steps;
+}
+
+Status LpRun::ReadEdgeRange(int64_t begin, int64_t end, StateEdges& out) {
+  const uint64_t n = static_cast<uint64_t>(end - begin);
+  std::vector<int64_t>* columns[3] = {&out.src, &out.rel, &out.dst};
+  for (int c = 0; c < 3; ++c) {
+    std::vector<int64_t>& col = *columns[c];
+    const size_t base = col.size();
+    col.resize(base + n);
+    if (!edge_files_[c].file.valid()) continue;  // no relation column: relation 0
+    const uint32_t width = edge_files_[c].dtype == DType::kInt32 ? 4 : 8;
+    edge_scratch_.resize(n * width);
+    SLUICE_RETURN_IF_ERROR(PreadFull(edge_files_[c].file, edge_scratch_.data(), n * width,
+                                     static_cast<uint64_t>(begin) * width));
+    if (width == 8) {
+      std::memcpy(col.data() + base, edge_scratch_.data(), n * 8);
+    } else {
+      const int32_t* narrow = reinterpret_cast<const int32_t*>(edge_scratch_.data());
+      for (uint64_t i = 0; i < n; ++i) col[base + i] = narrow[i];
+    }
+  }
+  return Status::Ok();
+}
+
+Status LpRun::LoadStateEdges(uint64_t epoch, const LpState& state, StateEdges& out) {
+  if (cfg_.train.schedule == "shuffle") {
+    out.order = EpochPermutation(src_.size(), cfg_.train.seed, epoch);
+    return Status::Ok();
+  }
+  out.src.clear(), out.rel.clear(), out.dst.clear();
+  for (auto [begin, end] : state.ranges) SLUICE_RETURN_IF_ERROR(ReadEdgeRange(begin, end, out));
+  const int64_t n = static_cast<int64_t>(out.src.size());
+  const int64_t nodes = static_cast<int64_t>(layout_.num_nodes());
+  for (int64_t i = 0; i < n; ++i) {
+    if (out.src[i] < 0 || out.src[i] >= nodes || out.dst[i] < 0 || out.dst[i] >= nodes ||
+        out.rel[i] < 0 || static_cast<uint64_t>(out.rel[i]) >= std::max<uint64_t>(dataset_.manifest().num_relations, 1)) {
+      return Corruption("dataset " + cfg_.dataset + ": training edge " +
+                        std::to_string(state.ranges.front().first + i) + " has an id out of range");
+    }
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> one = {{{0, n}}};
+  out.order = GroupedOrder(one, cfg_.train.seed, state.group);
+  return Status::Ok();
 }
 
 Status LpRun::SetUpStorage() {
@@ -287,6 +372,28 @@ Status LpRun::SetUpStorage() {
                               " holds " + std::to_string(slots_) + " partition slots of " +
                               FormatBytes(layout_.block_bytes()));
   }
+  // The partition schedule holds one buffer state's edges at a time (3 columns and the order
+  // as int64, plus the read scratch): reserve for the largest state.
+  if (cfg_.train.schedule == "partitions") {
+    std::vector<LpState> states;
+    EpochSteps(0, states);
+    uint64_t most = 0;
+    for (const LpState& st : states) most = std::max(most, st.edges);
+    reserved_bytes_ += most * 40;
+    const uint64_t slot_bytes = AlignUp(layout_.block_bytes(), kDirectAlignBytes);
+    auto need = [&] { return reserved_bytes_ + uint64_t{slots_} * slot_bytes; };
+    while (need() > cfg_.storage.budget.value && cfg_.storage.slots == 0 && slots_ > resident_) {
+      --slots_;
+    }
+    if (need() > cfg_.storage.budget.value) {
+      return FailedPrecondition("the memory budget " + FormatBytes(cfg_.storage.budget.value) +
+                                " cannot hold " + std::to_string(slots_) + " partition slots of " +
+                                FormatBytes(slot_bytes) + " plus the largest buffer state's " +
+                                std::to_string(most) + " edges and the rest (" +
+                                FormatBytes(need()) + " in all); raise storage.budget or use more "
+                                "partitions");
+    }
+  }
   RowFileOptions ro = RowFileOptionsFrom(cfg_.io);
   SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
                                                 /*writable=*/true, ro));
@@ -300,9 +407,9 @@ Status LpRun::SetUpStorage() {
 // The largest run-ahead d (at most the configured one) such that every d + 1 consecutive steps
 // need at most `slots_` blocks together (the planner protects the blocks of the last d steps).
 uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps,
-                                  const std::vector<std::vector<BlockId>>& states) const {
+                                  const std::vector<LpState>& states) const {
   const uint32_t p = num_partitions();
-  auto blocks_of = [&](const LpStep& s, std::vector<BlockId>& out) { out = states[s.state]; };
+  auto blocks_of = [&](const LpStep& s, std::vector<BlockId>& out) { out = states[s.state].blocks; };
   std::vector<uint32_t> count(p, 0);
   uint32_t distinct = 0;
   uint64_t best = cfg_.storage.run_ahead;
@@ -320,7 +427,7 @@ uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps,
   return static_cast<uint32_t>(best);
 }
 
-double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, uint64_t epoch,
+double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
                         uint64_t index, const std::vector<BlockId>& blocks,
                         const std::vector<std::byte*>& block_base) {
   auto t0 = Clock::now();
@@ -332,11 +439,13 @@ double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, u
   const uint64_t q = reciprocal ? 2 * b : b;
   std::vector<int64_t> head(q), rel(q), tail(q);
   for (uint64_t i = 0; i < b; ++i) {
-    const int64_t e = order[step.begin + i];
-    head[i] = src_[e], rel[i] = rel_[e], tail[i] = dst_[e];
+    const int64_t e = edges.order[step.begin + i];
+    const std::vector<int64_t>& src = edges.src.empty() ? src_ : edges.src;
+    const std::vector<int64_t>& rl = edges.src.empty() ? rel_ : edges.rel;
+    const std::vector<int64_t>& dst = edges.src.empty() ? dst_ : edges.dst;
+    head[i] = src[e], rel[i] = rl[e], tail[i] = dst[e];
     if (reciprocal) {
-      head[b + i] = dst_[e], rel[b + i] = rel_[e] + static_cast<int64_t>(base_rel),
-                tail[b + i] = src_[e];
+      head[b + i] = dst[e], rel[b + i] = rl[e] + static_cast<int64_t>(base_rel), tail[b + i] = src[e];
     }
   }
   const uint32_t chunks = static_cast<uint32_t>(std::min<uint64_t>(tc.chunks, q));
@@ -517,9 +626,10 @@ double LpRun::TrainStep(const LpStep& step, const std::vector<int64_t>& order, u
 
 Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
                          double& loss_sum, uint64_t& edges, bool& interrupted) {
-  std::vector<int64_t> order;
-  std::vector<std::vector<BlockId>> states;
-  const std::vector<LpStep> steps = EpochSteps(epoch, order, states);
+  std::vector<LpState> states;
+  const std::vector<LpStep> steps = EpochSteps(epoch, states);
+  StateEdges state_edges;
+  uint32_t loaded_state = ~uint32_t{0};
   const uint32_t p = num_partitions();
   std::vector<std::byte*> block_base(p, nullptr);
   std::unique_ptr<BlockPrefetcher> prefetcher;
@@ -533,7 +643,7 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
         cache_.get(), po, [&, p](uint64_t t, std::vector<BlockId>& blocks) {
           if (t + first_step >= steps.size()) return false;
           const LpStep& s = steps[t + first_step];
-          blocks.insert(blocks.end(), states[s.state].begin(), states[s.state].end());
+          blocks.insert(blocks.end(), states[s.state].blocks.begin(), states[s.state].blocks.end());
           return true;
         });
     SLUICE_RETURN_IF_ERROR(prefetcher->Start());
@@ -544,7 +654,7 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
   }
   auto start = Clock::now();
   auto last_print = start;
-  const uint64_t total_edges = src_.size();
+  const uint64_t total_edges = num_train_edges_;
   uint64_t done_edges = 0;
   for (uint64_t i = 0; i < first_step && i < steps.size(); ++i) done_edges += steps[i].end - steps[i].begin;
   for (uint64_t s = first_step; s < steps.size(); ++s) {
@@ -557,15 +667,25 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
         prefetcher->Abort();
         return ready;
       }
-      for (BlockId b : states[step.state]) block_base[b] = cache_->block_data(b);
+      for (BlockId b : states[step.state].blocks) block_base[b] = cache_->block_data(b);
     }
-    loss_sum += TrainStep(step, order, epoch, s, states[step.state], block_base) *
+    if (step.state != loaded_state) {  // a new buffer state: read its edges
+      auto r = Clock::now();
+      Status read = LoadStateEdges(epoch, states[step.state], state_edges);
+      time_.edges_s += Since(r);
+      if (!read.ok()) {
+        if (prefetcher != nullptr) prefetcher->Abort();
+        return read;
+      }
+      loaded_state = step.state;
+    }
+    loss_sum += TrainStep(step, state_edges, epoch, s, states[step.state].blocks, block_base) *
                 static_cast<double>(step.end - step.begin);
     edges += step.end - step.begin;
     done_edges += step.end - step.begin;
     CrashPoint("step");
     if (prefetcher != nullptr) {
-      for (BlockId b : states[step.state]) cache_->MarkDirty(b);
+      for (BlockId b : states[step.state].blocks) cache_->MarkDirty(b);
       prefetcher->Computed(s - first_step);
     }
     ++steps_run_;
@@ -863,7 +983,8 @@ Status LpRun::Train(const LpTrainOptions& options) {
   SLUICE_RETURN_IF_ERROR(SetUpStorage());
   std::printf("sluice train: %s, %llu nodes, %llu relations, %zu training edges, %u partitions\n",
               cfg_.dataset.c_str(), static_cast<unsigned long long>(layout_.num_nodes()),
-              static_cast<unsigned long long>(num_relations_), src_.size(), num_partitions());
+              static_cast<unsigned long long>(num_relations_), static_cast<size_t>(num_train_edges_),
+              num_partitions());
   std::printf("  %s\n", plan.ToString().c_str());
   const uint64_t table_bytes = layout_.num_rows() * layout_.row_bytes;
   if (in_memory_) {
@@ -949,7 +1070,7 @@ Status LpRun::Train(const LpTrainOptions& options) {
       << FormatCount(static_cast<double>(total_edges) / std::max(train_s, 1e-9)) << " edges/s)\n"
       << "  compute thread: sampling+unique " << time_.sample_s << " s, gather " << time_.gather_s
       << " s, forward+backward " << time_.compute_s << " s, update " << time_.update_s
-      << " s, waiting for io " << time_.wait_s << " s\n"
+      << " s, waiting for io " << time_.wait_s << " s, reading edges " << time_.edges_s << " s\n"
       << "  prefetcher: planning " << plan_time_.busy_s << " s, io " << io_time_.busy_s
       << " s, io waiting for compute " << io_time_.wait_s << " s; partition loads "
       << plan_stats_.loads << ", write-backs " << plan_stats_.write_backs << "\n"
