@@ -40,6 +40,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fb15k", type=pathlib.Path, help="FB15k-237 dataset (4 partitions)")
     p.add_argument("--g20m", type=pathlib.Path, help="generated 20M-edge dataset (16 partitions)")
+    p.add_argument("--g100m", type=pathlib.Path,
+                   help="generated 100M-edge dataset (32 partitions; configs/scale_g100m.yaml)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2, help="FB15k-237 epochs per round (first dropped)")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/release/train/sluice")
@@ -55,8 +57,17 @@ def main() -> int:
                      [f"dataset={args.g20m}"], 71.0),
                     ("20M edges, in memory, same schedule", "marius_g20m.yaml",
                      [f"dataset={args.g20m}", "storage.mode=in_memory"], 71.0)]
+    pairs = []  # (out-of-core index, in-memory index) whose tables must be identical
+    if args.g20m:
+        pairs.append((len(configs) - 2, len(configs) - 1))
+    if args.g100m:
+        configs += [("100M edges, d=100, out of core, 2.5 GiB budget", "scale_g100m.yaml",
+                     [f"dataset={args.g100m}"], None),
+                    ("100M edges, d=100, in memory, same schedule", "scale_g100m.yaml",
+                     [f"dataset={args.g100m}", "storage.mode=in_memory"], None)]
+        pairs.append((len(configs) - 2, len(configs) - 1))
     if not configs:
-        p.error("give --fb15k and/or --g20m")
+        p.error("give --fb15k, --g20m and/or --g100m")
     times = {name: [] for name, *_ in configs}
     edges = {}
     with tempfile.TemporaryDirectory(dir=ROOT / "runs" if (ROOT / "runs").exists() else None) as tmp:
@@ -68,22 +79,23 @@ def main() -> int:
                 times[name].append(last["epoch_s"])
                 edges[name] = last["edges_per_s"] * last["epoch_s"]
                 print(f"round {r + 1}: {name}: {last['epoch_s']:.2f} s", file=sys.stderr)
-            if args.g20m:
-                n = len(configs)
-                same = filecmp.cmp(pathlib.Path(tmp) / f"{n - 2}-{r}/tables/nodes.bin",
-                                   pathlib.Path(tmp) / f"{n - 1}-{r}/tables/nodes.bin", shallow=False)
-                print(f"round {r + 1}: 20M-edge tables out of core == in memory: {same}", file=sys.stderr)
+            for a, b in pairs:
+                same = filecmp.cmp(pathlib.Path(tmp) / f"{a}-{r}/tables/nodes.bin",
+                                   pathlib.Path(tmp) / f"{b}-{r}/tables/nodes.bin", shallow=False)
+                print(f"round {r + 1}: {configs[a][0]}: table == in memory: {same}", file=sys.stderr)
                 if not same:
                     sys.exit("lp_bench: the out-of-core table differs from the in-memory one")
     print(f"\nlink prediction, medians of {args.rounds} rounds (epoch time of the last epoch)\n")
     print("| configuration | epoch s | edges/s | Marius epoch s | vs Marius |\n|---|---:|---:|---:|---:|")
     for name, _, _, marius in configs:
         m = statistics.median(times[name])
-        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {marius} | {marius / m:.2f}x |")
-    if args.g20m:
-        ooc = statistics.median(times[configs[-2][0]])
-        mem = statistics.median(times[configs[-1][0]])
-        print(f"\n20M edges: out-of-core / in-memory epoch time = {ooc / mem:.2f} (tables identical)")
+        vs = f"{marius} | {marius / m:.2f}x" if marius else "- | -"
+        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {vs} |")
+    for a, b in pairs:
+        ooc = statistics.median(times[configs[a][0]])
+        mem = statistics.median(times[configs[b][0]])
+        print(f"\n{configs[a][0]}: out-of-core / in-memory epoch time = {ooc / mem:.2f} "
+              "(tables identical)")
     return 0
 
 
