@@ -438,11 +438,12 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   // Queries: (head, relation, tail) per edge, plus (tail, r^-1, head) when reciprocal.
   const uint64_t q = reciprocal ? 2 * b : b;
   std::vector<int64_t> head(q), rel(q), tail(q);
+  // The state's streamed edges, or (global shuffle) every edge held in memory.
+  const std::vector<int64_t>& src = edges.src.empty() ? src_ : edges.src;
+  const std::vector<int64_t>& rl = edges.src.empty() ? rel_ : edges.rel;
+  const std::vector<int64_t>& dst = edges.src.empty() ? dst_ : edges.dst;
   for (uint64_t i = 0; i < b; ++i) {
     const int64_t e = edges.order[step.begin + i];
-    const std::vector<int64_t>& src = edges.src.empty() ? src_ : edges.src;
-    const std::vector<int64_t>& rl = edges.src.empty() ? rel_ : edges.rel;
-    const std::vector<int64_t>& dst = edges.src.empty() ? dst_ : edges.dst;
     head[i] = src[e], rel[i] = rl[e], tail[i] = dst[e];
     if (reciprocal) {
       head[b + i] = dst[e], rel[b + i] = rl[e] + static_cast<int64_t>(base_rel), tail[b + i] = src[e];
