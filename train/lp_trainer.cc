@@ -439,14 +439,15 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   const uint64_t q = reciprocal ? 2 * b : b;
   std::vector<int64_t> head(q), rel(q), tail(q);
   // The state's streamed edges, or (global shuffle) every edge held in memory.
-  const std::vector<int64_t>& src = edges.src.empty() ? src_ : edges.src;
-  const std::vector<int64_t>& rl = edges.src.empty() ? rel_ : edges.rel;
-  const std::vector<int64_t>& dst = edges.src.empty() ? dst_ : edges.dst;
+  const std::vector<int64_t>& e_src = edges.src.empty() ? src_ : edges.src;
+  const std::vector<int64_t>& e_rel = edges.src.empty() ? rel_ : edges.rel;
+  const std::vector<int64_t>& e_dst = edges.src.empty() ? dst_ : edges.dst;
   for (uint64_t i = 0; i < b; ++i) {
     const int64_t e = edges.order[step.begin + i];
-    head[i] = src[e], rel[i] = rl[e], tail[i] = dst[e];
+    head[i] = e_src[e], rel[i] = e_rel[e], tail[i] = e_dst[e];
     if (reciprocal) {
-      head[b + i] = dst[e], rel[b + i] = rl[e] + static_cast<int64_t>(base_rel), tail[b + i] = src[e];
+      head[b + i] = e_dst[e], rel[b + i] = e_rel[e] + static_cast<int64_t>(base_rel),
+                tail[b + i] = e_src[e];
     }
   }
   const uint32_t chunks = static_cast<uint32_t>(std::min<uint64_t>(tc.chunks, q));
