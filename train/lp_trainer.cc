@@ -220,7 +220,6 @@ Status LpRun::Open(bool training) {
       }
     }
   }
-  torch::manual_seed(cfg_.train.seed);
   relations_ = torch::empty({static_cast<int64_t>(num_relations_), cfg_.model.dim});
   {
     // Pure function of the seed, like the node rows.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,37 +54,42 @@ int RunInfo(const std::string& dir, bool verify) {
   return 0;
 }
 
-int RunDemo(const std::string& config_path, const std::vector<std::string>& overrides,
-            bool print_config) {
-  StorageDemoConfig config;
-  Status s = LoadConfig(config_path, overrides, config);
+// Loads a command's config; returns an exit code when the command is done already (a bad
+// config, or --print-config), nothing when it should run.
+template <class Config>
+std::optional<int> LoadCommandConfig(const std::string& path,
+                                     const std::vector<std::string>& overrides, bool print_config,
+                                     Config& config) {
+  Status s = LoadConfig(path, overrides, config);
   if (!s.ok()) return Fail(s);
   if (print_config) {
     std::printf("%s", DumpConfig(config).c_str());
     return 0;
   }
+  return std::nullopt;
+}
+
+int RunDemo(const std::string& config_path, const std::vector<std::string>& overrides,
+            bool print_config) {
+  StorageDemoConfig config;
+  if (auto done = LoadCommandConfig(config_path, overrides, print_config, config)) return *done;
   ThreadPlan plan = MakeThreadPlan(config.threads, OnlineCores());
   auto handle = ApplyThreadPlan(plan);
   ApplyTorchThreads(plan);
   std::printf("%s\n", plan.ToString().c_str());
-  s = RunStorageDemo(config);
+  Status s = RunStorageDemo(config);
   return s.ok() ? 0 : Fail(s);
 }
 
 int RunTrain(const std::string& config_path, const std::vector<std::string>& overrides,
              bool print_config, bool resume) {
   LpConfig config;
-  Status s = LoadConfig(config_path, overrides, config);
-  if (!s.ok()) return Fail(s);
-  if (print_config) {
-    std::printf("%s", DumpConfig(config).c_str());
-    return 0;
-  }
+  if (auto done = LoadCommandConfig(config_path, overrides, print_config, config)) return *done;
   LpTrainOptions options;
   options.resume = resume;
   // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
   if (const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS")) options.stop_after_steps = std::atoll(stop);
-  s = RunLpTrain(config, options);
+  Status s = RunLpTrain(config, options);
   return s.ok() ? 0 : Fail(s);
 }
 
