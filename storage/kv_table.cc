@@ -7,6 +7,8 @@
 #include <rocksdb/write_batch.h>
 
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "storage/file.h"
 
@@ -22,6 +24,25 @@ void EncodeKey(uint64_t key, char out[8]) {
     out[i] = static_cast<char>(key & 0xff);
     key >>= 8;
   }
+}
+
+// (table, id): the table's 4 bytes, then the id's 8, big-endian.
+void EncodeKey(const TableKey& key, char out[12]) {
+  uint32_t t = key.table;
+  for (int i = 3; i >= 0; --i) {
+    out[i] = static_cast<char>(t & 0xff);
+    t >>= 8;
+  }
+  EncodeKey(key.id, out + 4);
+}
+
+template <typename K>
+constexpr size_t KeyBytes() {
+  return std::is_same_v<K, TableKey> ? 12 : 8;
+}
+std::string KeyName(uint64_t key) { return std::to_string(key); }
+std::string KeyName(const TableKey& key) {
+  return std::to_string(key.id) + " of table " + std::to_string(key.table);
 }
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -85,8 +106,9 @@ Result<std::unique_ptr<KvTable>> KvTable::Open(const std::string& path, uint32_t
   return kv;
 }
 
-Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
-                         std::vector<bool>& found) const {
+template <typename K>
+Status KvTable::MultiGetImpl(std::span<const K> keys, std::byte* out,
+                             std::vector<bool>& found) const {
   const size_t n = keys.size();
   found.assign(n, false);
   if (n == 0) return Status::Ok();
@@ -95,22 +117,22 @@ Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
   thread_local std::vector<rocksdb::Slice> slices;
   thread_local std::vector<rocksdb::PinnableSlice> values;
   thread_local std::vector<rocksdb::Status> statuses;
-  key_bytes.resize(n * 8);
+  key_bytes.resize(n * KeyBytes<K>());
   slices.resize(n);
   values.resize(n);
   statuses.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    EncodeKey(keys[i], &key_bytes[i * 8]);
-    slices[i] = rocksdb::Slice(&key_bytes[i * 8], 8);
+    EncodeKey(keys[i], &key_bytes[i * KeyBytes<K>()]);
+    slices[i] = rocksdb::Slice(&key_bytes[i * KeyBytes<K>()], KeyBytes<K>());
   }
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(),
                 values.data(), statuses.data());
   for (size_t i = 0; i < n; ++i) {
     if (statuses[i].IsNotFound()) continue;
     SLUICE_RETURN_IF_ERROR(
-        FromRocks(statuses[i], "get key " + std::to_string(keys[i]) + " from " + path_));
+        FromRocks(statuses[i], "get key " + KeyName(keys[i]) + " from " + path_));
     if (values[i].size() != row_bytes_) {
-      return Corruption("kv table " + path_ + ": key " + std::to_string(keys[i]) + " holds " +
+      return Corruption("kv table " + path_ + ": key " + KeyName(keys[i]) + " holds " +
                         std::to_string(values[i].size()) + " bytes, expected " +
                         std::to_string(row_bytes_));
     }
@@ -121,18 +143,34 @@ Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
   return Status::Ok();
 }
 
-Status KvTable::Write(std::span<const uint64_t> keys, const std::byte* rows) {
+template <typename K>
+Status KvTable::WriteImpl(std::span<const K> keys, const std::byte* rows) {
   rocksdb::WriteBatch batch;
-  char key[8];
+  char key[12];
   for (size_t i = 0; i < keys.size(); ++i) {
     EncodeKey(keys[i], key);
-    batch.Put(rocksdb::Slice(key, 8),
+    batch.Put(rocksdb::Slice(key, KeyBytes<K>()),
               rocksdb::Slice(reinterpret_cast<const char*>(rows + i * row_bytes_), row_bytes_));
   }
   rocksdb::WriteOptions options;
   options.disableWAL = !wal_;
   return FromRocks(db_->Write(options, &batch), "write " + std::to_string(keys.size()) +
                                                     " rows to kv table " + path_);
+}
+
+Status KvTable::MultiGet(std::span<const uint64_t> keys, std::byte* out,
+                         std::vector<bool>& found) const {
+  return MultiGetImpl(keys, out, found);
+}
+Status KvTable::MultiGet(std::span<const TableKey> keys, std::byte* out,
+                         std::vector<bool>& found) const {
+  return MultiGetImpl(keys, out, found);
+}
+Status KvTable::Write(std::span<const uint64_t> keys, const std::byte* rows) {
+  return WriteImpl(keys, rows);
+}
+Status KvTable::Write(std::span<const TableKey> keys, const std::byte* rows) {
+  return WriteImpl(keys, rows);
 }
 
 Status KvTable::Flush() {

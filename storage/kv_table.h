@@ -21,6 +21,14 @@ class Cache;
 
 namespace sluice {
 
+// A row of one of several tables sharing a KvTable: stored under the 12-byte key (table, id),
+// big-endian, so one RocksDB instance (one block cache, one set of memtables) holds them all.
+struct TableKey {
+  uint64_t id = 0;
+  uint32_t table = 0;
+  bool operator==(const TableKey&) const = default;
+};
+
 struct KvTableOptions {
   uint64_t block_cache_bytes = 64ull << 20;
   uint64_t memtable_bytes = 32ull << 20;  // per memtable; up to two exist at once
@@ -47,6 +55,9 @@ class KvTable {
   Status MultiGet(std::span<const uint64_t> keys, std::byte* out, std::vector<bool>& found) const;
   // Puts rows + i * row_bytes under keys[i], atomically as one batch.
   Status Write(std::span<const uint64_t> keys, const std::byte* rows);
+  // The same for rows keyed by (table, id).
+  Status MultiGet(std::span<const TableKey> keys, std::byte* out, std::vector<bool>& found) const;
+  Status Write(std::span<const TableKey> keys, const std::byte* rows);
   // Makes every write so far durable (flushes memtables to table files).
   Status Flush();
   // Memory the table holds now: block cache, memtables, table readers.
@@ -56,6 +67,11 @@ class KvTable {
   const std::string& path() const { return path_; }
 
  private:
+  template <typename K>
+  Status MultiGetImpl(std::span<const K> keys, std::byte* out, std::vector<bool>& found) const;
+  template <typename K>
+  Status WriteImpl(std::span<const K> keys, const std::byte* rows);
+
   KvTable(std::string path, uint32_t row_bytes, rocksdb::DB* db,
           std::shared_ptr<rocksdb::Cache> cache, bool wal);
 

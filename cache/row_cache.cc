@@ -1,0 +1,248 @@
+#include "cache/row_cache.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace sluice {
+
+uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps,
+                         uint64_t max_rows_per_step) {
+  return (uint64_t{window_steps} + protect_steps + 1) * max_rows_per_step;
+}
+
+void RowStepPlan::Clear() {
+  slots.clear();
+  load_keys.clear();
+  load_slots.clear();
+  write_keys.clear();
+  write_slots.clear();
+}
+
+RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
+  SLUICE_CHECK(options.kind == PlannerKind::kOracle || options.kind == PlannerKind::kLru,
+               "the row cache plans with oracle or lru");
+  if (options_.kind == PlannerKind::kLru) options_.window_steps = 0;
+  uint64_t n = 1024;
+  while (n < 2 * options_.capacity_rows + 2) n *= 2;
+  table_.resize(n);
+  mask_ = n - 1;
+  free_slots_.reserve(options_.capacity_rows);
+  for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
+}
+
+uint64_t RowCache::Hash(const RowKey& k) {
+  uint64_t x = k.id ^ (uint64_t{k.table} * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  return x;
+}
+
+RowCache::Entry* RowCache::Find(const RowKey& k) {
+  for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
+    Entry& e = table_[i];
+    if (!e.used) return nullptr;
+    if (e.key == k) return &e;
+  }
+}
+
+RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
+  if (2 * (size_ + 1) > table_.size()) Grow();
+  for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
+    Entry& e = table_[i];
+    if (!e.used) {
+      e = Entry{};
+      e.key = k;
+      e.used = true;
+      ++size_;
+      return e;
+    }
+    if (e.key == k) return e;
+  }
+}
+
+void RowCache::Grow() {
+  std::vector<Entry> old = std::move(table_);
+  table_.assign(old.size() * 2, Entry{});
+  mask_ = table_.size() - 1;
+  for (const Entry& e : old) {
+    if (!e.used) continue;
+    uint64_t i = Hash(e.key) & mask_;
+    while (table_[i].used) i = (i + 1) & mask_;
+    table_[i] = e;
+  }
+}
+
+// Backward-shift deletion: later entries of the probe run move up so lookups never stop early.
+void RowCache::Erase(Entry* e) {
+  uint64_t hole = static_cast<uint64_t>(e - table_.data());
+  table_[hole].used = false;
+  --size_;
+  for (uint64_t i = (hole + 1) & mask_; table_[i].used; i = (i + 1) & mask_) {
+    const uint64_t home = Hash(table_[i].key) & mask_;
+    // Move entry i into the hole if its home is not in the cyclic range (hole, i].
+    const bool in_range = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!in_range) {
+      table_[hole] = table_[i];
+      table_[i].used = false;
+      hole = i;
+    }
+  }
+}
+
+void RowCache::MaybeErase(Entry* e) {
+  if (e->slot == kNoSlot && e->pending == 0) Erase(e);
+}
+
+void RowCache::PushCandidate(const Entry& e) {
+  uint64_t priority = e.last_step;
+  if (options_.kind == PlannerKind::kOracle) {
+    priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFF)} << 40) |
+               (e.last_step & ((uint64_t{1} << 40) - 1));
+  }
+  heap_.push_back(Candidate{priority, e.key, e.last_step});
+  std::push_heap(heap_.begin(), heap_.end());
+}
+
+void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
+  for (const RowKey& k : rows) {
+    Entry* e = Find(k);
+    if (e != nullptr && e->slot != kNoSlot && e->last_step == step) PushCandidate(*e);
+  }
+}
+
+void RowCache::Append(std::span<const RowKey> rows) {
+  if (options_.kind != PlannerKind::kOracle) return;
+  for (const RowKey& k : rows) ++FindOrInsert(k).pending;
+  window_.emplace_back(rows.begin(), rows.end());
+}
+
+void RowCache::DropWindow() {
+  for (const auto& rows : window_) {
+    for (const RowKey& k : rows) {
+      Entry* e = Find(k);
+      SLUICE_CHECK(e != nullptr && e->pending > 0, "row cache: window out of sync");
+      if (--e->pending == 0) {
+        if (e->slot != kNoSlot) {
+          PushCandidate(*e);
+        } else {
+          Erase(e);
+        }
+      }
+    }
+  }
+  window_.clear();
+}
+
+void RowCache::ReleaseProtected() {
+  while (!protected_.empty()) {
+    ReleaseStep(protected_.front(), protected_first_);
+    protected_.pop_front();
+    ++protected_first_;
+  }
+  protected_first_ = step_;
+}
+
+Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
+  if (!free_slots_.empty()) {
+    const uint32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end());
+    const Candidate c = heap_.back();
+    heap_.pop_back();
+    Entry* e = Find(c.key);
+    if (e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step) continue;  // stale
+    if (options_.kind == PlannerKind::kOracle && e->pending > 0) continue;  // used in the window
+    const uint32_t slot = e->slot;
+    ++stats_.evictions;
+    if (e->dirty) {
+      out.write_keys.push_back(e->key);
+      out.write_slots.push_back(slot);
+      ++stats_.write_backs;
+    }
+    e->slot = kNoSlot;
+    e->dirty = false;
+    --resident_;
+    MaybeErase(e);
+    return slot;
+  }
+  return FailedPrecondition(
+      "row cache of " + std::to_string(options_.capacity_rows) + " rows is full at step " +
+      std::to_string(step_) + ": every resident row is used within the window of " +
+      std::to_string(options_.window_steps) + " steps or by the " +
+      std::to_string(options_.protect_steps) +
+      " steps in flight; raise storage.budget or lower storage.window");
+}
+
+Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
+  out.Clear();
+  const bool oracle = options_.kind == PlannerKind::kOracle;
+  if (oracle) {
+    if (window_.empty() || window_.front().size() != rows.size()) {
+      return FailedPrecondition("row cache: step " + std::to_string(step_) + " was not appended before planning");
+    }
+  }
+  // Steps before t - d have computed: their rows may be evicted now.
+  while (protected_.size() > options_.protect_steps) {
+    ReleaseStep(protected_.front(), protected_first_);
+    protected_.pop_front();
+    ++protected_first_;
+  }
+  const uint64_t t = step_;
+  out.slots.resize(rows.size());
+  // Pass 1: every row of the step is marked used now, so pass 2 never evicts one of them.
+  std::vector<uint32_t>& missing = missing_;
+  missing.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Entry& e = FindOrInsert(rows[i]);
+    if (oracle) --e.pending;
+    e.last_step = t;
+    ++e.uses;
+    if (writes) e.dirty = true;
+    if (e.slot != kNoSlot) {
+      out.slots[i] = e.slot;
+      ++stats_.hits;
+    } else {
+      missing.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  for (uint32_t i : missing) {
+    SLUICE_ASSIGN_OR_RETURN(const uint32_t slot, TakeSlot(out));
+    Entry* e = Find(rows[i]);  // TakeSlot may have moved entries
+    e->slot = slot;
+    ++resident_;
+    out.slots[i] = slot;
+    out.load_keys.push_back(rows[i]);
+    out.load_slots.push_back(slot);
+  }
+  stats_.loads += missing.size();
+  stats_.accesses += rows.size();
+  ++stats_.steps;
+  if (oracle) window_.pop_front();
+  protected_.emplace_back(rows.begin(), rows.end());
+  ++step_;
+  return Status::Ok();
+}
+
+void RowCache::DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const {
+  keys.clear();
+  slots.clear();
+  for (const Entry& e : table_) {
+    if (e.used && e.slot != kNoSlot && e.dirty) {
+      keys.push_back(e.key);
+      slots.push_back(e.slot);
+    }
+  }
+}
+
+void RowCache::MarkAllClean() {
+  for (Entry& e : table_) {
+    if (e.used) e.dirty = false;
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,132 @@
+#pragma once
+// RowCache: a row-granular cache for tables addressed by (table, id) keys: the recommendation
+// workload's embedding rows (Bagpipe's oracle cacher). It decides, step by step, which rows to
+// load into which arena slots and which resident rows to evict (writing dirty ones back); it
+// does no io itself (prefetch/RowPrefetcher runs the plan).
+//
+//   oracle: steps are appended `window` steps before they are planned, so the cache knows which
+//           rows the next W steps use. A row used within the window is never evicted. Among the
+//           others it evicts the row used least often so far, then the least recently used
+//           (on Zipf-skewed ids past frequency is the best predictor of reuse beyond the
+//           window).
+//   lru:    evicts the least recently used row; no lookahead (window 0).
+//
+// Run-ahead: step t is planned with protect_steps = d, so it only evicts rows last used at or
+// before step t - d - 1; its io may then be issued as soon as compute has finished that step.
+//
+// Capacity: the arena must hold every row of the steps in the window and in flight; Plan fails
+// (FailedPrecondition, naming the numbers) when it cannot. MinCapacityRows says how many rows
+// that takes at most.
+//
+// Thread safety: none (one planner thread).
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/planner.h"
+#include "common/status.h"
+#include "storage/kv_table.h"
+
+namespace sluice {
+
+using RowKey = TableKey;
+
+struct RowCacheOptions {
+  PlannerKind kind = PlannerKind::kOracle;  // oracle or lru
+  uint64_t capacity_rows = 0;
+  uint32_t window_steps = 0;   // oracle lookahead (ignored by lru)
+  uint32_t protect_steps = 0;  // rows of the last d planned steps stay resident
+};
+
+// Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
+uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps, uint64_t max_rows_per_step);
+
+struct RowStepPlan {
+  std::vector<uint32_t> slots;       // per row of the step (in the caller's order): its slot
+  std::vector<RowKey> load_keys;     // rows to load, and their slots
+  std::vector<uint32_t> load_slots;
+  std::vector<RowKey> write_keys;    // evicted dirty rows to write back first, and their slots
+  std::vector<uint32_t> write_slots;
+  void Clear();
+};
+
+struct RowCacheStats {
+  uint64_t steps = 0;
+  uint64_t accesses = 0;  // distinct rows per step, summed
+  uint64_t hits = 0;
+  uint64_t loads = 0;
+  uint64_t evictions = 0;
+  uint64_t write_backs = 0;
+};
+
+class RowCache {
+ public:
+  explicit RowCache(const RowCacheOptions& options);
+
+  const RowCacheOptions& options() const { return options_; }
+  // Appends the next step's distinct rows to the lookahead window (oracle; lru ignores it).
+  // Steps must be planned in the order they were appended.
+  void Append(std::span<const RowKey> rows);
+  // Steps appended and not yet planned.
+  uint64_t appended_unplanned() const { return window_.size(); }
+  // Plans the next step: its distinct rows (as appended, when oracle; no row twice), whether it
+  // writes them (training marks them dirty; evaluation only reads).
+  Status Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out);
+  // Forgets appended steps that will not be planned (a pass stopped early).
+  void DropWindow();
+  // Every planned step has computed: protected rows become evictable.
+  void ReleaseProtected();
+  // Dirty resident rows (to flush); MarkClean after they are written.
+  void DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const;
+  void MarkAllClean();
+  uint64_t resident_rows() const { return resident_; }
+  uint64_t next_step() const { return step_; }
+  const RowCacheStats& stats() const { return stats_; }
+
+ private:
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  struct Entry {
+    RowKey key;
+    uint32_t slot = kNoSlot;
+    uint32_t pending = 0;    // appended, unplanned steps that use it
+    uint32_t uses = 0;       // planned steps that used it
+    uint64_t last_step = 0;  // last planned step that used it
+    bool used = false;       // slot occupied in the table
+    bool dirty = false;
+  };
+  struct Candidate {
+    uint64_t priority;  // smaller = evict first
+    RowKey key;
+    uint64_t last_step;
+    bool operator<(const Candidate& o) const { return priority > o.priority; }  // min-heap
+  };
+
+  static uint64_t Hash(const RowKey& k);
+  Entry* Find(const RowKey& k);
+  Entry& FindOrInsert(const RowKey& k);
+  void Erase(Entry* e);
+  void Grow();
+  void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
+  void PushCandidate(const Entry& e);
+  void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
+  Result<uint32_t> TakeSlot(RowStepPlan& out);
+
+  RowCacheOptions options_;
+  std::vector<Entry> table_;  // open addressing, linear probing, power-of-two size
+  uint64_t mask_ = 0;
+  uint64_t size_ = 0;
+  std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
+  std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps
+  uint64_t protected_first_ = 0;               // the step of protected_.front()
+  std::vector<Candidate> heap_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> missing_;  // scratch of Plan
+  uint64_t resident_ = 0;
+  uint64_t step_ = 0;
+  RowCacheStats stats_;
+};
+
+}  // namespace sluice
