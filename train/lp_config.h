@@ -125,6 +125,7 @@ struct LpConfig {
   // OpenMP and OpenBLAS pools spin against each other on small matrix products.)
   LpConfig() { threads.compute = 1; }
 
+  std::string task = "link_prediction";
   std::string dataset;
   std::string run_dir = "runs/lp";
   int checkpoint_every = 1;  // epochs (0: only at the end)
@@ -138,6 +139,8 @@ struct LpConfig {
 
   template <class V>
   void VisitFields(V& v) {
+    v.Field("task", task, "link_prediction (or recommendation: see configs/movielens_dlrm.yaml)",
+            OneOf({"link_prediction"}));
     v.Field("dataset", dataset, "dataset directory (written by scripts/sluice_prep.py)");
     v.Field("run_dir", run_dir, "run directory: tables, checkpoints, metrics, summary");
     v.Field("checkpoint_every", checkpoint_every, "checkpoint every N epochs (0: at the end only)",

@@ -30,6 +30,7 @@
 #include "storage/row_file.h"
 #include "train/lp_model.h"
 #include "train/node_table.h"
+#include "train/row_optimizers.h"
 #include "train/run_dir.h"
 #include "train/torch_runtime.h"
 
@@ -41,23 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Row-wise Adagrad on rows [begin, end): state += g^2; value -= lr g / (sqrt(state) + eps).
-// Built twice (AVX2 and baseline x86-64) and picked at load time, so it vectorises 8 wide
-// where the CPU allows without requiring it.
-__attribute__((target_clones("avx2", "default"))) void AdagradRows(
-    float* const* rows, const float* g, int64_t begin, int64_t end, int64_t d, float lr) {
-  for (int64_t i = begin; i < end; ++i) {
-    float* __restrict value = rows[i];
-    float* __restrict state = value + d;
-    const float* __restrict gi = g + i * d;
-    for (int64_t j = 0; j < d; ++j) {
-      const float s = state[j] + gi[j] * gi[j];
-      state[j] = s;
-      value[j] -= lr * gi[j] / (std::sqrt(s) + 1e-10f);
-    }
-  }
 }
 
 std::atomic<bool> g_interrupted{false};

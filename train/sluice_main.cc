@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "common/thread_plan.h"
 #include "common/version.h"
 #include "storage/dataset.h"
+#include "train/dlrm_trainer.h"
 #include "train/lp_trainer.h"
 #include "train/storage_demo.h"
 #include "train/torch_runtime.h"
@@ -81,19 +83,64 @@ int RunDemo(const std::string& config_path, const std::vector<std::string>& over
   return s.ok() ? 0 : Fail(s);
 }
 
+// The task a config (with its overrides) asks for: its `task` key, link_prediction by default.
+Result<std::string> ConfigTask(const std::string& path, const std::vector<std::string>& overrides) {
+  SLUICE_ASSIGN_OR_RETURN(ConfigNode root, ParseConfigFile(path));
+  for (const std::string& o : overrides) {
+    if (o.rfind("task=", 0) == 0) return o.substr(5);
+  }
+  if (root.kind == ConfigNode::Kind::kMap) {
+    if (ConfigNode* task = root.Find("task"); task != nullptr && task->kind == ConfigNode::Kind::kScalar) {
+      return task->scalar;
+    }
+  }
+  return std::string("link_prediction");
+}
+
+// The task of a run directory (its config.yaml).
+Result<std::string> RunTask(const std::string& run_dir) {
+  const std::string path = run_dir + "/config.yaml";
+  if (!std::filesystem::exists(path)) return NotFound(path + ": not a run directory (no config.yaml)");
+  return ConfigTask(path, {});
+}
+
 int RunTrain(const std::string& config_path, const std::vector<std::string>& overrides,
              bool print_config, bool resume) {
+  auto task = ConfigTask(config_path, overrides);
+  if (!task.ok()) return Fail(task.status());
+  // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
+  const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS");
+  if (*task == "recommendation") {
+    DlrmConfig config;
+    if (auto done = LoadCommandConfig(config_path, overrides, print_config, config)) return *done;
+    DlrmTrainOptions options;
+    options.resume = resume;
+    if (stop != nullptr) options.stop_after_steps = std::atoll(stop);
+    Status s = RunDlrmTrain(config, options);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*task != "link_prediction") {
+    return Fail(InvalidArgument(config_path + ": task '" + *task +
+                                "' is not one of link_prediction, recommendation"));
+  }
   LpConfig config;
   if (auto done = LoadCommandConfig(config_path, overrides, print_config, config)) return *done;
   LpTrainOptions options;
   options.resume = resume;
-  // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
-  if (const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS")) options.stop_after_steps = std::atoll(stop);
+  if (stop != nullptr) options.stop_after_steps = std::atoll(stop);
   Status s = RunLpTrain(config, options);
   return s.ok() ? 0 : Fail(s);
 }
 
 int RunEval(const std::string& run_dir, const std::string& split) {
+  auto task = RunTask(run_dir);
+  if (!task.ok()) return Fail(task.status());
+  if (*task == "recommendation") {
+    auto m = RunDlrmEval(run_dir, split);
+    if (!m.ok()) return Fail(m.status());
+    std::printf("%s %s\n", split.c_str(), m->ToString().c_str());
+    return 0;
+  }
   auto m = RunLpEval(run_dir, split);
   if (!m.ok()) return Fail(m.status());
   std::printf("%s %s\n", split.c_str(), m->ToString().c_str());
@@ -144,13 +191,16 @@ int Main(int argc, char** argv) {
   exp->add_option("RUN_DIR", run_dir, "run directory")->required();
   exp->add_option("--out", out_dir, "output directory (must not exist)")->required();
 
-  auto* predict = app.add_subcommand("predict", "the k best tails of a head and relation");
-  std::string head, relation;
+  auto* predict = app.add_subcommand(
+      "predict", "link prediction: the k best tails of a head and relation; recommendation: "
+                 "click probabilities of the first k samples of a split");
+  std::string head, relation, predict_split = "test";
   int k = 10;
   predict->add_option("RUN_DIR", run_dir, "run directory")->required();
-  predict->add_option("--head", head, "head node, by original id or name")->required();
-  predict->add_option("--relation", relation, "relation, by original id or name")->required();
-  predict->add_option("-k", k, "how many tails")->check(CLI::Range(1, 1000000));
+  predict->add_option("--head", head, "head node, by original id or name (link prediction)");
+  predict->add_option("--relation", relation, "relation, by original id or name (link prediction)");
+  predict->add_option("--split", predict_split, "split whose samples to score (recommendation)");
+  predict->add_option("-k", k, "how many tails or samples")->check(CLI::Range(1, 100000000));
 
   try {
     app.parse(argc, argv);
@@ -163,12 +213,25 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("train")) return RunTrain(train_config, train_overrides, train_print, resume);
   if (app.got_subcommand("eval")) return RunEval(run_dir, split);
   if (app.got_subcommand("export")) {
-    Status s = RunLpExport(run_dir, out_dir);
+    auto task = RunTask(run_dir);
+    if (!task.ok()) return Fail(task.status());
+    Status s = *task == "recommendation" ? RunDlrmExport(run_dir, out_dir) : RunLpExport(run_dir, out_dir);
     if (!s.ok()) return Fail(s);
     std::printf("exported to %s\n", out_dir.c_str());
     return 0;
   }
   if (app.got_subcommand("predict")) {
+    auto task = RunTask(run_dir);
+    if (!task.ok()) return Fail(task.status());
+    if (*task == "recommendation") {
+      auto out = RunDlrmPredict(run_dir, predict_split, static_cast<uint64_t>(k));
+      if (!out.ok()) return Fail(out.status());
+      std::printf("%s", out->c_str());
+      return 0;
+    }
+    if (head.empty() || relation.empty()) {
+      return Fail(InvalidArgument("predict: a link-prediction run needs --head and --relation"));
+    }
     auto out = RunLpPredict(run_dir, head, relation, k);
     if (!out.ok()) return Fail(out.status());
     std::printf("%s", out->c_str());

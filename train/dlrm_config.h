@@ -1,0 +1,138 @@
+#pragma once
+// The configuration of a recommendation run (`sluice train` with task: recommendation).
+// Every key is listed once here; `sluice train --print-config` shows them with their docs.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/thread_plan.h"
+#include "storage/io_session.h"
+
+namespace sluice {
+
+struct DlrmModelConfig {
+  int dim = 16;
+  std::vector<int> bottom{512, 256};  // hidden layers of the bottom MLP (its output is dim)
+  std::vector<int> top{512, 256};     // hidden layers of the top MLP (its output is 1)
+  std::string ids = "modulo";         // modulo | vocab | raw
+  uint64_t table_rows = 1'000'000;    // rows per table when ids are reduced modulo
+  double init_scale = 0.05;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("dim", dim, "embedding dimension (also the bottom MLP's output)", InRange(1, 1024));
+    v.Field("bottom", bottom, "hidden layer widths of the bottom MLP over the dense features");
+    v.Field("top", top, "hidden layer widths of the top MLP over the interactions");
+    v.Field("ids", ids,
+            "how raw ids become rows: modulo (table_rows per table), vocab (the dataset's "
+            "vocabulary; unseen ids share one row), raw (64-bit ids, rocksdb backend or in memory)",
+            OneOf({"modulo", "vocab", "raw"}));
+    v.Field("table_rows", table_rows, "rows per table with ids: modulo",
+            InRange(uint64_t{1}, uint64_t{1} << 40));
+    v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
+            InRange(0.0, 10.0));
+  }
+};
+
+struct DlrmTrainConfig {
+  int epochs = 1;
+  int batch = 2048;
+  std::string optimizer = "rowwise_adagrad";  // embedding rows: sgd | rowwise_adagrad | adagrad
+  double lr = 0.05;
+  std::string dense_optimizer = "adam";  // MLPs: sgd | adam | adagrad
+  double dense_lr = 0.001;
+  uint64_t seed = 1;
+  uint64_t max_steps = 0;  // per epoch, 0 = all
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("epochs", epochs, "passes over the training samples (in file order)",
+            InRange(0, 100000));
+    v.Field("batch", batch, "samples per step", InRange(1, 1 << 22));
+    v.Field("optimizer", optimizer, "embedding rows: sgd, rowwise_adagrad or adagrad",
+            OneOf({"sgd", "rowwise_adagrad", "adagrad"}));
+    v.Field("lr", lr, "learning rate of the embedding rows", InRange(0.0, 1e6));
+    v.Field("dense_optimizer", dense_optimizer, "MLPs: sgd, adam or adagrad",
+            OneOf({"sgd", "adam", "adagrad"}));
+    v.Field("dense_lr", dense_lr, "learning rate of the MLPs", InRange(0.0, 1e6));
+    v.Field("seed", seed, "seed of the initial rows and MLP weights");
+    v.Field("max_steps", max_steps, "train at most this many steps per epoch (0: all)");
+  }
+};
+
+struct DlrmEvalConfig {
+  int every = 1;           // evaluate every N epochs (0: never)
+  std::string split = "valid";  // validation split; the test split is used when it is absent
+  uint64_t max_samples = 0;     // 0: all
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("every", every, "evaluate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("split", split, "split evaluated during training (test when the dataset has no valid)");
+    v.Field("max_samples", max_samples, "evaluate at most this many samples (0: all)");
+  }
+};
+
+struct DlrmStorageConfig {
+  std::string mode = "out_of_core";  // out_of_core | in_memory
+  std::string backend = "rowfile";   // rowfile | rocksdb
+  Bytes budget{1ull << 30};
+  uint64_t cache_rows = 0;  // 0 = from the budget
+  std::string planner = "oracle";
+  int window = 16;
+  int run_ahead = 2;
+  Bytes rocksdb_cache{32ull << 20};
+  Bytes rocksdb_memtable{16ull << 20};
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("mode", mode, "out_of_core (tables on disk, rows through the cache) or in_memory",
+            OneOf({"out_of_core", "in_memory"}));
+    v.Field("backend", backend, "where tables live on disk: rowfile (dense rows) or rocksdb",
+            OneOf({"rowfile", "rocksdb"}));
+    v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
+            InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
+    v.Field("cache_rows", cache_rows, "rows in the cache (experiments); 0 = as many as the budget holds");
+    v.Field("planner", planner, "cache planner: oracle (lookahead) or lru", OneOf({"oracle", "lru"}));
+    v.Field("window", window, "oracle lookahead in steps", InRange(0, 100000));
+    v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
+    v.Field("rocksdb_cache", rocksdb_cache, "RocksDB block cache (counted in the budget)");
+    v.Field("rocksdb_memtable", rocksdb_memtable, "RocksDB memtable size (two count in the budget)");
+  }
+};
+
+struct DlrmConfig {
+  DlrmConfig() { threads.compute = 1; }
+
+  std::string task = "recommendation";
+  std::string dataset;
+  std::string run_dir = "runs/dlrm";
+  int checkpoint_every = 1;  // epochs (0: only at the end)
+  bool progress = true;
+  DlrmModelConfig model;
+  DlrmTrainConfig train;
+  DlrmEvalConfig eval;
+  DlrmStorageConfig storage;
+  ThreadConfig threads;
+  IoConfig io;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("task", task, "recommendation", OneOf({"recommendation"}));
+    v.Field("dataset", dataset, "dataset directory (written by scripts/sluice_prep.py)");
+    v.Field("run_dir", run_dir, "run directory: tables, checkpoints, metrics, summary");
+    v.Field("checkpoint_every", checkpoint_every, "checkpoint every N epochs (0: at the end only)",
+            InRange(0, 100000));
+    v.Field("progress", progress, "print a progress bar on stderr");
+    v.Section("model", model, "the model");
+    v.Section("train", train, "training");
+    v.Section("eval", eval, "evaluation");
+    v.Section("storage", storage, "where the tables live");
+    v.Section("threads", threads, "thread plan");
+    v.Section("io", io, "io layer");
+  }
+};
+
+}  // namespace sluice

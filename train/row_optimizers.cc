@@ -1,0 +1,69 @@
+#include "train/row_optimizers.h"
+
+#include <cmath>
+
+namespace sluice {
+
+Result<RowOptimizer> ParseRowOptimizer(const std::string& name) {
+  if (name == "sgd") return RowOptimizer::kSgd;
+  if (name == "rowwise_adagrad") return RowOptimizer::kRowwiseAdagrad;
+  if (name == "adagrad") return RowOptimizer::kAdagrad;
+  return InvalidArgument("unknown row optimizer '" + name + "' (sgd, rowwise_adagrad, adagrad)");
+}
+
+uint32_t RowStateFloats(RowOptimizer opt, uint32_t d) {
+  switch (opt) {
+    case RowOptimizer::kSgd: return 0;
+    case RowOptimizer::kRowwiseAdagrad: return 1;
+    case RowOptimizer::kAdagrad: return d;
+  }
+  return 0;
+}
+
+__attribute__((target_clones("avx2", "default"))) void AdagradRows(
+    float* const* rows, const float* g, int64_t begin, int64_t end, int64_t d, float lr) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* __restrict value = rows[i];
+    float* __restrict state = value + d;
+    const float* __restrict gi = g + i * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const float s = state[j] + gi[j] * gi[j];
+      state[j] = s;
+      value[j] -= lr * gi[j] / (std::sqrt(s) + 1e-10f);
+    }
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void RowwiseAdagradRows(
+    float* const* rows, const float* g, int64_t begin, int64_t end, int64_t d, float lr) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* __restrict value = rows[i];
+    const float* __restrict gi = g + i * d;
+    float sq = 0;
+    for (int64_t j = 0; j < d; ++j) sq += gi[j] * gi[j];
+    const float s = value[d] + sq / static_cast<float>(d);
+    value[d] = s;
+    const float step = lr / (std::sqrt(s) + 1e-10f);
+    for (int64_t j = 0; j < d; ++j) value[j] -= step * gi[j];
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void SgdRows(
+    float* const* rows, const float* g, int64_t begin, int64_t end, int64_t d, float lr) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* __restrict value = rows[i];
+    const float* __restrict gi = g + i * d;
+    for (int64_t j = 0; j < d; ++j) value[j] -= lr * gi[j];
+  }
+}
+
+void UpdateRows(RowOptimizer opt, float* const* rows, const float* g, int64_t begin, int64_t end,
+                int64_t d, float lr) {
+  switch (opt) {
+    case RowOptimizer::kSgd: return SgdRows(rows, g, begin, end, d, lr);
+    case RowOptimizer::kRowwiseAdagrad: return RowwiseAdagradRows(rows, g, begin, end, d, lr);
+    case RowOptimizer::kAdagrad: return AdagradRows(rows, g, begin, end, d, lr);
+  }
+}
+
+}  // namespace sluice
