@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/crash_point.h"
 
 namespace sluice {
 namespace {
@@ -181,6 +182,7 @@ Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b) {
     }
     SLUICE_RETURN_IF_ERROR(backing_->Write(*io_session_, plan.write_keys, staging_.data()));
     rows_written_ += plan.write_keys.size();
+    CrashPoint("write_back");  // tests: a kill -9 between a step's write-backs and its loads
   }
   if (!plan.load_keys.empty()) {
     staging_.resize(plan.load_keys.size() * rb);

@@ -1,0 +1,191 @@
+"""End-to-end recommendation (DLRM) through the sluice CLI: out-of-core training through the row
+cache (row file and RocksDB tables) equals the same schedule with every table in RAM, bit for
+bit; resume after Ctrl-C or kill -9 equals an uninterrupted run; eval/export/predict; bad input."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run
+
+PREP = [sys.executable if "numpy" in sys.modules else "/usr/bin/python3", str(ROOT / "scripts/sluice_prep.py")]
+
+
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory) -> pathlib.Path:
+    """A Zipf click log with a planted model: 6 tables, 3 dense features."""
+    d = tmp_path_factory.mktemp("rec")
+    out = subprocess.run(PREP + ["gen-clicks", "--samples", "24000", "--sparse", "6", "--dense", "3",
+                                 "--vocab", "6000", "--seed", "4", "--out", str(d / "ds")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return d / "ds"
+
+
+def write_config(path: pathlib.Path, dataset: pathlib.Path, run_dir: pathlib.Path, ids: str = "modulo",
+                 **storage) -> pathlib.Path:
+    lines = ["task: recommendation", f"dataset: {dataset}", f"run_dir: {run_dir}", "progress: false",
+             f"model: {{dim: 8, bottom: [16], top: [16], ids: {ids}, table_rows: 4096}}",
+             "train: {epochs: 2, batch: 200, optimizer: rowwise_adagrad, lr: 0.05, seed: 3}",
+             "eval: {every: 1}",
+             "storage: {" + ", ".join(f"{k}: {v}" for k, v in storage.items()) + "}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# A cache far smaller than the tables (6 x 4096 rows): rows are evicted and reloaded constantly.
+OOC = {"mode": "out_of_core", "cache_rows": 5000, "window": 2, "run_ahead": 2}
+
+
+def export(sluice_bin, run_dir: pathlib.Path) -> dict[str, bytes]:
+    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
+    assert out.returncode == 0, out.stderr
+    return {p.name: p.read_bytes() for p in sorted((run_dir / "export").glob("table_*.npy"))}
+
+
+def dense_bytes(run_dir: pathlib.Path) -> bytes:
+    latest = (run_dir / "checkpoints/latest").read_text().strip()
+    return (run_dir / "checkpoints" / latest / "dense.pt").read_bytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, threads):
+    tables, dense, stdout = {}, {}, {}
+    for name, storage in {"mem": {"mode": "in_memory"},
+                          "rowfile": dict(OOC, backend="rowfile"),
+                          "rocksdb": dict(OOC, backend="rocksdb"),
+                          "lru": dict(OOC, backend="rowfile", planner="lru")}.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
+        out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
+                  "--set", f"threads.compute={threads}")
+        assert out.returncode == 0, out.stderr
+        tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
+    for name in ("rowfile", "rocksdb", "lru"):
+        cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
+        assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
+        assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
+        assert dense[name] == dense["mem"]
+    assert len(tables["mem"]) == 6
+
+
+def test_seed_changes_the_model(sluice_bin, clicks, tmp_path):
+    """Guards the test above: a different seed must give different tables."""
+    a = write_config(tmp_path / "a.yaml", clicks, tmp_path / "a", mode="in_memory")
+    assert run(sluice_bin, "train", str(a)).returncode == 0
+    assert run(sluice_bin, "train", str(a), "--set", "train.seed=4", "--set", f"run_dir={tmp_path / 'b'}").returncode == 0
+    assert export(sluice_bin, tmp_path / "a") != export(sluice_bin, tmp_path / "b")
+
+
+def test_raw_ids_in_rocksdb_equal_in_memory(sluice_bin, clicks, tmp_path):
+    preds = {}
+    for name, storage in {"mem": {"mode": "in_memory"}, "kv": dict(OOC, backend="rocksdb")}.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, ids="raw", **storage)
+        out = run(sluice_bin, "train", str(cfg))
+        assert out.returncode == 0, out.stderr
+        res = run(sluice_bin, "predict", str(tmp_path / name), "-k", "3000")
+        assert res.returncode == 0, res.stderr
+        preds[name] = res.stdout
+        assert dense_bytes(tmp_path / name)
+    assert preds["mem"] == preds["kv"]
+    assert dense_bytes(tmp_path / "mem") == dense_bytes(tmp_path / "kv")
+    bad = write_config(tmp_path / "bad.yaml", clicks, tmp_path / "bad", ids="raw", **dict(OOC, backend="rowfile"))
+    out = run(sluice_bin, "train", str(bad))
+    assert out.returncode == 2 and "ids: raw" in out.stderr and "rocksdb" in out.stderr
+
+
+def test_eval_export_predict_and_learning(sluice_bin, clicks, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", clicks, tmp_path / "r", **OOC)
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=3")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r/metrics.jsonl").read_text().count("\n") == 3
+    assert "peak RSS" in (tmp_path / "r/summary.txt").read_text()
+    ev = run(sluice_bin, "eval", str(tmp_path / "r"), "--split", "test")
+    assert ev.returncode == 0, ev.stderr
+    auc = float(ev.stdout.split("AUC ")[1].split()[0])
+    assert auc > 0.6, ev.stdout  # the planted log is learnable (a constant predictor scores 0.5)
+    tables = export(sluice_bin, tmp_path / "r")
+    t0 = np.load(tmp_path / "r/export/table_0.npy")
+    assert t0.shape == (4096, 8) and np.isfinite(t0).all()
+    pred = run(sluice_bin, "predict", str(tmp_path / "r"), "--split", "test", "-k", "5")
+    assert pred.returncode == 0, pred.stderr
+    rows = pred.stdout.splitlines()
+    assert rows[0] == "sample\tp(click)\tlabel" and len(rows) == 7
+    assert all(0 < float(r.split("\t")[1]) < 1 for r in rows[1:6])
+    again = run(sluice_bin, "export", str(tmp_path / "r"), "--out", str(tmp_path / "r/export"))
+    assert again.returncode == 2 and "exists" in again.stderr
+    assert len(tables) == 6
+
+
+def test_interrupt_then_resume_equals_uninterrupted(sluice_bin, clicks, tmp_path):
+    for backend in ("rowfile", "rocksdb"):
+        whole = write_config(tmp_path / f"w{backend}.yaml", clicks, tmp_path / f"whole-{backend}",
+                             **dict(OOC, backend=backend))
+        assert run(sluice_bin, "train", str(whole)).returncode == 0
+        part = tmp_path / f"part-{backend}"
+        env = dict(os.environ, SLUICE_STOP_AFTER_STEPS="130")  # mid-way through epoch 2
+        out = subprocess.run([str(sluice_bin), "train", str(whole), "--set", f"run_dir={part}"],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 130, out.stderr
+        assert "--resume" in out.stderr
+        res = run(sluice_bin, "train", str(whole), "--set", f"run_dir={part}", "--resume")
+        assert res.returncode == 0, res.stderr
+        assert export(sluice_bin, part) == export(sluice_bin, tmp_path / f"whole-{backend}")
+        assert dense_bytes(part) == dense_bytes(tmp_path / f"whole-{backend}")
+
+
+@pytest.mark.parametrize("point", ["step:150", "write_back:200", "checkpoint:1", "rename:1"])
+def test_kill9_then_resume_equals_uninterrupted(sluice_bin, clicks, tmp_path, point):
+    """SIGKILL at a seeded point (after a step in epoch 2, between a step's write-backs and its
+    loads, inside the first checkpoint, before its rename), then --resume from the last complete
+    checkpoint: the final model equals an uninterrupted run's."""
+    cfg = write_config(tmp_path / "k.yaml", clicks, tmp_path / "whole", **dict(OOC, backend="rowfile"))
+    assert run(sluice_bin, "train", str(cfg)).returncode == 0
+    crashed = tmp_path / "crashed"
+    env = dict(os.environ, SLUICE_CRASH_AT=point)
+    out = subprocess.run([str(sluice_bin), "train", str(cfg), "--set", f"run_dir={crashed}"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == -9, (out.returncode, out.stderr)
+    res = run(sluice_bin, "train", str(cfg), "--set", f"run_dir={crashed}", "--resume")
+    assert res.returncode == 0, res.stderr
+    assert export(sluice_bin, crashed) == export(sluice_bin, tmp_path / "whole")
+    assert not list((crashed / "checkpoints").glob("*.tmp")), "a temporary checkpoint was left"
+
+
+def test_bad_input_is_one_clear_line(sluice_bin, clicks, tmp_path):
+    # A label that is neither 0 nor 1 (a dataset written by hand, not by sluice_prep).
+    bad = tmp_path / "badlabel"
+    shutil.copytree(clicks, bad)
+    rec = np.dtype({"names": ["sparse", "dense", "label"], "formats": [(np.uint64, (6,)), (np.float32, (3,)), np.float32],
+                    "offsets": [0, 48, 60], "itemsize": 64})
+    data = np.fromfile(bad / "samples/train.bin", dtype=rec)
+    data["label"][450] = 2.0
+    data.tofile(bad / "samples/train.bin")
+    cfg = write_config(tmp_path / "b.yaml", bad, tmp_path / "rb", mode="in_memory")
+    out = run(sluice_bin, "train", str(cfg))
+    assert out.returncode != 0
+    assert "samples.train record 450: label 2.000000 is not 0 or 1" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    # Config errors.
+    good = write_config(tmp_path / "g.yaml", clicks, tmp_path / "rg", mode="in_memory")
+    for args, message in [(["--set", "model.dimm=4"], "model.dimm"),
+                          (["--set", "storage.planner=belady"], "storage.planner"),
+                          (["--set", "storage.mode=out_of_core", "--set", "storage.budget=20MiB"],
+                           "cannot hold one step's working set"),
+                          (["--set", "model.ids=vocab"], "vocab needs the dataset's vocabularies"),
+                          (["--set", "task=clustering"], "task 'clustering'")]:
+        out = run(sluice_bin, "train", str(good), *args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # A link-prediction dataset given to a recommendation config.
+    lp = write_config(tmp_path / "lp.yaml", ROOT / "data/demo-graph", tmp_path / "rl", mode="in_memory")
+    if (ROOT / "data/demo-graph/manifest.json").exists():
+        out = run(sluice_bin, "train", str(lp))
+        assert out.returncode == 2 and "click samples" in out.stderr, out.stderr
+    # A checkpoint of another model.
+    assert run(sluice_bin, "train", str(good)).returncode == 0
+    out = run(sluice_bin, "train", str(good), "--resume", "--set", "model.dim=4")
+    assert out.returncode == 2 and "another model" in out.stderr, out.stderr
