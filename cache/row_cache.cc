@@ -1,6 +1,7 @@
 #include "cache/row_cache.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/check.h"
 
@@ -24,7 +25,7 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
                "the row cache plans with oracle or lru");
   if (options_.kind == PlannerKind::kLru) options_.window_steps = 0;
   uint64_t n = 1024;
-  while (n < 2 * options_.capacity_rows + 2) n *= 2;
+  while (3 * n < 4 * (options_.capacity_rows + 1)) n *= 2;
   table_.resize(n);
   mask_ = n - 1;
   free_slots_.reserve(options_.capacity_rows);
@@ -43,22 +44,23 @@ RowCache::Entry* RowCache::Find(const RowKey& k) {
   for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
     Entry& e = table_[i];
     if (!e.used) return nullptr;
-    if (e.key == k) return &e;
+    if (e.Is(k)) return &e;
   }
 }
 
 RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
-  if (2 * (size_ + 1) > table_.size()) Grow();
+  if (4 * (size_ + 1) > 3 * table_.size()) Grow();  // load factor at most 3/4
   for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
     Entry& e = table_[i];
     if (!e.used) {
       e = Entry{};
-      e.key = k;
-      e.used = true;
+      e.id = k.id;
+      e.table = k.table;
+      e.used = 1;
       ++size_;
       return e;
     }
-    if (e.key == k) return e;
+    if (e.Is(k)) return e;
   }
 }
 
@@ -68,7 +70,7 @@ void RowCache::Grow() {
   mask_ = table_.size() - 1;
   for (const Entry& e : old) {
     if (!e.used) continue;
-    uint64_t i = Hash(e.key) & mask_;
+    uint64_t i = Hash(e.key()) & mask_;
     while (table_[i].used) i = (i + 1) & mask_;
     table_[i] = e;
   }
@@ -77,15 +79,15 @@ void RowCache::Grow() {
 // Backward-shift deletion: later entries of the probe run move up so lookups never stop early.
 void RowCache::Erase(Entry* e) {
   uint64_t hole = static_cast<uint64_t>(e - table_.data());
-  table_[hole].used = false;
+  table_[hole].used = 0;
   --size_;
   for (uint64_t i = (hole + 1) & mask_; table_[i].used; i = (i + 1) & mask_) {
-    const uint64_t home = Hash(table_[i].key) & mask_;
+    const uint64_t home = Hash(table_[i].key()) & mask_;
     // Move entry i into the hole if its home is not in the cyclic range (hole, i].
     const bool in_range = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
     if (!in_range) {
       table_[hole] = table_[i];
-      table_[i].used = false;
+      table_[i].used = 0;
       hole = i;
     }
   }
@@ -98,22 +100,34 @@ void RowCache::MaybeErase(Entry* e) {
 void RowCache::PushCandidate(const Entry& e) {
   uint64_t priority = e.last_step;
   if (options_.kind == PlannerKind::kOracle) {
-    priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFF)} << 40) |
-               (e.last_step & ((uint64_t{1} << 40) - 1));
+    priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFFFF)} << 32) | e.last_step;
   }
-  heap_.push_back(Candidate{priority, e.key, e.last_step});
+  heap_.push_back(Candidate{priority, e.id, e.table, e.last_step});
   std::push_heap(heap_.begin(), heap_.end());
+  // Stale candidates (rows used again since) pile up when evictions are rare: drop them.
+  if (heap_.size() + window_heap_.size() > 2 * options_.capacity_rows + 4096) CompactHeap();
+}
+
+void RowCache::CompactHeap() {
+  for (std::vector<Candidate>* h : {&heap_, &window_heap_}) {
+    std::erase_if(*h, [this](const Candidate& c) {
+      const Entry* e = Find(RowKey{c.id, c.table});
+      return e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step;
+    });
+    std::make_heap(h->begin(), h->end());
+  }
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
   for (const RowKey& k : rows) {
     Entry* e = Find(k);
-    if (e != nullptr && e->slot != kNoSlot && e->last_step == step) PushCandidate(*e);
+    if (e != nullptr && e->slot != kNoSlot && e->last_step == static_cast<uint32_t>(step)) PushCandidate(*e);
   }
 }
 
 void RowCache::Append(std::span<const RowKey> rows) {
   if (options_.kind != PlannerKind::kOracle) return;
+  SLUICE_CHECK(window_.size() < 0xFFFF, "row cache: window too long");
   for (const RowKey& k : rows) ++FindOrInsert(k).pending;
   window_.emplace_back(rows.begin(), rows.end());
 }
@@ -150,26 +164,37 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
     free_slots_.pop_back();
     return s;
   }
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end());
-    const Candidate c = heap_.back();
-    heap_.pop_back();
-    Entry* e = Find(c.key);
+  // Oracle: rows used within the window are set aside (in window_heap_, same order); if nothing
+  // else is evictable (the window holds more rows than the cache), the best of them goes.
+  uint32_t slot = kNoSlot;
+  while (!heap_.empty() || !window_heap_.empty()) {
+    const bool fallback = heap_.empty();
+    std::vector<Candidate>& h = fallback ? window_heap_ : heap_;
+    std::pop_heap(h.begin(), h.end());
+    const Candidate c = h.back();
+    h.pop_back();
+    Entry* e = Find(RowKey{c.id, c.table});
     if (e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step) continue;  // stale
-    if (options_.kind == PlannerKind::kOracle && e->pending > 0) continue;  // used in the window
-    const uint32_t slot = e->slot;
+    if (options_.kind == PlannerKind::kOracle && e->pending > 0 && !fallback) {
+      window_heap_.push_back(c);
+      std::push_heap(window_heap_.begin(), window_heap_.end());
+      continue;
+    }
+    if (e->pending > 0) ++stats_.window_evictions;
+    slot = e->slot;
     ++stats_.evictions;
     if (e->dirty) {
-      out.write_keys.push_back(e->key);
+      out.write_keys.push_back(e->key());
       out.write_slots.push_back(slot);
       ++stats_.write_backs;
     }
     e->slot = kNoSlot;
-    e->dirty = false;
+    e->dirty = 0;
     --resident_;
     MaybeErase(e);
-    return slot;
+    break;
   }
+  if (slot != kNoSlot) return slot;
   return FailedPrecondition(
       "row cache of " + std::to_string(options_.capacity_rows) + " rows is full at step " +
       std::to_string(step_) + ": every resident row is used within the window of " +
@@ -200,9 +225,9 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   for (size_t i = 0; i < rows.size(); ++i) {
     Entry& e = FindOrInsert(rows[i]);
     if (oracle) --e.pending;
-    e.last_step = t;
+    e.last_step = static_cast<uint32_t>(t);
     ++e.uses;
-    if (writes) e.dirty = true;
+    if (writes) e.dirty = 1;
     if (e.slot != kNoSlot) {
       out.slots[i] = e.slot;
       ++stats_.hits;
@@ -233,7 +258,7 @@ void RowCache::DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots
   slots.clear();
   for (const Entry& e : table_) {
     if (e.used && e.slot != kNoSlot && e.dirty) {
-      keys.push_back(e.key);
+      keys.push_back(e.key());
       slots.push_back(e.slot);
     }
   }
@@ -241,7 +266,7 @@ void RowCache::DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots
 
 void RowCache::MarkAllClean() {
   for (Entry& e : table_) {
-    if (e.used) e.dirty = false;
+    if (e.used) e.dirty = 0;
   }
 }
 

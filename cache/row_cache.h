@@ -5,18 +5,18 @@
 // does no io itself (prefetch/RowPrefetcher runs the plan).
 //
 //   oracle: steps are appended `window` steps before they are planned, so the cache knows which
-//           rows the next W steps use. A row used within the window is never evicted. Among the
-//           others it evicts the row used least often so far, then the least recently used
-//           (on Zipf-skewed ids past frequency is the best predictor of reuse beyond the
-//           window).
+//           rows the next W steps use. A row used within the window is evicted only when no
+//           other row can be (the window holds more rows than the cache; with capacity of at
+//           least MinCapacityRows(W, d, rows per step) that never happens). Among the others it
+//           evicts the row used least often so far, then the least recently used (on
+//           Zipf-skewed ids past frequency is the best predictor of reuse beyond the window).
 //   lru:    evicts the least recently used row; no lookahead (window 0).
 //
 // Run-ahead: step t is planned with protect_steps = d, so it only evicts rows last used at or
 // before step t - d - 1; its io may then be issued as soon as compute has finished that step.
 //
-// Capacity: the arena must hold every row of the steps in the window and in flight; Plan fails
-// (FailedPrecondition, naming the numbers) when it cannot. MinCapacityRows says how many rows
-// that takes at most.
+// Capacity: the arena must hold every row of the steps in flight (MinCapacityRows(0, d, m) for
+// steps of at most m rows); Plan fails (FailedPrecondition, naming the numbers) when it cannot.
 //
 // Thread safety: none (one planner thread).
 
@@ -60,6 +60,7 @@ struct RowCacheStats {
   uint64_t loads = 0;
   uint64_t evictions = 0;
   uint64_t write_backs = 0;
+  uint64_t window_evictions = 0;  // oracle: rows evicted although used within the window
 };
 
 class RowCache {
@@ -88,19 +89,25 @@ class RowCache {
 
  private:
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  // 32 bytes: the key's parts unpadded, steps relative to the cache's first (32 bits).
   struct Entry {
-    RowKey key;
+    uint64_t id = 0;
+    uint32_t table = 0;
     uint32_t slot = kNoSlot;
-    uint32_t pending = 0;    // appended, unplanned steps that use it
     uint32_t uses = 0;       // planned steps that used it
-    uint64_t last_step = 0;  // last planned step that used it
-    bool used = false;       // slot occupied in the table
-    bool dirty = false;
+    uint32_t last_step = 0;  // last planned step that used it
+    uint16_t pending = 0;    // appended, unplanned steps that use it (at most the window)
+    uint8_t used = 0;        // this table slot holds an entry
+    uint8_t dirty = 0;
+    RowKey key() const { return RowKey{id, table}; }
+    bool Is(const RowKey& k) const { return id == k.id && table == k.table; }
   };
+  static_assert(sizeof(Entry) == 32);
   struct Candidate {
     uint64_t priority;  // smaller = evict first
-    RowKey key;
-    uint64_t last_step;
+    uint64_t id;
+    uint32_t table;
+    uint32_t last_step;
     bool operator<(const Candidate& o) const { return priority > o.priority; }  // min-heap
   };
 
@@ -111,6 +118,7 @@ class RowCache {
   void Grow();
   void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
   void PushCandidate(const Entry& e);
+  void CompactHeap();
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
   Result<uint32_t> TakeSlot(RowStepPlan& out);
 
@@ -124,6 +132,7 @@ class RowCache {
   std::vector<Candidate> heap_;
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> missing_;  // scratch of Plan
+  std::vector<Candidate> window_heap_;  // oracle: candidates used within the window
   uint64_t resident_ = 0;
   uint64_t step_ = 0;
   RowCacheStats stats_;

@@ -45,6 +45,8 @@ class RowBacking {
   // Reads keys[i] into out + i * row_bytes; a row never written reads as its initial value.
   virtual Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) = 0;
   virtual Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) = 0;
+  // Rows Read found stored (the rest got their initial value without a read).
+  virtual uint64_t rows_read() const = 0;
 };
 
 using RowInit = std::function<void(const RowKey& key, std::byte* row)>;

@@ -19,6 +19,7 @@ struct DlrmModelConfig {
   std::string ids = "modulo";         // modulo | vocab | raw
   uint64_t table_rows = 1'000'000;    // rows per table when ids are reduced modulo
   double init_scale = 0.05;
+  bool linear = false;
 
   template <class V>
   void VisitFields(V& v) {
@@ -33,6 +34,9 @@ struct DlrmModelConfig {
             InRange(uint64_t{1}, uint64_t{1} << 40));
     v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
             InRange(0.0, 10.0));
+    v.Field("linear", linear,
+            "add a first-order term: each row also holds a weight, summed into the logit "
+            "(stored after the embedding, trained by the same row optimizer)");
   }
 };
 

@@ -42,18 +42,19 @@ double Since(Clock::time_point start) {
 std::atomic<bool> g_interrupted{false};
 extern "C" void OnDlrmInterrupt(int) { g_interrupted.store(true); }
 
-// Memory the engine needs besides the row cache: the libtorch runtime and allocator slack.
-constexpr uint64_t kBaseBytes = 256ull << 20;
-// Per cached row besides the row itself: its entry in the cache's open-addressing table (at
-// most half full) and its share of the eviction heap.
-constexpr uint64_t kPerRowOverhead = 112;
+// Memory the engine needs besides the row cache and the per-step buffers: the libtorch runtime
+// (its code and allocator: `sluice version` alone has a resident set of 172 MB here).
+constexpr uint64_t kBaseBytes = 192ull << 20;
+// Per cached row besides the row itself: its 32-byte entry in the cache's open-addressing table
+// (a load factor between 3/8 and 3/4) and its share of the eviction heap (24-byte candidates).
+constexpr uint64_t kPerRowOverhead = 96;
 
 // The DLRM network: bottom MLP over the dense features (a learned vector when a dataset has
 // none), pairwise dot products of it and every table's embedding, top MLP to one logit.
 struct DlrmNetImpl : torch::nn::Module {
-  DlrmNetImpl(int dense, int tables, int dim, const std::vector<int>& bottom_layers,
+  DlrmNetImpl(int dense, int tables, int dim, bool linear_term, const std::vector<int>& bottom_layers,
               const std::vector<int>& top_layers)
-      : has_dense(dense > 0), dim_(dim) {
+      : has_dense(dense > 0), linear(linear_term), dim_(dim) {
     if (has_dense) {
       int in = dense;
       for (int h : bottom_layers) {
@@ -84,17 +85,21 @@ struct DlrmNetImpl : torch::nn::Module {
     register_module("top", top);
   }
 
-  // dense [B, D], emb [B, C, dim] -> logits [B]
-  torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& emb) {
-    const int64_t b = emb.size(0);
+  // dense [B, D], rows [B, C, dim (+1 with the linear term)] -> logits [B]
+  torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& rows) {
+    const int64_t b = rows.size(0);
+    const torch::Tensor emb = linear ? rows.narrow(2, 0, dim_) : rows;
     torch::Tensor x = has_dense ? bottom->forward(dense) : x0.unsqueeze(0).expand({b, dim_});
     torch::Tensor t = torch::cat({x.unsqueeze(1), emb}, 1);
     torch::Tensor z = torch::bmm(t, t.transpose(1, 2)).reshape({b, features * features});
     z = z.index_select(1, pairs);
-    return top->forward(torch::cat({x, z}, 1)).reshape({b});
+    torch::Tensor logit = top->forward(torch::cat({x, z}, 1)).reshape({b});
+    if (linear) logit = logit + rows.select(2, dim_).sum(1);  // each row's first-order weight
+    return logit;
   }
 
   bool has_dense;
+  bool linear;
   int64_t dim_;
   int64_t features = 0;
   torch::nn::Sequential bottom, top;
@@ -102,27 +107,53 @@ struct DlrmNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(DlrmNet);
 
-// Rows of dense tables in one row file: table k's row i is file row offsets[k] + i.
+// Rows of dense tables in one row file: table k's row i is file row offsets[k] + i. A bitmap
+// remembers which rows were ever written back: the others still hold their initial value (a
+// pure function of seed, table and id), so loading them needs no read at all. Most misses of a
+// skewed click log are first touches of tail ids, and they cost no io.
 class RowFileBacking : public RowBacking {
  public:
-  RowFileBacking(RowFile* file, const std::vector<uint64_t>* offsets) : file_(file), offsets_(offsets) {}
+  RowFileBacking(RowFile* file, const std::vector<uint64_t>* offsets, RowInit init, bool all_written)
+      : file_(file), offsets_(offsets), init_(std::move(init)),
+        written_((offsets->back() + 63) / 64, all_written ? ~uint64_t{0} : 0) {}
   Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override {
-    Map(keys);
-    return file_->ReadRows(io, ids_, out);
+    const uint32_t rb = file_->row_bytes();
+    ids_.clear();
+    where_.clear();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint64_t row = (*offsets_)[keys[i].table] + keys[i].id;
+      if (written_[row / 64] >> (row % 64) & 1) {
+        ids_.push_back(row);
+        where_.push_back(i);
+      } else {
+        init_(keys[i], out + i * rb);
+      }
+    }
+    if (ids_.empty()) return Status::Ok();
+    buffer_.resize(ids_.size() * rb);
+    SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, ids_, buffer_.data()));
+    for (size_t j = 0; j < ids_.size(); ++j) std::memcpy(out + where_[j] * rb, buffer_.data() + j * rb, rb);
+    reads_ += ids_.size();
+    return Status::Ok();
   }
   Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override {
-    Map(keys);
-    return file_->WriteRows(io, ids_, rows);
-  }
-
- private:
-  void Map(std::span<const RowKey> keys) {
     ids_.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) ids_[i] = (*offsets_)[keys[i].table] + keys[i].id;
+    SLUICE_RETURN_IF_ERROR(file_->WriteRows(io, ids_, rows));
+    for (uint64_t row : ids_) written_[row / 64] |= uint64_t{1} << (row % 64);
+    return Status::Ok();
   }
+  uint64_t rows_read() const override { return reads_; }
+
+ private:
   RowFile* file_;
   const std::vector<uint64_t>* offsets_;
+  RowInit init_;
+  std::vector<uint64_t> written_;
   std::vector<uint64_t> ids_;
+  std::vector<size_t> where_;
+  std::vector<std::byte> buffer_;
+  uint64_t reads_ = 0;
 };
 
 // Rows in RocksDB under (table, id); a row never written reads as its initial value.
@@ -133,10 +164,15 @@ class KvBacking : public RowBacking {
     SLUICE_RETURN_IF_ERROR(kv_->MultiGet(keys, out, found_));
     const uint32_t rb = kv_->row_bytes();
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!found_[i]) init_(keys[i], out + i * rb);
+      if (!found_[i]) {
+        init_(keys[i], out + i * rb);
+      } else {
+        ++reads_;
+      }
     }
     return Status::Ok();
   }
+  uint64_t rows_read() const override { return reads_; }
   Status Write(IoSession&, std::span<const RowKey> keys, const std::byte* rows) override {
     return kv_->Write(keys, rows);
   }
@@ -145,6 +181,7 @@ class KvBacking : public RowBacking {
   KvTable* kv_;
   RowInit init_;
   std::vector<bool> found_;
+  uint64_t reads_ = 0;
 };
 
 struct TimeSplit {
@@ -195,6 +232,7 @@ class DlrmRun {
   Dataset dataset_;
   RecordLayout rec_;
   uint32_t tables_ = 0, dim_ = 0, row_bytes_ = 0;
+  uint32_t width_ = 0;  // floats trained per row: dim, plus the linear term's weight
   RowOptimizer row_opt_ = RowOptimizer::kRowwiseAdagrad;
   bool in_memory_ = false, rocksdb_ = false, raw_ids_ = false;
   std::vector<uint64_t> offsets_;  // dense tables: first row of each, then the total
@@ -254,7 +292,8 @@ Status DlrmRun::Open() {
   if (tables_ == 0) return InvalidArgument("dataset " + cfg_.dataset + " has no categorical features");
   dim_ = static_cast<uint32_t>(cfg_.model.dim);
   SLUICE_ASSIGN_OR_RETURN(row_opt_, ParseRowOptimizer(cfg_.train.optimizer));
-  row_bytes_ = 4 * (dim_ + RowStateFloats(row_opt_, dim_));
+  width_ = dim_ + (cfg_.model.linear ? 1 : 0);
+  row_bytes_ = 4 * (width_ + RowStateFloats(row_opt_, width_));
   in_memory_ = cfg_.storage.mode == "in_memory";
   rocksdb_ = !in_memory_ && cfg_.storage.backend == "rocksdb";
   raw_ids_ = cfg_.model.ids == "raw";
@@ -289,7 +328,7 @@ Status DlrmRun::Open() {
   tables_dir_ = cfg_.run_dir + "/tables";
   torch::manual_seed(cfg_.train.seed);
   net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(tables_), cfg_.model.dim,
-                 cfg_.model.bottom, cfg_.model.top);
+                 cfg_.model.linear, cfg_.model.bottom, cfg_.model.top);
   const double lr = cfg_.train.dense_lr;
   if (cfg_.train.dense_optimizer == "sgd") {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
@@ -340,45 +379,48 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
     return Status::Ok();
   }
   fs::create_directories(tables_dir_);
-  uint64_t reserved = kBaseBytes;
+  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
   uint64_t params = 0;
   for (const auto& p : net_->parameters()) params += static_cast<uint64_t>(p.numel());
-  reserved += params * 4 * 4;  // weights, gradients, two optimizer moments
-  // Per step in the ring: records, keys, inverse, distinct keys and row pointers; activations.
-  const uint64_t per_step = uint64_t{static_cast<uint64_t>(cfg_.train.batch)} * rec_.bytes() + keys_per_step * (16 + 4 + 16 + 8);
-  const uint64_t activations = uint64_t{static_cast<uint64_t>(cfg_.train.batch)} *
-                               (tables_ * dim_ * 4 * 8 + 4096 * 4);
-  reserved += activations;
+  uint64_t widths = dim_;
+  for (int w : cfg_.model.bottom) widths += static_cast<uint64_t>(w);
+  for (int w : cfg_.model.top) widths += static_cast<uint64_t>(w);
+  const uint64_t f = tables_ + 1;
+  // What the budget must hold besides cached rows, estimated from the shapes:
+  const uint64_t dense_bytes = params * 4 * 4;  // weights, gradients, two optimizer moments
+  // Activations and their gradients: gathered rows and their sums, the embedding batch and its
+  // gradient, interactions, MLP layers (kept for backward), each a few times.
+  const uint64_t activations = batch * (uint64_t{tables_} * width_ * 4 * 6 + f * f * 4 * 3 + widths * 4 * 4);
+  // Per step in the pipeline's ring: records, keys, inverse, distinct keys and row pointers.
+  const uint64_t per_step = batch * rec_.bytes() + keys_per_step * (16 + 4 + 16 + 8 + 8);
+  // io: the ring's staging slots, a step's loads and write-backs, the written-rows bitmap.
+  const uint64_t io_bytes = uint64_t{static_cast<uint64_t>(cfg_.io.queue_depth)} * cfg_.io.merge_max.value +
+                            2 * keys_per_step * row_bytes_ + (raw_ids_ ? 0 : offsets_.back() / 8);
   KvTableOptions kvo;
   kvo.block_cache_bytes = cfg_.storage.rocksdb_cache.value;
   kvo.memtable_bytes = cfg_.storage.rocksdb_memtable.value;
-  if (rocksdb_) reserved += KvTable::BudgetBytes(kvo);
+  const uint64_t kv_bytes = rocksdb_ ? KvTable::BudgetBytes(kvo) : 0;
   const uint32_t d = static_cast<uint32_t>(cfg_.storage.run_ahead);
   const bool oracle = cfg_.storage.planner == "oracle";
-  uint64_t window = oracle ? static_cast<uint64_t>(cfg_.storage.window) : 0;
   const uint64_t budget = cfg_.storage.budget.value;
-  auto need = [&](uint64_t w) {
-    return reserved + (w + d + 2) * per_step + MinCapacityRows(static_cast<uint32_t>(w), d, keys_per_step) *
-                                                  (row_bytes_ + kPerRowOverhead);
-  };
+  const uint64_t fixed = kBaseBytes + dense_bytes + activations + io_bytes + kv_bytes;
+  const uint64_t min_rows = MinCapacityRows(0, d, keys_per_step);
+  auto need = [&](uint64_t w) { return fixed + (w + d + 2) * per_step + min_rows * (row_bytes_ + kPerRowOverhead); };
+  uint64_t window = oracle ? static_cast<uint64_t>(cfg_.storage.window) : 0;
   if (need(0) > budget && cfg_.storage.cache_rows == 0) {
     return InvalidArgument("storage.budget " + FormatBytes(budget) + " cannot hold one step's working set: "
                            "a batch of " + std::to_string(cfg_.train.batch) + " samples x " +
                            std::to_string(tables_) + " tables with run_ahead " + std::to_string(d) +
                            " needs at least " + FormatBytes(need(0)) + " (raise the budget or lower train.batch)");
   }
-  // The largest window up to storage.window whose cache still fits; spare budget caches more.
-  while (window > 0 && need(window) > budget) --window;
+  while (window > 0 && need(window) > budget) --window;  // the window's ring must fit too
+  const uint64_t reserved = fixed + (window + d + 2) * per_step;
   uint64_t capacity = cfg_.storage.cache_rows;
-  if (capacity == 0) {
-    capacity = (budget - reserved - (window + d + 2) * per_step) / (row_bytes_ + kPerRowOverhead);
-  }
-  if (!raw_ids_) capacity = std::min(capacity, std::max(offsets_.back(), MinCapacityRows(0, d, keys_per_step)));
-  while (window > 0 && MinCapacityRows(static_cast<uint32_t>(window), d, keys_per_step) > capacity) --window;
-  if (MinCapacityRows(0, d, keys_per_step) > capacity) {
+  if (capacity == 0) capacity = (budget - reserved) / (row_bytes_ + kPerRowOverhead);
+  if (!raw_ids_) capacity = std::min(capacity, std::max(offsets_.back(), min_rows));
+  if (min_rows > capacity) {
     return InvalidArgument("storage.cache_rows " + std::to_string(capacity) + " cannot hold the " +
-                           std::to_string(MinCapacityRows(0, d, keys_per_step)) +
-                           " rows of the steps in flight");
+                           std::to_string(min_rows) + " rows of the steps in flight");
   }
   window_ = static_cast<uint32_t>(window);
   run_ahead_ = d;
@@ -407,12 +449,17 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
     }
     SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, row_bytes_, offsets_.back(), rows_from.empty(),
                                                     RowFileOptionsFrom(cfg_.io)));
-    backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &offsets_);
+    // A fresh table holds initial rows only; a restored or evaluated one may hold any.
+    backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &offsets_, init,
+                                                /*all_written=*/!fresh_table || !rows_from.empty());
   }
   const uint64_t table_bytes = raw_ids_ ? 0 : offsets_.back() * row_bytes_;
   memory_plan_ = "out of core (" + cfg_.storage.backend + "), budget " + FormatBytes(budget) +
                  ": cache " + FormatCount(static_cast<double>(capacity)) + " rows (" +
-                 FormatBytes(capacity * row_bytes_) + "), " + cfg_.storage.planner + " window " +
+                 FormatBytes(capacity * (row_bytes_ + kPerRowOverhead)) + " with its index), runtime " +
+                 FormatBytes(kBaseBytes) + ", dense model " + FormatBytes(dense_bytes) + ", activations " +
+                 FormatBytes(activations) + ", pipeline " + FormatBytes((window + d + 2) * per_step + io_bytes) +
+                 ", " + cfg_.storage.planner + " window " +
                  std::to_string(window_) + " steps, run-ahead " + std::to_string(d) +
                  (rocksdb_ ? ", RocksDB caches " + FormatBytes(KvTable::BudgetBytes(kvo)) : "") +
                  (table_bytes ? ", tables " + FormatBytes(table_bytes) + " on disk (" +
@@ -494,7 +541,7 @@ Result<double> DlrmRun::TrainStep(RowBatch& b) {
   auto start = Clock::now();
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
-  const int64_t n = b.samples, u = static_cast<int64_t>(b.unique.size()), d = dim_;
+  const int64_t n = b.samples, u = static_cast<int64_t>(b.unique.size()), d = width_;
   torch::Tensor rows = torch::empty({u, d});
   float* rp = rows.data_ptr<float>();
   for (int64_t j = 0; j < u; ++j) std::memcpy(rp + j * d, b.rows[j], d * 4);
@@ -557,7 +604,7 @@ Result<DlrmMetrics> DlrmRun::Evaluate(const std::string& split, uint64_t max_sam
       (void)FinishPass(*p);
       return s;
     }
-    const int64_t m = b->samples, u = static_cast<int64_t>(b->unique.size()), d = dim_;
+    const int64_t m = b->samples, u = static_cast<int64_t>(b->unique.size()), d = width_;
     torch::Tensor rows = torch::empty({u, d});
     for (int64_t j = 0; j < u; ++j) std::memcpy(rows.data_ptr<float>() + j * d, b->rows[j], d * 4);
     inverse_scratch_.assign(b->inverse.begin(), b->inverse.end());
@@ -867,7 +914,9 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
     sum << "  cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps_d)
         << " distinct rows per step, hit rate " << (cs.accesses ? 100.0 * cs.hits / cs.accesses : 0)
         << "%, loads " << cs.loads << " (" << FormatCount(cs.loads / steps_d) << " per step), write-backs "
-        << cs.write_backs << "\n";
+        << cs.write_backs << " (" << FormatCount(cs.write_backs / steps_d) << " per step), rows read from disk "
+        << backing_->rows_read() << " (" << FormatCount(backing_->rows_read() / steps_d)
+        << " per step; the other loads were rows never written, made from the seed)\n";
   }
   sum << "  checkpoints " << checkpoint_s_ << " s, evaluation " << eval_s_ << " s, wall " << Since(run_start)
       << " s\n"

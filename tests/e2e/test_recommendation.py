@@ -29,7 +29,7 @@ def clicks(tmp_path_factory) -> pathlib.Path:
 def write_config(path: pathlib.Path, dataset: pathlib.Path, run_dir: pathlib.Path, ids: str = "modulo",
                  **storage) -> pathlib.Path:
     lines = ["task: recommendation", f"dataset: {dataset}", f"run_dir: {run_dir}", "progress: false",
-             f"model: {{dim: 8, bottom: [16], top: [16], ids: {ids}, table_rows: 4096}}",
+             f"model: {{dim: 8, bottom: [16], top: [16], ids: {ids}, table_rows: 4096, linear: true}}",
              "train: {epochs: 2, batch: 200, optimizer: rowwise_adagrad, lr: 0.05, seed: 3}",
              "eval: {every: 1}",
              "storage: {" + ", ".join(f"{k}: {v}" for k, v in storage.items()) + "}"]

@@ -50,6 +50,7 @@ class MapBacking : public RowBacking {
     }
     return Status::Ok();
   }
+  uint64_t rows_read() const override { return 0; }
   std::map<std::pair<uint32_t, uint64_t>, std::array<std::byte, kRowBytes>> rows_;
   std::mutex mu_;
 };
