@@ -644,23 +644,36 @@ Status DlrmRun::SyncTables() {
 // In-memory rows as a checkpoint file: dense tables in the row file's layout (rows.bin);
 // created rows of raw ids as (uint32 table, uint32 0, uint64 id, row) records (rows.kv).
 Status DlrmRun::WriteMemoryRows(const std::string& dir) {
-  std::vector<std::byte> out;
-  if (memory_->dense()) {
-    out.resize(RowFile::FileBytes(row_bytes_, offsets_.back()));
-    uint64_t i = 0;
-    memory_->ForEach([&](const RowKey&, std::byte* row) { std::memcpy(out.data() + i++ * row_bytes_, row, row_bytes_); });
-    return WriteFileAtomic(dir + "/rows.bin", out);
-  }
-  const size_t rec = 16 + row_bytes_;
+  // Streamed in chunks (a copy of the whole table would double the resident set).
+  const std::string path = dir + (memory_->dense() ? "/rows.bin" : "/rows.kv");
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kCreate, false));
+  std::vector<std::byte> chunk;
+  uint64_t at = 0;
+  Status status;
+  auto flush = [&]() {
+    if (status.ok() && !chunk.empty()) status = PwriteFull(file, chunk.data(), chunk.size(), at);
+    at += chunk.size();
+    chunk.clear();
+  };
+  const bool dense = memory_->dense();
   memory_->ForEach([&](const RowKey& k, std::byte* row) {
-    const size_t at = out.size();
-    out.resize(at + rec);
-    const uint32_t head[2] = {k.table, 0};
-    std::memcpy(out.data() + at, head, 8);
-    std::memcpy(out.data() + at + 8, &k.id, 8);
-    std::memcpy(out.data() + at + 16, row, row_bytes_);
+    const size_t pos = chunk.size();
+    if (dense) {
+      chunk.resize(pos + row_bytes_);
+      std::memcpy(chunk.data() + pos, row, row_bytes_);
+    } else {
+      chunk.resize(pos + 16 + row_bytes_);
+      const uint32_t head[2] = {k.table, 0};
+      std::memcpy(chunk.data() + pos, head, 8);
+      std::memcpy(chunk.data() + pos + 8, &k.id, 8);
+      std::memcpy(chunk.data() + pos + 16, row, row_bytes_);
+    }
+    if (chunk.size() >= (8u << 20)) flush();
   });
-  return WriteFileAtomic(dir + "/rows.kv", out);
+  if (dense) chunk.resize(chunk.size() + (RowFile::FileBytes(row_bytes_, offsets_.back()) - at - chunk.size()));
+  flush();
+  SLUICE_RETURN_IF_ERROR(status);
+  return file.Sync();
 }
 
 Status DlrmRun::LoadMemoryRows(const std::string& dir) {
