@@ -79,7 +79,9 @@ def bench_planted(args, tmp):
                ("row file, LRU", ["storage.backend=rowfile", "storage.planner=lru"]),
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
-               ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle"])]
+               # RocksDB's block cache and memtables come out of the same budget.
+               ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
+                                    "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
     manifest = json.loads((pathlib.Path(args.planted) / "manifest.json").read_text())
     rate = {n: [] for n, _ in configs}
     info = {}
