@@ -4,6 +4,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
 #include <cstring>
@@ -171,6 +172,13 @@ Status KvTable::Write(std::span<const uint64_t> keys, const std::byte* rows) {
 }
 Status KvTable::Write(std::span<const TableKey> keys, const std::byte* rows) {
   return WriteImpl(keys, rows);
+}
+
+Status KvTable::Checkpoint(const std::string& dir) {
+  rocksdb::Checkpoint* raw = nullptr;
+  SLUICE_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_, &raw), "checkpoint " + path_));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  return FromRocks(checkpoint->CreateCheckpoint(dir), "checkpoint kv table " + path_ + " into " + dir);
 }
 
 Status KvTable::Flush() {

@@ -60,6 +60,9 @@ class KvTable {
   Status Write(std::span<const TableKey> keys, const std::byte* rows);
   // Makes every write so far durable (flushes memtables to table files).
   Status Flush();
+  // A consistent copy of the table in directory `dir` (which must not exist), made of hard
+  // links to the immutable table files where the filesystem allows; opens with Open.
+  Status Checkpoint(const std::string& dir);
   // Memory the table holds now: block cache, memtables, table readers.
   uint64_t MemoryBytes() const;
 
