@@ -165,12 +165,13 @@ Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b) {
   RowStepPlan& plan = plan_scratch_;
   SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
   plan_.busy_s += Since(start);
-  // Wait until the rows this step evicts are final: compute has passed t - run_ahead.
+  // Wait until the rows this step evicts are final: compute has passed t - run_ahead, or has
+  // stopped for good (Stop). A planned step's io always runs: the cache already counts its
+  // evictions as done, so skipping their write-backs would lose updates.
   start = std::chrono::steady_clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return stop_ || computed_ + options_.run_ahead >= t; });
-    if (stop_) return Aborted("prefetcher stopped");
   }
   io_.wait_s += Since(start);
   start = std::chrono::steady_clock::now();
@@ -220,6 +221,10 @@ Status RowPrefetcher::RunSteps() {
       total_steps_ = filled;
       cv_.notify_all();
       return Status::Ok();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return Aborted("prefetcher stopped");
     }
     SLUICE_RETURN_IF_ERROR(RunIo(t, ring_[t % ring]));
     std::lock_guard<std::mutex> lock(mu_);

@@ -116,8 +116,9 @@ class RowPrefetcher {
   // before t or the pipeline failed.
   RowBatch* WaitReady(uint64_t t, Status& status);
   void Computed(uint64_t t);
-  // Stops after the step being planned (if any); the cache's window and protection are reset,
-  // so the cache may serve another pass. Returns the pipeline's error, if any.
+  // Stops after the step being planned (if any; its io completes, so the cache stays
+  // consistent); the cache's window and protection are reset, so the cache may serve another
+  // pass. Call only once compute has stopped for good. Returns the pipeline's error, if any.
   Status Stop();
 
   StageTime read_time() const { return read_; }    // source + dedupe
