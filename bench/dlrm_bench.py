@@ -68,6 +68,8 @@ def parse_summary(stdout: str) -> dict:
     s["rss"] = bytes_of(m.group(1)) if m else float("nan")
     m = re.search(r"cache ([0-9.]+[kMG]?) rows", stdout)
     s["cache_rows"] = number(m.group(1)) if m else 0
+    m = re.search(r"write-back buffer ([0-9.]+[kMG]?) rows", stdout)
+    s["buffer_rows"] = number(m.group(1)) if m else 0
     return s
 
 
@@ -76,6 +78,8 @@ def bench_planted(args, tmp):
             f"threads.compute={args.threads}", f"storage.budget={args.budget}"]
     configs = [("in memory", ["storage.mode=in_memory"]),
                ("row file, oracle", ["storage.backend=rowfile", "storage.planner=oracle"]),
+               ("row file, oracle, no write-back buffer", ["storage.backend=rowfile", "storage.planner=oracle",
+                                                          "storage.write_back_share=0"]),
                ("row file, LRU", ["storage.backend=rowfile", "storage.planner=lru"]),
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
@@ -102,15 +106,15 @@ def bench_planted(args, tmp):
           f"{manifest['stats'].get('zipf_alpha')}), batch 2048, dim 16, {args.steps} steps from fresh tables, "
           f"{args.threads} compute thread(s); tables {table / 2**30:.2f} GiB = {table / budget:.1f}x the "
           f"{args.budget} budget; medians of {args.rounds} rounds\n")
-    print("| configuration | samples/s | vs in memory | cache rows | distinct rows/batch | hit rate | "
-          "loads/batch | disk reads/batch | write-backs/batch | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| configuration | samples/s | vs in memory | cache rows | write-back buffer rows | distinct rows/batch | "
+          "hit rate | loads/batch | disk reads/batch | write-backs/batch | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mem = statistics.median(rate["in memory"])
     for name, _ in configs:
         m = statistics.median(rate[name])
         s = info[name]
-        cache = (f"{s['cache_rows']:,.0f} | {s['distinct']:,.0f} | {s['hit']:.1f}% | {s['loads']:,.0f} | "
-                 f"{s['reads']:,.0f} | {s['writes']:,.0f}") if "hit" in s else "- | - | - | - | - | -"
+        cache = (f"{s['cache_rows']:,.0f} | {s['buffer_rows']:,.0f} | {s['distinct']:,.0f} | {s['hit']:.1f}% | "
+                 f"{s['loads']:,.0f} | {s['reads']:,.0f} | {s['writes']:,.0f}") if "hit" in s else "- | - | - | - | - | - | -"
         print(f"| {name} | {m:,.0f} | {m / mem:.2f} | {cache} | {s['rss'] / 2**20:,.0f} MiB |")
 
 

@@ -12,6 +12,18 @@ uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps,
   return (uint64_t{window_steps} + protect_steps + 1) * max_rows_per_step;
 }
 
+namespace {
+// Index slots for `rows` entries at most 3/4 full.
+uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
+}  // namespace
+
+uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows) {
+  constexpr uint64_t kEntryBytes = 32, kCandidateBytes = 24;
+  // (RowCache::Entry is 32 bytes: asserted beside it.)
+  return IndexSlots(capacity_rows + window_rows) * kEntryBytes +
+         (2 * capacity_rows + 4096) * kCandidateBytes + capacity_rows * 4;
+}
+
 void RowStepPlan::Clear() {
   slots.clear();
   load_keys.clear();
@@ -24,10 +36,7 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   SLUICE_CHECK(options.kind == PlannerKind::kOracle || options.kind == PlannerKind::kLru,
                "the row cache plans with oracle or lru");
   if (options_.kind == PlannerKind::kLru) options_.window_steps = 0;
-  uint64_t n = 1024;
-  while (3 * n < 4 * (options_.capacity_rows + 1)) n *= 2;
-  table_.resize(n);
-  mask_ = n - 1;
+  table_.resize(IndexSlots(options_.capacity_rows + options_.window_rows));
   free_slots_.reserve(options_.capacity_rows);
   for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
 }
@@ -41,7 +50,7 @@ uint64_t RowCache::Hash(const RowKey& k) {
 }
 
 RowCache::Entry* RowCache::Find(const RowKey& k) {
-  for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
+  for (uint64_t i = Home(k);; i = Next(i)) {
     Entry& e = table_[i];
     if (!e.used) return nullptr;
     if (e.Is(k)) return &e;
@@ -50,7 +59,7 @@ RowCache::Entry* RowCache::Find(const RowKey& k) {
 
 RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
   if (4 * (size_ + 1) > 3 * table_.size()) Grow();  // load factor at most 3/4
-  for (uint64_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
+  for (uint64_t i = Home(k);; i = Next(i)) {
     Entry& e = table_[i];
     if (!e.used) {
       e = Entry{};
@@ -67,11 +76,10 @@ RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
 void RowCache::Grow() {
   std::vector<Entry> old = std::move(table_);
   table_.assign(old.size() * 2, Entry{});
-  mask_ = table_.size() - 1;
   for (const Entry& e : old) {
     if (!e.used) continue;
-    uint64_t i = Hash(e.key()) & mask_;
-    while (table_[i].used) i = (i + 1) & mask_;
+    uint64_t i = Home(e.key());
+    while (table_[i].used) i = Next(i);
     table_[i] = e;
   }
 }
@@ -81,8 +89,8 @@ void RowCache::Erase(Entry* e) {
   uint64_t hole = static_cast<uint64_t>(e - table_.data());
   table_[hole].used = 0;
   --size_;
-  for (uint64_t i = (hole + 1) & mask_; table_[i].used; i = (i + 1) & mask_) {
-    const uint64_t home = Hash(table_[i].key()) & mask_;
+  for (uint64_t i = Next(hole); table_[i].used; i = Next(i)) {
+    const uint64_t home = Home(table_[i].key());
     // Move entry i into the hole if its home is not in the cyclic range (hole, i].
     const bool in_range = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
     if (!in_range) {

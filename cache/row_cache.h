@@ -39,10 +39,15 @@ struct RowCacheOptions {
   uint64_t capacity_rows = 0;
   uint32_t window_steps = 0;   // oracle lookahead (ignored by lru)
   uint32_t protect_steps = 0;  // rows of the last d planned steps stay resident
+  uint64_t window_rows = 0;    // expected rows pending in the window: the index is sized for them
 };
 
 // Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
 uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps, uint64_t max_rows_per_step);
+// RAM the cache's bookkeeping takes besides the rows: its index (entries of cached rows and of
+// at most `window_rows` rows pending in the window; power-of-two sized, at most 3/4 full), its
+// eviction candidates (compacted at twice the capacity) and its free-slot list.
+uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows);
 
 struct RowStepPlan {
   std::vector<uint32_t> slots;       // per row of the step (in the caller's order): its slot
@@ -112,6 +117,9 @@ class RowCache {
   };
 
   static uint64_t Hash(const RowKey& k);
+  // A key's home in the index (any size below 2^32: the hash's top bits scaled), the next slot.
+  uint64_t Home(const RowKey& k) const { return (Hash(k) >> 32) * table_.size() >> 32; }
+  uint64_t Next(uint64_t i) const { return i + 1 == table_.size() ? 0 : i + 1; }
   Entry* Find(const RowKey& k);
   Entry& FindOrInsert(const RowKey& k);
   void Erase(Entry* e);
@@ -123,8 +131,7 @@ class RowCache {
   Result<uint32_t> TakeSlot(RowStepPlan& out);
 
   RowCacheOptions options_;
-  std::vector<Entry> table_;  // open addressing, linear probing, power-of-two size
-  uint64_t mask_ = 0;
+  std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full
   uint64_t size_ = 0;
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
   std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps

@@ -291,7 +291,7 @@ Status FlushRowCache(RowCache& cache, const std::byte* arena, uint32_t row_bytes
     SLUICE_RETURN_IF_ERROR(backing.Write(io, std::span(keys).subspan(lo, n), rows.data()));
   }
   cache.MarkAllClean();
-  return Status::Ok();
+  return backing.Flush(io);
 }
 
 }  // namespace sluice

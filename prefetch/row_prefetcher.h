@@ -45,6 +45,8 @@ class RowBacking {
   // Reads keys[i] into out + i * row_bytes; a row never written reads as its initial value.
   virtual Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) = 0;
   virtual Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) = 0;
+  // Makes every row written so far reach the store (a backing that stages writes applies them).
+  virtual Status Flush(IoSession&) { return Status::Ok(); }
   // Rows Read found stored (the rest got their initial value without a read).
   virtual uint64_t rows_read() const = 0;
 };
@@ -165,7 +167,8 @@ class RowPrefetcher {
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
 };
 
-// Writes every dirty row of the cache back (the pipeline must be stopped) and marks them clean.
+// Writes every dirty row of the cache back (the pipeline must be stopped), marks them clean and
+// flushes the backing.
 Status FlushRowCache(RowCache& cache, const std::byte* arena, uint32_t row_bytes,
                      RowBacking& backing, IoSession& io);
 

@@ -272,11 +272,12 @@ Status RowFile::WriteExtents(IoSession& io, Fill fill, uint64_t data_begin, uint
   return io.executor().Stream(extents.size(), prepare, complete);
 }
 
-Status RowFile::WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows) {
+Status RowFile::WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows,
+                          uint32_t gap_bytes) {
   SLUICE_RETURN_IF_ERROR(CheckIds(ids));
   if (ids.empty()) return Status::Ok();
   io.EnsureSlotBytes(options_.merge_max_bytes);
-  PlanExtents(io, ids, /*dedupe=*/true, /*gap_bytes=*/0);
+  PlanExtents(io, ids, /*dedupe=*/true, gap_bytes);
   StripeLock lock(stripes_, io.extents(), /*exclusive=*/true);
   const auto& sorted = io.sorted();
   auto fill = [&](const IoSession::Extent& e, std::byte* buffer) {

@@ -46,8 +46,10 @@ class RowFile {
 
   // Reads rows ids[i] into out + i * row_bytes. Ids may repeat and come in any order.
   Status ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out) const;
-  // Writes rows + i * row_bytes to row ids[i]. If an id repeats, its last row wins.
-  Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows);
+  // Writes rows + i * row_bytes to row ids[i]. If an id repeats, its last row wins. Rows less
+  // than gap_bytes apart share one extent (read, patched, written), up to merge_max_bytes.
+  Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows,
+                   uint32_t gap_bytes = 0);
   // Rows [first_row, first_row + count) as one contiguous byte range.
   Status ReadRange(IoSession& io, uint64_t first_row, uint64_t count, std::byte* out) const;
   Status WriteRange(IoSession& io, uint64_t first_row, uint64_t count, const std::byte* rows);

@@ -89,6 +89,8 @@ struct DlrmStorageConfig {
   int run_ahead = 2;
   Bytes rocksdb_cache{32ull << 20};
   Bytes rocksdb_memtable{16ull << 20};
+  double write_back_share = 0.5;
+  uint64_t write_back_rows = 0;  // 0 = from the share
 
   template <class V>
   void VisitFields(V& v) {
@@ -104,6 +106,12 @@ struct DlrmStorageConfig {
     v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
     v.Field("rocksdb_cache", rocksdb_cache, "RocksDB block cache (counted in the budget)");
     v.Field("rocksdb_memtable", rocksdb_memtable, "RocksDB memtable size (two count in the budget)");
+    v.Field("write_back_share", write_back_share,
+            "share of the rows' memory that stages evicted rows for sorted sweeps of the row file "
+            "(rowfile backend; 0: each eviction is written to its page at once)",
+            InRange(0.0, 0.9));
+    v.Field("write_back_rows", write_back_rows,
+            "rows in the write-back buffer (experiments); 0 = from write_back_share");
   }
 };
 

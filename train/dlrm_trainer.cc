@@ -25,6 +25,7 @@
 #include "storage/file.h"
 #include "storage/kv_table.h"
 #include "storage/row_file.h"
+#include "storage/write_back_buffer.h"
 #include "train/row_optimizers.h"
 #include "train/run_dir.h"
 #include "train/torch_runtime.h"
@@ -45,9 +46,6 @@ extern "C" void OnDlrmInterrupt(int) { g_interrupted.store(true); }
 // Memory the engine needs besides the row cache and the per-step buffers: the libtorch runtime
 // (its code and allocator: `sluice version` alone has a resident set of 172 MB here).
 constexpr uint64_t kBaseBytes = 192ull << 20;
-// Per cached row besides the row itself: its 32-byte entry in the cache's open-addressing table
-// (a load factor between 3/8 and 3/4) and its share of the eviction heap (24-byte candidates).
-constexpr uint64_t kPerRowOverhead = 96;
 
 // The DLRM network: bottom MLP over the dense features (a learned vector when a dataset has
 // none), pairwise dot products of it and every table's embedding, top MLP to one logit.
@@ -113,16 +111,24 @@ TORCH_MODULE(DlrmNet);
 // skewed click log are first touches of tail ids, and they cost no io.
 class RowFileBacking : public RowBacking {
  public:
-  RowFileBacking(RowFile* file, const std::vector<uint64_t>* offsets, RowInit init, bool all_written)
+  // staging_rows > 0: written rows wait in a WriteBackBuffer and reach the file in sorted sweeps.
+  RowFileBacking(RowFile* file, const std::vector<uint64_t>* offsets, RowInit init, bool all_written,
+                 uint64_t staging_rows)
       : file_(file), offsets_(offsets), init_(std::move(init)),
-        written_((offsets->back() + 63) / 64, all_written ? ~uint64_t{0} : 0) {}
+        written_((offsets->back() + 63) / 64, all_written ? ~uint64_t{0} : 0) {
+    if (staging_rows > 0) {
+      staged_ = std::make_unique<WriteBackBuffer>(file, WriteBackOptions{.capacity_rows = staging_rows});
+    }
+  }
   Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override {
     const uint32_t rb = file_->row_bytes();
     ids_.clear();
     where_.clear();
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint64_t row = (*offsets_)[keys[i].table] + keys[i].id;
-      if (written_[row / 64] >> (row % 64) & 1) {
+      if (const std::byte* p = staged_ ? staged_->Find(row) : nullptr) {
+        std::memcpy(out + i * rb, p, rb);
+      } else if (written_[row / 64] >> (row % 64) & 1) {
         ids_.push_back(row);
         where_.push_back(i);
       } else {
@@ -139,17 +145,20 @@ class RowFileBacking : public RowBacking {
   Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override {
     ids_.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) ids_[i] = (*offsets_)[keys[i].table] + keys[i].id;
-    SLUICE_RETURN_IF_ERROR(file_->WriteRows(io, ids_, rows));
+    SLUICE_RETURN_IF_ERROR(staged_ ? staged_->Write(io, ids_, rows) : file_->WriteRows(io, ids_, rows));
     for (uint64_t row : ids_) written_[row / 64] |= uint64_t{1} << (row % 64);
     return Status::Ok();
   }
+  Status Flush(IoSession& io) override { return staged_ ? staged_->Flush(io) : Status::Ok(); }
   uint64_t rows_read() const override { return reads_; }
+  const WriteBackBuffer* staging() const { return staged_.get(); }
 
  private:
   RowFile* file_;
   const std::vector<uint64_t>* offsets_;
   RowInit init_;
   std::vector<uint64_t> written_;
+  std::unique_ptr<WriteBackBuffer> staged_;
   std::vector<uint64_t> ids_;
   std::vector<size_t> where_;
   std::vector<std::byte> buffer_;
@@ -210,6 +219,9 @@ class DlrmRun {
   RowKey MapId(uint32_t table, uint64_t raw) const;
   void InitRow(const RowKey& key, std::byte* row) const;
   Status SetUpStorage(bool fresh_table, const std::string& rows_from);
+  // Distinct rows per step over the train split's first steps (the most seen), for the memory
+  // plan: the cache indexes the rows of the window's steps.
+  Result<uint64_t> SampleDistinctRowsPerStep();
   Status CreateRowFile(const std::string& path);
   RowPrefetcher::Source MakeSource(const File* samples, uint64_t n, uint64_t first_step,
                                    uint64_t steps);
@@ -405,7 +417,13 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
   const uint64_t budget = cfg_.storage.budget.value;
   const uint64_t fixed = kBaseBytes + dense_bytes + activations + io_bytes + kv_bytes;
   const uint64_t min_rows = MinCapacityRows(0, d, keys_per_step);
-  auto need = [&](uint64_t w) { return fixed + (w + d + 2) * per_step + min_rows * (row_bytes_ + kPerRowOverhead); };
+  // Rows pending in the window: measured on the first steps, with a margin (the index grows if
+  // later steps have more).
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t sampled, SampleDistinctRowsPerStep());
+  const uint64_t step_rows = std::min(keys_per_step, sampled + sampled / 4);
+  auto need = [&](uint64_t w) {
+    return fixed + (w + d + 2) * per_step + min_rows * row_bytes_ + RowCacheIndexBytes(min_rows, w * step_rows);
+  };
   uint64_t window = oracle ? static_cast<uint64_t>(cfg_.storage.window) : 0;
   if (need(0) > budget && cfg_.storage.cache_rows == 0) {
     return InvalidArgument("storage.budget " + FormatBytes(budget) + " cannot hold one step's working set: "
@@ -415,9 +433,34 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
   }
   while (window > 0 && need(window) > budget) --window;  // the window's ring must fit too
   const uint64_t reserved = fixed + (window + d + 2) * per_step;
+  // The rest holds rows: the cache and, for a row file, the write-back buffer (its share, once
+  // the cache holds the steps in flight).
+  const uint64_t rows_memory = budget > reserved ? budget - reserved : 0;
+  const uint64_t window_rows = window * step_rows;
+  auto cache_bytes = [&](uint64_t rows) { return rows * row_bytes_ + RowCacheIndexBytes(rows, window_rows); };
+  // The most rows a cache of `bytes` holds (its index grows in steps: searched).
+  auto rows_in = [&](uint64_t bytes) {
+    uint64_t lo = 0, hi = bytes / row_bytes_ + 1;
+    while (lo + 1 < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      (cache_bytes(mid) <= bytes ? lo : hi) = mid;
+    }
+    return lo;
+  };
+  const uint64_t per_staged = WriteBackBuffer::BytesPerRow(row_bytes_);
+  const bool stage = !rocksdb_ && cfg_.storage.write_back_share > 0;
   uint64_t capacity = cfg_.storage.cache_rows;
-  if (capacity == 0) capacity = (budget - reserved) / (row_bytes_ + kPerRowOverhead);
+  if (capacity == 0) {
+    const auto staging_memory = stage ? static_cast<uint64_t>(
+        static_cast<double>(rows_memory) * cfg_.storage.write_back_share) : 0;
+    capacity = std::max(rows_in(rows_memory - staging_memory), std::min(min_rows, rows_in(rows_memory)));
+  }
   if (!raw_ids_) capacity = std::min(capacity, std::max(offsets_.back(), min_rows));
+  uint64_t staging_rows = 0;
+  if (stage && capacity < offsets_.back() && rows_memory > cache_bytes(capacity)) {
+    staging_rows = (rows_memory - cache_bytes(capacity)) / per_staged;
+  }
+  if (stage && cfg_.storage.write_back_rows > 0) staging_rows = cfg_.storage.write_back_rows;
   if (min_rows > capacity) {
     return InvalidArgument("storage.cache_rows " + std::to_string(capacity) + " cannot hold the " +
                            std::to_string(min_rows) + " rows of the steps in flight");
@@ -429,6 +472,7 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
   co.capacity_rows = capacity;
   co.window_steps = window_;
   co.protect_steps = d;
+  co.window_rows = window_rows;
   cache_ = std::make_unique<RowCache>(co);
   arena_ = AlignedBuffer(capacity * row_bytes_, 4096);
   if (rocksdb_) {
@@ -451,12 +495,16 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
                                                     RowFileOptionsFrom(cfg_.io)));
     // A fresh table holds initial rows only; a restored or evaluated one may hold any.
     backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &offsets_, init,
-                                                /*all_written=*/!fresh_table || !rows_from.empty());
+                                                /*all_written=*/!fresh_table || !rows_from.empty(),
+                                                staging_rows);
   }
   const uint64_t table_bytes = raw_ids_ ? 0 : offsets_.back() * row_bytes_;
   memory_plan_ = "out of core (" + cfg_.storage.backend + "), budget " + FormatBytes(budget) +
                  ": cache " + FormatCount(static_cast<double>(capacity)) + " rows (" +
-                 FormatBytes(capacity * (row_bytes_ + kPerRowOverhead)) + " with its index), runtime " +
+                 FormatBytes(cache_bytes(capacity)) + " with its index), " +
+                 (staging_rows ? "write-back buffer " + FormatCount(static_cast<double>(staging_rows)) + " rows (" +
+                                     FormatBytes(staging_rows * per_staged) + "), " : "") +
+                 "runtime " +
                  FormatBytes(kBaseBytes) + ", dense model " + FormatBytes(dense_bytes) + ", activations " +
                  FormatBytes(activations) + ", pipeline " + FormatBytes((window + d + 2) * per_step + io_bytes) +
                  ", " + cfg_.storage.planner + " window " +
@@ -466,6 +514,30 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
                                     std::to_string(table_bytes * 100 / budget) + "% of the budget)"
                               : ", tables on disk (rows created on first use)");
   return Status::Ok();
+}
+
+Result<uint64_t> DlrmRun::SampleDistinctRowsPerStep() {
+  const uint64_t n = NumSamples("train");
+  if (n == 0) return uint64_t{0};
+  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset_.File("samples.train"));
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(dataset_.PathOf(*f), OpenMode::kRead, false));
+  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
+  const uint64_t steps = std::min<uint64_t>((n + batch - 1) / batch, 8);
+  auto source = MakeSource(&file, n, 0, steps);
+  RowBatch b;
+  std::vector<RowKey> keys;
+  uint64_t most = 0;
+  for (uint64_t t = 0; t < steps; ++t) {
+    SLUICE_ASSIGN_OR_RETURN(bool more, source(t, b));
+    if (!more) break;
+    keys = b.keys;
+    std::sort(keys.begin(), keys.end(), [](const RowKey& x, const RowKey& y) {
+      return x.table != y.table ? x.table < y.table : x.id < y.id;
+    });
+    const auto distinct = static_cast<uint64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
+    most = std::max(most, distinct);
+  }
+  return most;
 }
 
 RowPrefetcher::Source DlrmRun::MakeSource(const File* samples, uint64_t n, uint64_t first_step,
@@ -930,6 +1002,13 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
         << cs.write_backs << " (" << FormatCount(cs.write_backs / steps_d) << " per step), rows read from disk "
         << backing_->rows_read() << " (" << FormatCount(backing_->rows_read() / steps_d)
         << " per step; the other loads were rows never written, made from the seed)\n";
+    const auto* rf = dynamic_cast<const RowFileBacking*>(backing_.get());
+    if (rf != nullptr && rf->staging() != nullptr) {
+      const WriteBackStats& ws = rf->staging()->stats();
+      sum << "  write-back buffer: " << ws.rows_staged << " rows staged, " << ws.sweeps << " sweeps wrote "
+          << ws.rows_swept << " rows (" << FormatCount(ws.sweeps ? static_cast<double>(ws.rows_swept) / ws.sweeps : 0)
+          << " per sweep; a row staged again before its sweep is written once)\n";
+    }
   }
   sum << "  checkpoints " << checkpoint_s_ << " s, evaluation " << eval_s_ << " s, wall " << Since(run_start)
       << " s\n"

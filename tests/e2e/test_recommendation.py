@@ -3,6 +3,7 @@ cache (row file and RocksDB tables) equals the same schedule with every table in
 bit; resume after Ctrl-C or kill -9 equals an uninterrupted run; eval/export/predict; bad input."""
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -55,20 +56,27 @@ def dense_bytes(run_dir: pathlib.Path) -> bytes:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, threads):
     tables, dense, stdout = {}, {}, {}
+    # Row files with a small write-back buffer (swept often) and without one (rows straight to
+    # their pages).
     for name, storage in {"mem": {"mode": "in_memory"},
-                          "rowfile": dict(OOC, backend="rowfile"),
+                          "rowfile": dict(OOC, backend="rowfile", write_back_rows=1500),
+                          "direct": dict(OOC, backend="rowfile", write_back_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
-                          "lru": dict(OOC, backend="rowfile", planner="lru")}.items():
+                          "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700)}.items():
         cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
         out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
                   "--set", f"threads.compute={threads}")
         assert out.returncode == 0, out.stderr
         tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
-    for name in ("rowfile", "rocksdb", "lru"):
+    for name in ("rowfile", "direct", "rocksdb", "lru"):
         cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
         assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
         assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
         assert dense[name] == dense["mem"]
+    for name in ("rowfile", "lru"):
+        sweeps = re.search(r"write-back buffer: \d+ rows staged, (\d+) sweeps", stdout[name])
+        assert sweeps and int(sweeps.group(1)) > 20, f"{name}: the write-back buffer was not swept: {stdout[name]}"
+    assert "write-back buffer:" not in stdout["direct"]
     assert len(tables["mem"]) == 6
 
 

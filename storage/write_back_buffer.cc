@@ -1,0 +1,127 @@
+#include "storage/write_back_buffer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace sluice {
+
+WriteBackBuffer::WriteBackBuffer(RowFile* file, const WriteBackOptions& options)
+    : file_(file), row_bytes_(file->row_bytes()), capacity_(options.capacity_rows),
+      gap_(options.sweep_gap_bytes) {
+  SLUICE_CHECK(capacity_ < (uint64_t{1} << 31), "write-back buffer of %llu rows",
+               static_cast<unsigned long long>(capacity_));
+  rows_.resize(capacity_ * row_bytes_);
+  ids_.resize(capacity_);
+  next_.resize(capacity_);
+  free_.resize(capacity_);
+  for (uint64_t i = 0; i < capacity_; ++i) free_[i] = static_cast<uint32_t>(capacity_ - 1 - i);
+  index_.assign(std::max<uint64_t>(2 * capacity_, 2), kNone);
+  const uint64_t regions = std::clamp<uint64_t>(options.regions, 1, std::max<uint64_t>(file->num_rows(), 1));
+  heads_.assign(regions, kNone);
+  counts_.assign(regions, 0);
+}
+
+size_t WriteBackBuffer::Probe(uint64_t id) const {
+  size_t i = Home(id);
+  while (index_[i] != kNone && ids_[index_[i]] != id) i = i + 1 == index_.size() ? 0 : i + 1;
+  return i;
+}
+
+const std::byte* WriteBackBuffer::Find(uint64_t id) const {
+  if (staged_ == 0) return nullptr;
+  const uint32_t slot = index_[Probe(id)];
+  return slot == kNone ? nullptr : rows_.data() + uint64_t{slot} * row_bytes_;
+}
+
+void WriteBackBuffer::EraseAt(size_t i) {
+  free_.push_back(index_[i]);
+  // Backward-shift deletion: move later entries of the probe run into the hole.
+  const size_t n = index_.size();
+  size_t j = i;
+  while (true) {
+    j = j + 1 == n ? 0 : j + 1;
+    if (index_[j] == kNone) break;
+    const size_t home = Home(ids_[index_[j]]);
+    // The entry at j may move to i unless its home lies cyclically within (i, j].
+    if ((j + n - home) % n >= (j + n - i) % n) {
+      index_[i] = index_[j];
+      i = j;
+    }
+  }
+  index_[i] = kNone;
+}
+
+Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
+  if (counts_[region] == 0) return Status::Ok();
+  sweep_ids_.clear();
+  sweep_rows_.resize(uint64_t{counts_[region]} * row_bytes_);
+  for (uint32_t slot = heads_[region]; slot != kNone; slot = next_[slot]) {
+    std::memcpy(sweep_rows_.data() + sweep_ids_.size() * row_bytes_, rows_.data() + uint64_t{slot} * row_bytes_,
+                row_bytes_);
+    sweep_ids_.push_back(ids_[slot]);
+  }
+  SLUICE_RETURN_IF_ERROR(file_->WriteRows(io, sweep_ids_, sweep_rows_.data(), gap_));
+  for (uint64_t id : sweep_ids_) {
+    const size_t i = Probe(id);
+    SLUICE_CHECK(index_[i] != kNone, "row %llu is not staged", static_cast<unsigned long long>(id));
+    EraseAt(i);
+  }
+  staged_ -= sweep_ids_.size();
+  stats_.rows_swept += sweep_ids_.size();
+  ++stats_.sweeps;
+  heads_[region] = kNone;
+  counts_[region] = 0;
+  return Status::Ok();
+}
+
+Status WriteBackBuffer::Write(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows) {
+  stats_.rows_staged += ids.size();
+  if (ids.size() > capacity_) {
+    // More rows than the whole buffer holds: stage none, write them straight through (after the
+    // staged copies of the same rows, which they replace).
+    SLUICE_RETURN_IF_ERROR(Flush(io));
+    return file_->WriteRows(io, ids, rows, gap_);
+  }
+  // Sweep until the rows not yet staged fit (an upper bound: repeats within `ids` count each
+  // time). Counted again after each sweep: it may have applied some of these very rows.
+  while (true) {
+    uint64_t fresh = 0;
+    for (uint64_t id : ids) fresh += Find(id) == nullptr;
+    if (staged_ + fresh <= capacity_) break;
+    const auto fullest = static_cast<uint32_t>(std::max_element(counts_.begin(), counts_.end()) - counts_.begin());
+    SLUICE_RETURN_IF_ERROR(Sweep(io, fullest));
+  }
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const uint64_t id = ids[k];
+    if (id >= file_->num_rows()) {
+      return OutOfRange("row id " + std::to_string(id) + " is out of range for " + file_->path() +
+                        " (" + std::to_string(file_->num_rows()) + " rows)");
+    }
+    const size_t i = Probe(id);
+    if (index_[i] == kNone) {
+      SLUICE_CHECK(!free_.empty(), "write-back buffer overflow");
+      const uint32_t slot = free_.back();
+      free_.pop_back();
+      index_[i] = slot;
+      ids_[slot] = id;
+      const uint32_t region = RegionOf(id);
+      next_[slot] = heads_[region];
+      heads_[region] = slot;
+      ++counts_[region];
+      ++staged_;
+    }
+    std::memcpy(rows_.data() + uint64_t{index_[i]} * row_bytes_, rows + k * row_bytes_, row_bytes_);
+  }
+  return Status::Ok();
+}
+
+Status WriteBackBuffer::Flush(IoSession& io) {
+  for (uint32_t r = 0; r < heads_.size() && staged_ > 0; ++r) {
+    SLUICE_RETURN_IF_ERROR(Sweep(io, r));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice
