@@ -86,6 +86,14 @@ def bench_planted(args, tmp):
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
+    keys = ["mem", "oracle", "direct", "lru", "oracle-lru-rows", "rocksdb"]
+    if args.configs:
+        wanted = args.configs.split(",")
+        if unknown := set(wanted) - set(keys):
+            sys.exit(f"dlrm_bench: --configs: unknown {sorted(unknown)}; choose from {keys}")
+        if "oracle-lru-rows" in wanted and "lru" not in wanted:
+            sys.exit("dlrm_bench: --configs: oracle-lru-rows needs lru (it uses LRU's cache size)")
+        configs = [c for k, c in zip(keys, configs) if k in wanted or k == "mem"]
     manifest = json.loads((pathlib.Path(args.planted) / "manifest.json").read_text())
     rate = {n: [] for n, _ in configs}
     info = {}
@@ -103,7 +111,7 @@ def bench_planted(args, tmp):
     budget = bytes_of(args.budget.replace("MiB", " MiB").replace("GiB", " GiB"))
     table = 26 * 1_000_000 * 72  # (16 + 1 linear + 1 state) floats per row
     print(f"\nDLRM out of core: {args.planted} ({manifest['record']['sparse']} tables, Zipf "
-          f"{manifest['stats'].get('zipf_alpha')}), batch 2048, dim 16, {args.steps} steps from fresh tables, "
+          f"{manifest['stats'].get('zipf_alpha')}), batch 2048, dim 16, {args.steps or 'all'} steps from fresh tables, "
           f"{args.threads} compute thread(s); tables {table / 2**30:.2f} GiB = {table / budget:.1f}x the "
           f"{args.budget} budget; medians of {args.rounds} rounds\n")
     print("| configuration | samples/s | vs in memory | cache rows | write-back buffer rows | distinct rows/batch | "
@@ -231,7 +239,9 @@ def main() -> int:
     p.add_argument("--movielens", type=pathlib.Path)
     p.add_argument("--quality", type=pathlib.Path)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--steps", type=int, default=300, help="steps per run (0: a whole epoch)")
+    p.add_argument("--configs", help="--planted: a comma-separated subset of mem, oracle, direct, lru, "
+                                     "oracle-lru-rows, rocksdb (in memory always runs)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--budget", default="400MiB")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/release/train/sluice")

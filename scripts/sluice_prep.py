@@ -158,6 +158,10 @@ def main(argv=None) -> int:
     gc.add_argument("--vocab", type=int, default=1000000,
                     help="distinct values per categorical feature (default 1,000,000)")
     gc.add_argument("--alpha", type=float, default=1.05, help="Zipf exponent of the ids (default 1.05)")
+    gc.add_argument("--effect-decay", type=float, default=0.0, metavar="R0",
+                    help="planted effects of the value of Zipf rank r scale by (1 + r/R0)^-1/2, so rare "
+                         "values carry little signal (a log whose ground truth is learnable); "
+                         "0: every value's effect has the same scale (default)")
     gc.add_argument("--test-frac", type=float, default=0.1, help="last fraction kept for test")
     gc.add_argument("--seed", type=int, default=0, help="generator seed")
     gc.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -209,7 +213,7 @@ def main(argv=None) -> int:
         elif args.command == "gen-clicks":
             from sluice_prep.gen_clicks import generate_clicks
             generate_clicks(args.out, args.samples, args.sparse, args.dense, args.vocab, args.alpha,
-                            args.test_frac, args.seed, args.overwrite)
+                            args.test_frac, args.seed, args.overwrite, args.effect_decay)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
             write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed)

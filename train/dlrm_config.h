@@ -45,6 +45,7 @@ struct DlrmTrainConfig {
   int batch = 2048;
   std::string optimizer = "rowwise_adagrad";  // embedding rows: sgd | rowwise_adagrad | adagrad
   double lr = 0.05;
+  double adagrad_init = 0.0;  // initial Adagrad state of every row
   std::string dense_optimizer = "adam";  // MLPs: sgd | adam | adagrad
   double dense_lr = 0.001;
   uint64_t seed = 1;
@@ -58,6 +59,10 @@ struct DlrmTrainConfig {
     v.Field("optimizer", optimizer, "embedding rows: sgd, rowwise_adagrad or adagrad",
             OneOf({"sgd", "rowwise_adagrad", "adagrad"}));
     v.Field("lr", lr, "learning rate of the embedding rows", InRange(0.0, 1e6));
+    v.Field("adagrad_init", adagrad_init,
+            "initial Adagrad state of every row (as TensorFlow's initial_accumulator_value): "
+            "rows seen a few times move less, so their label noise is not memorised",
+            InRange(0.0, 1e6));
     v.Field("dense_optimizer", dense_optimizer, "MLPs: sgd, adam or adagrad",
             OneOf({"sgd", "adam", "adagrad"}));
     v.Field("dense_lr", dense_lr, "learning rate of the MLPs", InRange(0.0, 1e6));

@@ -289,6 +289,9 @@ void DlrmRun::InitRow(const RowKey& key, std::byte* row) const {
   const double s = cfg_.model.init_scale;
   for (uint32_t j = 0; j < dim_; ++j) f[j] = static_cast<float>((2.0 * k.Unit(j) - 1.0) * s);
   std::memset(row + dim_ * 4, 0, row_bytes_ - dim_ * 4);
+  // The optimizer state after the trained floats (none for sgd).
+  const auto state = static_cast<float>(cfg_.train.adagrad_init);
+  for (uint32_t j = width_; j < row_bytes_ / 4; ++j) f[j] = state;
 }
 
 Status DlrmRun::Open() {

@@ -4,7 +4,10 @@ Each of `sparse` categorical features draws ids from a Zipf(alpha) law over `voc
 (rank r becomes a scrambled 64-bit id). A hidden model gives every (feature, id) row a scalar
 effect and a small embedding, both pure functions of (seed, feature, id); the click
 probability is sigmoid(bias + dense weights . dense + sum of row effects + <e_0, e_1>), and the
-label is drawn from it. The planted model's own test AUC (its true probabilities against the
+label is drawn from it. With effect_decay R0 > 0, a value of Zipf rank r (0 = most frequent) has
+its effect and embedding scaled by (1 + r/R0)^-1/2: rare values carry little signal, as in real
+logs, so the ground truth can be learned from the log itself (with equal scales, the millions
+of values seen once or never carry signal no model can recover). The planted model's own test AUC (its true probabilities against the
 drawn labels) goes into the manifest, so a learned model's AUC can be compared with it."""
 from __future__ import annotations
 
@@ -55,9 +58,10 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 def generate_clicks(out: str, samples: int, sparse: int, dense: int, vocab: int, alpha: float,
-                    test_frac: float, seed: int, overwrite: bool) -> None:
-    if samples < 2 or sparse < 2 or vocab < 2 or not 0 < test_frac < 1:
-        raise PrepError("gen-clicks needs samples >= 2, sparse >= 2, vocab >= 2, 0 < test-frac < 1")
+                    test_frac: float, seed: int, overwrite: bool, effect_decay: float = 0.0) -> None:
+    if samples < 2 or sparse < 2 or vocab < 2 or not 0 < test_frac < 1 or effect_decay < 0:
+        raise PrepError("gen-clicks needs samples >= 2, sparse >= 2, vocab >= 2, 0 < test-frac < 1, "
+                        "effect-decay >= 0")
     rec = record_dtype(sparse, dense)
     rng = np.random.default_rng(seed)
     cdf = np.cumsum(np.arange(1, vocab + 1, dtype=np.float64) ** -alpha)
@@ -83,9 +87,11 @@ def generate_clicks(out: str, samples: int, sparse: int, dense: int, vocab: int,
                     rank = np.searchsorted(cdf, rng.random(n)).astype(np.uint64)
                     ids = _mix(rank ^ seed64 ^ (np.uint64(f) << np.uint64(56)))
                     r["sparse"][:, f] = ids
-                    logit += 0.5 * _gauss(ids, 0)
+                    scale = (1 + rank.astype(np.float64) / effect_decay) ** -0.5 if effect_decay else 1.0
+                    logit += 0.5 * scale * _gauss(ids, 0)
                     if f < 2:
-                        emb.append(np.stack([_gauss(ids, 1 + k) for k in range(4)], axis=1))
+                        e = np.stack([_gauss(ids, 1 + k) for k in range(4)], axis=1)
+                        emb.append(e * np.sqrt(scale)[:, None] if effect_decay else e)
                 logit += 0.5 * (emb[0] * emb[1]).sum(axis=1)
                 if dense:
                     x = rng.exponential(1.0, (n, dense))
@@ -108,6 +114,7 @@ def generate_clicks(out: str, samples: int, sparse: int, dense: int, vocab: int,
                        "samples": split_sizes},
             "record": {"sparse": sparse, "dense": dense, "bytes": rec.itemsize},
             "stats": {"planted_test_auc": planted, "zipf_alpha": alpha, "vocab_per_feature": vocab,
+                      "effect_decay": effect_decay,
                       "click_rate": {s: clicks[s] / split_sizes[s] for s in split_sizes},
                       "seed": seed},
         })

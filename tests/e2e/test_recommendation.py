@@ -31,7 +31,7 @@ def write_config(path: pathlib.Path, dataset: pathlib.Path, run_dir: pathlib.Pat
                  **storage) -> pathlib.Path:
     lines = ["task: recommendation", f"dataset: {dataset}", f"run_dir: {run_dir}", "progress: false",
              f"model: {{dim: 8, bottom: [16], top: [16], ids: {ids}, table_rows: 4096, linear: true}}",
-             "train: {epochs: 2, batch: 200, optimizer: rowwise_adagrad, lr: 0.05, seed: 3}",
+             "train: {epochs: 2, batch: 200, optimizer: rowwise_adagrad, lr: 0.05, adagrad_init: 1.0e-4, seed: 3}",
              "eval: {every: 1}",
              "storage: {" + ", ".join(f"{k}: {v}" for k, v in storage.items()) + "}"]
     path.write_text("\n".join(lines) + "\n")

@@ -313,6 +313,22 @@ def test_generated_click_log_records_its_planted_auc(tmp_path, sluice_bin):
                           capture_output=True).returncode == 0
 
 
+def test_effect_decay_takes_the_signal_out_of_rare_values(tmp_path):
+    flat, decayed = tmp_path / "flat", tmp_path / "decayed"
+    prep("gen-clicks", "--out", flat, "--samples", "20000", "--vocab", "5000", "--seed", "4")
+    prep("gen-clicks", "--out", decayed, "--samples", "20000", "--vocab", "5000", "--seed", "4",
+         "--effect-decay", "2")
+    m_flat = json.loads((flat / "manifest.json").read_text())["stats"]
+    m_dec = json.loads((decayed / "manifest.json").read_text())["stats"]
+    assert m_dec["effect_decay"] == 2 and m_flat["effect_decay"] == 0
+    # Same ids, weaker effects for all but the most frequent values: less to predict.
+    assert np.array_equal(records(flat, "test")["sparse"], records(decayed, "test")["sparse"])
+    assert m_dec["planted_test_auc"] < m_flat["planted_test_auc"] - 0.03, (m_dec, m_flat)
+    bad = prep("gen-clicks", "--out", tmp_path / "bad", "--samples", "100", "--effect-decay", "-1",
+               check=False)
+    assert bad.returncode != 0 and "effect-decay >= 0" in bad.stderr
+
+
 def test_auc_matches_pairwise_definition():
     from sluice_prep.gen_clicks import auc
     rng = np.random.default_rng(1)
