@@ -464,6 +464,8 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
     staging_rows = (rows_memory - cache_bytes(capacity)) / per_staged;
   }
   if (stage && cfg_.storage.write_back_rows > 0) staging_rows = cfg_.storage.write_back_rows;
+  // No more than the tables' rows (nothing to gain) nor than the buffer's 31-bit slots.
+  if (stage) staging_rows = std::min({staging_rows, offsets_.back(), (uint64_t{1} << 31) - 1});
   if (min_rows > capacity) {
     return InvalidArgument("storage.cache_rows " + std::to_string(capacity) + " cannot hold the " +
                            std::to_string(min_rows) + " rows of the steps in flight");
