@@ -45,14 +45,18 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
 
-  Status Reserve(uint64_t n, cudaStream_t stream) {
+  // Room for n elements; a move to a bigger allocation carries over the first `keep` (the
+  // ones in use: copying the rest would copy memory never written).
+  Status Reserve(uint64_t n, uint64_t keep, cudaStream_t stream) {
     if (n <= capacity_) return Status::Ok();
     const uint64_t grown = n > 2 * capacity_ ? n : 2 * capacity_;
     T* bigger = nullptr;
     SLUICE_CUDA_RETURN_IF_ERROR(cudaMalloc(&bigger, grown * sizeof(T)));
     if (data_ != nullptr) {
-      SLUICE_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(bigger, data_, capacity_ * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+      if (keep > 0) {
+        SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bigger, data_, keep * sizeof(T),
+                                                    cudaMemcpyDeviceToDevice, stream));
+      }
       SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       cudaFree(data_);
     }
@@ -157,7 +161,7 @@ struct CudaKHopSampler::Impl {
   }
 
   Status Scratch(size_t bytes) {
-    SLUICE_RETURN_IF_ERROR(scan_scratch.Reserve(bytes, stream));
+    SLUICE_RETURN_IF_ERROR(scan_scratch.Reserve(bytes, 0, stream));
     scan_scratch_bytes = bytes > scan_scratch_bytes ? bytes : scan_scratch_bytes;
     return Status::Ok();
   }
@@ -172,8 +176,8 @@ struct CudaKHopSampler::Impl {
       tag = 1;
     }
     const uint64_t call_bits = static_cast<uint64_t>(call) << 32;
-    SLUICE_RETURN_IF_ERROR(flags.Reserve(n, stream));
-    SLUICE_RETURN_IF_ERROR(rank.Reserve(n, stream));
+    SLUICE_RETURN_IF_ERROR(flags.Reserve(n, 0, stream));
+    SLUICE_RETURN_IF_ERROR(rank.Reserve(n, 0, stream));
     FirstKernel<<<Blocks(n), kThreads, 0, stream>>>(d_draws, n, local.get(), call_bits, tag,
                                                     first.get());
     FlagKernel<<<Blocks(n), kThreads, 0, stream>>>(d_draws, n, first.get(), tag, flags.get());
@@ -193,7 +197,7 @@ struct CudaKHopSampler::Impl {
     if (layer_size + added >= (1ull << 32)) {
       return InvalidArgument("cuda k-hop sampler: layer over 2^32 nodes");
     }
-    SLUICE_RETURN_IF_ERROR(layer.Reserve(layer_size + added, stream));
+    SLUICE_RETURN_IF_ERROR(layer.Reserve(layer_size + added, layer_size, stream));
     ScatterKernel<<<Blocks(n), kThreads, 0, stream>>>(d_draws, n, flags.get(), rank.get(),
                                                       layer_size, call_bits, layer.get(),
                                                       local.get());
@@ -236,10 +240,10 @@ Result<std::unique_ptr<CudaKHopSampler>> CudaKHopSampler::Create(const CsrGraph&
   cudaStream_t stream = impl->stream;
   const uint64_t n = graph.num_nodes();
   const uint64_t m = graph.num_edges();
-  SLUICE_RETURN_IF_ERROR(impl->graph_offsets.Reserve(n + 1, stream));
-  SLUICE_RETURN_IF_ERROR(impl->neighbors.Reserve(m > 0 ? m : 1, stream));
-  SLUICE_RETURN_IF_ERROR(impl->local.Reserve(n > 0 ? n : 1, stream));
-  SLUICE_RETURN_IF_ERROR(impl->first.Reserve(n > 0 ? n : 1, stream));
+  SLUICE_RETURN_IF_ERROR(impl->graph_offsets.Reserve(n + 1, 0, stream));
+  SLUICE_RETURN_IF_ERROR(impl->neighbors.Reserve(m > 0 ? m : 1, 0, stream));
+  SLUICE_RETURN_IF_ERROR(impl->local.Reserve(n > 0 ? n : 1, 0, stream));
+  SLUICE_RETURN_IF_ERROR(impl->first.Reserve(n > 0 ? n : 1, 0, stream));
   SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->graph_offsets.get(), graph.offsets().data(),
                                               (n + 1) * sizeof(uint64_t), cudaMemcpyHostToDevice,
                                               stream));
@@ -271,13 +275,13 @@ Result<SampledSubgraph> CudaKHopSampler::Sample(std::span<const int64_t> seeds,
         cudaMemsetAsync(s.local.get(), 0, s.num_nodes * sizeof(uint64_t), stream));
     s.call = 1;
   }
-  SLUICE_RETURN_IF_ERROR(s.seeds.Reserve(seeds.size() + 1, stream));
+  SLUICE_RETURN_IF_ERROR(s.seeds.Reserve(seeds.size() + 1, 0, stream));
   if (!seeds.empty()) {
     SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.seeds.get(), seeds.data(),
                                                 seeds.size() * sizeof(int64_t),
                                                 cudaMemcpyHostToDevice, stream));
   }
-  SLUICE_RETURN_IF_ERROR(s.layer.Reserve(seeds.size() + 1, stream));
+  SLUICE_RETURN_IF_ERROR(s.layer.Reserve(seeds.size() + 1, 0, stream));
   SLUICE_ASSIGN_OR_RETURN(uint64_t layer_size, s.AddNew(s.seeds.get(), seeds.size(), 0));
   std::vector<uint64_t> layer_sizes = {layer_size};
   std::vector<uint64_t> sample_begin, block_ends;
@@ -288,8 +292,8 @@ Result<SampledSubgraph> CudaKHopSampler::Sample(std::span<const int64_t> seeds,
     const int fanout = s.options.fanouts[h];
     const bool replace = s.options.replace;
     const uint64_t frontier = layer_size - expanded;
-    SLUICE_RETURN_IF_ERROR(s.sizes.Reserve(frontier + 1, stream));
-    SLUICE_RETURN_IF_ERROR(s.offsets.Reserve(frontier + 1, stream));
+    SLUICE_RETURN_IF_ERROR(s.sizes.Reserve(frontier + 1, 0, stream));
+    SLUICE_RETURN_IF_ERROR(s.offsets.Reserve(frontier + 1, 0, stream));
     uint64_t hop_draws = 0;
     host_offsets.assign(frontier + 1, 0);
     if (frontier > 0) {
@@ -309,8 +313,8 @@ Result<SampledSubgraph> CudaKHopSampler::Sample(std::span<const int64_t> seeds,
                                                   cudaMemcpyDeviceToHost, stream));
       SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       hop_draws = host_offsets[frontier];
-      SLUICE_RETURN_IF_ERROR(s.draws.Reserve(total + hop_draws + 1, stream));
-      SLUICE_RETURN_IF_ERROR(s.draws_local.Reserve(total + hop_draws + 1, stream));
+      SLUICE_RETURN_IF_ERROR(s.draws.Reserve(total + hop_draws + 1, total, stream));
+      SLUICE_RETURN_IF_ERROR(s.draws_local.Reserve(total + hop_draws + 1, total, stream));
       DrawKernel<<<Blocks(frontier), kThreads, 0, stream>>>(
           s.graph_offsets.get(), s.neighbors.get(), s.layer.get() + expanded, frontier,
           s.offsets.get(), fanout, replace,

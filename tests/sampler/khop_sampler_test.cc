@@ -83,12 +83,15 @@ TEST(KHopSamplerTest, SamplesValidDeduplicatedLayeredBlocks) {
     SampledSubgraph s = SampleKHop(g, seeds, o, {7, 0, 0});
     ExpectInvariants(g, s, o);
   }
-  KHopOptions all;
-  all.fanouts = {-1, 3};
-  SampledSubgraph s = SampleKHop(g, seeds, all, {7, 0, 0});
-  ExpectInvariants(g, s, all);
-  for (uint64_t v = 0; v < s.blocks[0].num_dst; ++v) {
-    EXPECT_EQ(s.blocks[0].offsets[v + 1] - s.blocks[0].offsets[v], g.degree(s.layers[0][v]));
+  for (bool replace : {false, true}) {  // fanout -1 takes every neighbour once, either way
+    KHopOptions all;
+    all.fanouts = {-1, 3};
+    all.replace = replace;
+    SampledSubgraph s = SampleKHop(g, seeds, all, {7, 0, 0});
+    ExpectInvariants(g, s, all);
+    for (uint64_t v = 0; v < s.blocks[0].num_dst; ++v) {
+      EXPECT_EQ(s.blocks[0].offsets[v + 1] - s.blocks[0].offsets[v], g.degree(s.layers[0][v]));
+    }
   }
 }
 

@@ -70,8 +70,8 @@ inline void ExpectInvariants(const CsrGraph& g, const SampledSubgraph& s, const 
       if (!o.replace) {
         ASSERT_EQ(distinct.size(), n) << "a sample without replacement repeats a neighbour";
       }
-      if (o.replace && g.degree(gv) > 0 && h == 0) {
-        ASSERT_EQ(n, static_cast<uint64_t>(o.fanouts[0]));
+      if (o.replace && g.degree(gv) > 0 && h == 0) {  // fanout -1 takes every neighbour once
+        ASSERT_EQ(n, o.fanouts[0] < 0 ? g.degree(gv) : static_cast<uint64_t>(o.fanouts[0]));
       }
       if (!o.replace && h == 0) {
         ASSERT_EQ(n, std::min<uint64_t>(g.degree(gv), o.fanouts[0] < 0 ? ~0ull : o.fanouts[0]));
