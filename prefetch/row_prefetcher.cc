@@ -227,9 +227,16 @@ Status RowPrefetcher::RunSteps() {
       if (stop_) return Aborted("prefetcher stopped");
     }
     SLUICE_RETURN_IF_ERROR(RunIo(t, ring_[t % ring]));
-    std::lock_guard<std::mutex> lock(mu_);
-    ready_ = t + 1;
-    cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = t + 1;
+      cv_.notify_all();
+    }
+    if (backing_ != nullptr) {  // the backing's own read-ahead, once step t is on its way
+      const auto start = std::chrono::steady_clock::now();
+      SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, t));
+      io_.busy_s += Since(start);
+    }
   }
 }
 

@@ -47,6 +47,9 @@ class RowBacking {
   virtual Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) = 0;
   // Makes every row written so far reach the store (a backing that stages writes applies them).
   virtual Status Flush(IoSession&) { return Status::Ok(); }
+  // Called once step t's loads are done, steps in order: a backing may read ahead for later
+  // steps (see RowPreloader).
+  virtual Status Advance(IoSession&, uint64_t /*t*/) { return Status::Ok(); }
   // Rows Read found stored (the rest got their initial value without a read).
   virtual uint64_t rows_read() const = 0;
 };

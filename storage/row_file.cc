@@ -183,11 +183,12 @@ void RowFile::PlanRange(IoSession& io, uint64_t first_row, uint64_t count) const
   }
 }
 
-Status RowFile::ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out) const {
+Status RowFile::ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out,
+                         uint32_t gap_bytes) const {
   SLUICE_RETURN_IF_ERROR(CheckIds(ids));
   if (ids.empty()) return Status::Ok();
   io.EnsureSlotBytes(options_.merge_max_bytes);
-  PlanExtents(io, ids, /*dedupe=*/false, options_.merge_gap_bytes);
+  PlanExtents(io, ids, /*dedupe=*/false, gap_bytes == kFileGap ? options_.merge_gap_bytes : gap_bytes);
   StripeLock lock(stripes_, io.extents(), /*exclusive=*/false);
   const auto& sorted = io.sorted();
   const auto& extents = io.extents();

@@ -45,7 +45,11 @@ class RowFile {
   static uint64_t FileBytes(uint32_t row_bytes, uint64_t num_rows);
 
   // Reads rows ids[i] into out + i * row_bytes. Ids may repeat and come in any order.
-  Status ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out) const;
+  // gap_bytes: rows less than this many bytes apart are read as one extent (the default: the
+  // file's merge_gap_bytes; a larger gap trades bytes read for fewer, larger reads).
+  static constexpr uint32_t kFileGap = ~uint32_t{0};
+  Status ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out,
+                  uint32_t gap_bytes = kFileGap) const;
   // Writes rows + i * row_bytes to row ids[i]. If an id repeats, its last row wins. Rows less
   // than gap_bytes apart share one extent (read, patched, written), up to merge_max_bytes.
   Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows,

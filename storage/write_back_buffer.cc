@@ -9,7 +9,7 @@ namespace sluice {
 
 WriteBackBuffer::WriteBackBuffer(RowFile* file, const WriteBackOptions& options)
     : file_(file), row_bytes_(file->row_bytes()), capacity_(options.capacity_rows),
-      gap_(options.sweep_gap_bytes) {
+      gap_(options.sweep_gap_bytes), index_(capacity_) {
   SLUICE_CHECK(capacity_ < (uint64_t{1} << 31), "write-back buffer of %llu rows",
                static_cast<unsigned long long>(capacity_));
   rows_.resize(capacity_ * row_bytes_);
@@ -17,40 +17,15 @@ WriteBackBuffer::WriteBackBuffer(RowFile* file, const WriteBackOptions& options)
   next_.resize(capacity_);
   free_.resize(capacity_);
   for (uint64_t i = 0; i < capacity_; ++i) free_[i] = static_cast<uint32_t>(capacity_ - 1 - i);
-  index_.assign(std::max<uint64_t>(2 * capacity_, 2), kNone);
   const uint64_t regions = std::clamp<uint64_t>(options.regions, 1, std::max<uint64_t>(file->num_rows(), 1));
   heads_.assign(regions, kNone);
   counts_.assign(regions, 0);
 }
 
-size_t WriteBackBuffer::Probe(uint64_t id) const {
-  size_t i = Home(id);
-  while (index_[i] != kNone && ids_[index_[i]] != id) i = i + 1 == index_.size() ? 0 : i + 1;
-  return i;
-}
-
 const std::byte* WriteBackBuffer::Find(uint64_t id) const {
   if (staged_ == 0) return nullptr;
-  const uint32_t slot = index_[Probe(id)];
-  return slot == kNone ? nullptr : rows_.data() + uint64_t{slot} * row_bytes_;
-}
-
-void WriteBackBuffer::EraseAt(size_t i) {
-  free_.push_back(index_[i]);
-  // Backward-shift deletion: move later entries of the probe run into the hole.
-  const size_t n = index_.size();
-  size_t j = i;
-  while (true) {
-    j = j + 1 == n ? 0 : j + 1;
-    if (index_[j] == kNone) break;
-    const size_t home = Home(ids_[index_[j]]);
-    // The entry at j may move to i unless its home lies cyclically within (i, j].
-    if ((j + n - home) % n >= (j + n - i) % n) {
-      index_[i] = index_[j];
-      i = j;
-    }
-  }
-  index_[i] = kNone;
+  const uint32_t slot = index_.slot(index_.Probe(id, ids_.data()));
+  return slot == SlotIndex::kNone ? nullptr : rows_.data() + uint64_t{slot} * row_bytes_;
 }
 
 Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
@@ -64,9 +39,10 @@ Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
   }
   SLUICE_RETURN_IF_ERROR(file_->WriteRows(io, sweep_ids_, sweep_rows_.data(), gap_));
   for (uint64_t id : sweep_ids_) {
-    const size_t i = Probe(id);
-    SLUICE_CHECK(index_[i] != kNone, "row %llu is not staged", static_cast<unsigned long long>(id));
-    EraseAt(i);
+    const size_t i = index_.Probe(id, ids_.data());
+    SLUICE_CHECK(index_.slot(i) != SlotIndex::kNone, "row %llu is not staged", static_cast<unsigned long long>(id));
+    free_.push_back(index_.slot(i));
+    index_.EraseAt(i, ids_.data());
   }
   staged_ -= sweep_ids_.size();
   stats_.rows_swept += sweep_ids_.size();
@@ -99,12 +75,12 @@ Status WriteBackBuffer::Write(IoSession& io, std::span<const uint64_t> ids, cons
       return OutOfRange("row id " + std::to_string(id) + " is out of range for " + file_->path() +
                         " (" + std::to_string(file_->num_rows()) + " rows)");
     }
-    const size_t i = Probe(id);
-    if (index_[i] == kNone) {
+    const size_t i = index_.Probe(id, ids_.data());
+    if (index_.slot(i) == SlotIndex::kNone) {
       SLUICE_CHECK(!free_.empty(), "write-back buffer overflow");
       const uint32_t slot = free_.back();
       free_.pop_back();
-      index_[i] = slot;
+      index_.Set(i, slot);
       ids_[slot] = id;
       const uint32_t region = RegionOf(id);
       next_[slot] = heads_[region];
@@ -112,7 +88,7 @@ Status WriteBackBuffer::Write(IoSession& io, std::span<const uint64_t> ids, cons
       ++counts_[region];
       ++staged_;
     }
-    std::memcpy(rows_.data() + uint64_t{index_[i]} * row_bytes_, rows + k * row_bytes_, row_bytes_);
+    std::memcpy(rows_.data() + uint64_t{index_.slot(i)} * row_bytes_, rows + k * row_bytes_, row_bytes_);
   }
   return Status::Ok();
 }

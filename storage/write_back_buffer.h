@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "storage/io_session.h"
 #include "storage/row_file.h"
+#include "storage/slot_index.h"
 
 namespace sluice {
 
@@ -62,17 +63,10 @@ class WriteBackBuffer {
   static uint64_t BytesPerRow(uint32_t row_bytes) { return row_bytes + 2 * 4 + 8 + 4 + 4; }
 
  private:
-  static constexpr uint32_t kNone = ~uint32_t{0};
+  static constexpr uint32_t kNone = SlotIndex::kNone;
   uint32_t RegionOf(uint64_t id) const {
     return static_cast<uint32_t>(id * heads_.size() / file_->num_rows());
   }
-  size_t Home(uint64_t id) const {
-    // The hash's top 32 bits scaled to the index size (below 2^32).
-    return static_cast<size_t>(((id * 0x9E3779B97F4A7C15ull) >> 32) * index_.size() >> 32);
-  }
-  // The index position holding id's slot, or the empty one where it would go.
-  size_t Probe(uint64_t id) const;
-  void EraseAt(size_t position);
   Status Sweep(IoSession& io, uint32_t region);
 
   RowFile* file_;
@@ -85,9 +79,8 @@ class WriteBackBuffer {
   std::vector<uint64_t> ids_;
   std::vector<uint32_t> next_;
   std::vector<uint32_t> free_;
-  // Index: slots by id, open addressing with linear probing, twice the capacity (at most half
-  // full).
-  std::vector<uint32_t> index_;
+  // Slots by id.
+  SlotIndex index_;
   // Each region's staged slots as a list, and their count.
   std::vector<uint32_t> heads_;
   std::vector<uint32_t> counts_;

@@ -96,6 +96,8 @@ struct DlrmStorageConfig {
   Bytes rocksdb_memtable{16ull << 20};
   double write_back_share = 0.5;
   uint64_t write_back_rows = 0;  // 0 = from the share
+  double preload_share = 0.25;
+  int preload_horizon = 32;
 
   template <class V>
   void VisitFields(V& v) {
@@ -117,6 +119,13 @@ struct DlrmStorageConfig {
             InRange(0.0, 0.9));
     v.Field("write_back_rows", write_back_rows,
             "rows in the write-back buffer (experiments); 0 = from write_back_share");
+    v.Field("preload_share", preload_share,
+            "share of the rows' memory that holds rows read ahead of the oracle's window, region by "
+            "region (rowfile backend, oracle planner; 0: loads read each missing row at once)",
+            InRange(0.0, 0.9));
+    v.Field("preload_horizon", preload_horizon,
+            "steps ahead whose rows are read ahead; every region of the row file is read once per "
+            "horizon", InRange(1, 100000));
   }
 };
 

@@ -20,6 +20,7 @@
 #include "common/crash_point.h"
 #include "common/units.h"
 #include "prefetch/row_prefetcher.h"
+#include "prefetch/row_preloader.h"
 #include "sampler/random.h"
 #include "storage/dataset.h"
 #include "storage/file.h"
@@ -126,9 +127,11 @@ class RowFileBacking : public RowBacking {
     where_.clear();
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint64_t row = (*offsets_)[keys[i].table] + keys[i].id;
+      if (!cached_.empty()) cached_[row / 64] |= uint64_t{1} << (row % 64);
       if (const std::byte* p = staged_ ? staged_->Find(row) : nullptr) {
         std::memcpy(out + i * rb, p, rb);
-      } else if (written_[row / 64] >> (row % 64) & 1) {
+      } else if (preload_ && preload_->Take(row, out + i * rb)) {
+      } else if (Bit(written_, row)) {
         ids_.push_back(row);
         where_.push_back(i);
       } else {
@@ -146,19 +149,55 @@ class RowFileBacking : public RowBacking {
     ids_.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) ids_[i] = (*offsets_)[keys[i].table] + keys[i].id;
     SLUICE_RETURN_IF_ERROR(staged_ ? staged_->Write(io, ids_, rows) : file_->WriteRows(io, ids_, rows));
-    for (uint64_t row : ids_) written_[row / 64] |= uint64_t{1} << (row % 64);
+    for (uint64_t row : ids_) {
+      written_[row / 64] |= uint64_t{1} << (row % 64);
+      if (!cached_.empty()) cached_[row / 64] &= ~(uint64_t{1} << (row % 64));
+      if (preload_) preload_->Drop(row);  // (never held: a row the cache had is not read ahead)
+    }
     return Status::Ok();
   }
   Status Flush(IoSession& io) override { return staged_ ? staged_->Flush(io) : Status::Ok(); }
+  Status Advance(IoSession& io, uint64_t t) override { return preload_ ? preload_->Advance(io, t) : Status::Ok(); }
   uint64_t rows_read() const override { return reads_; }
   const WriteBackBuffer* staging() const { return staged_.get(); }
 
+  // Reads rows ahead for one training pass (see RowPreloader): rows the cache holds, staged
+  // rows and rows never written are not read ahead. Marks the rows the cache holds from here on.
+  void StartPreload(RowPreloader::StepRows step_rows, const RowPreloaderOptions& options) {
+    if (cached_.empty()) cached_.assign(written_.size(), 0);
+    preload_ = std::make_unique<RowPreloader>(
+        file_, std::move(step_rows),
+        [this](uint64_t row) {
+          return Bit(cached_, row) || !Bit(written_, row) || (staged_ && staged_->Find(row) != nullptr);
+        },
+        options);
+  }
+  void StopPreload() {
+    if (!preload_) return;
+    const RowPreloaderStats& s = preload_->stats();
+    preload_stats_.passes += s.passes;
+    preload_stats_.rows_read += s.rows_read;
+    preload_stats_.rows_taken += s.rows_taken;
+    preload_stats_.rows_expired += s.rows_expired;
+    preload_stats_.rows_left += s.rows_left;
+    preload_stats_.peak_held = std::max(preload_stats_.peak_held, s.peak_held);
+    preload_.reset();
+  }
+  const RowPreloaderStats& preload_stats() const { return preload_stats_; }
+
  private:
+  static bool Bit(const std::vector<uint64_t>& bits, uint64_t row) { return bits[row / 64] >> (row % 64) & 1; }
+
   RowFile* file_;
   const std::vector<uint64_t>* offsets_;
   RowInit init_;
   std::vector<uint64_t> written_;
+  // Rows the cache holds (read, not yet written back; a row evicted clean stays marked, which
+  // only keeps it from being read ahead). Kept once a pass reads ahead.
+  std::vector<uint64_t> cached_;
   std::unique_ptr<WriteBackBuffer> staged_;
+  std::unique_ptr<RowPreloader> preload_;
+  RowPreloaderStats preload_stats_;
   std::vector<uint64_t> ids_;
   std::vector<size_t> where_;
   std::vector<std::byte> buffer_;
@@ -259,6 +298,7 @@ class DlrmRun {
   AlignedBuffer arena_;
   uint32_t window_ = 0, run_ahead_ = 0;
   std::string memory_plan_;
+  uint64_t preload_rows_ = 0;  // rows read ahead per training pass (0: none)
   // Model.
   DlrmNet net_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> opt_;
@@ -452,16 +492,30 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
   };
   const uint64_t per_staged = WriteBackBuffer::BytesPerRow(row_bytes_);
   const bool stage = !rocksdb_ && cfg_.storage.write_back_share > 0;
+  // Reading ahead (row file, oracle only: the horizon is the oracle's knowledge stretched): its
+  // share holds the rows read ahead, the horizon's row lists and the bitmap of cached rows.
+  const uint32_t horizon = static_cast<uint32_t>(cfg_.storage.preload_horizon);
+  const uint64_t preload_fixed = RowPreloader::HorizonBytes(horizon, step_rows) + offsets_.back() / 8;
+  const auto preload_memory = !rocksdb_ && !raw_ids_ && oracle && cfg_.storage.preload_share > 0 &&
+                                      offsets_.back() < (uint64_t{1} << 32)
+                                  ? static_cast<uint64_t>(static_cast<double>(rows_memory) * cfg_.storage.preload_share)
+                                  : 0;
+  preload_rows_ = preload_memory > preload_fixed
+                      ? std::min<uint64_t>({(preload_memory - preload_fixed) / RowPreloader::BytesPerRow(row_bytes_),
+                                            offsets_.back(), (uint64_t{1} << 31) - 1})
+                      : 0;
+  const uint64_t rows_left = rows_memory - (preload_rows_ ? preload_memory : 0);
   uint64_t capacity = cfg_.storage.cache_rows;
   if (capacity == 0) {
     const auto staging_memory = stage ? static_cast<uint64_t>(
         static_cast<double>(rows_memory) * cfg_.storage.write_back_share) : 0;
-    capacity = std::max(rows_in(rows_memory - staging_memory), std::min(min_rows, rows_in(rows_memory)));
+    capacity = std::max(rows_in(rows_left > staging_memory ? rows_left - staging_memory : 0),
+                        std::min(min_rows, rows_in(rows_left)));
   }
   if (!raw_ids_) capacity = std::min(capacity, std::max(offsets_.back(), min_rows));
   uint64_t staging_rows = 0;
-  if (stage && capacity < offsets_.back() && rows_memory > cache_bytes(capacity)) {
-    staging_rows = (rows_memory - cache_bytes(capacity)) / per_staged;
+  if (stage && capacity < offsets_.back() && rows_left > cache_bytes(capacity)) {
+    staging_rows = (rows_left - cache_bytes(capacity)) / per_staged;
   }
   if (stage && cfg_.storage.write_back_rows > 0) staging_rows = cfg_.storage.write_back_rows;
   // No more than the tables' rows (nothing to gain) nor than the buffer's 31-bit slots.
@@ -509,6 +563,9 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
                  FormatBytes(cache_bytes(capacity)) + " with its index), " +
                  (staging_rows ? "write-back buffer " + FormatCount(static_cast<double>(staging_rows)) + " rows (" +
                                      FormatBytes(staging_rows * per_staged) + "), " : "") +
+                 (preload_rows_ ? "read-ahead " + FormatCount(static_cast<double>(preload_rows_)) + " rows over " +
+                                      std::to_string(horizon) + " steps (" + FormatBytes(preload_memory) + "), "
+                                : "") +
                  "runtime " +
                  FormatBytes(kBaseBytes) + ", dense model " + FormatBytes(dense_bytes) + ", activations " +
                  FormatBytes(activations) + ", pipeline " + FormatBytes((window + d + 2) * per_step + io_bytes) +
@@ -581,6 +638,7 @@ std::unique_ptr<RowPrefetcher> DlrmRun::MakePrefetcher(RowPrefetcher::Source sou
 
 Status DlrmRun::FinishPass(RowPrefetcher& p) {
   Status s = p.Stop();
+  if (auto* rf = dynamic_cast<RowFileBacking*>(backing_.get())) rf->StopPreload();
   read_time_.busy_s += p.read_time().busy_s;
   read_time_.wait_s += p.read_time().wait_s;
   plan_time_.busy_s += p.plan_time().busy_s;
@@ -915,6 +973,23 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
     auto last_print = epoch_start;
     double loss_sum = 0;
     uint64_t done = 0;
+    auto* rf = dynamic_cast<RowFileBacking*>(backing_.get());
+    if (rf != nullptr && preload_rows_ > 0) {
+      auto source = MakeSource(&samples, n, first, steps);
+      auto scratch = std::make_shared<RowBatch>();
+      RowPreloaderOptions po;
+      po.capacity_rows = preload_rows_;
+      po.horizon_steps = static_cast<uint32_t>(cfg_.storage.preload_horizon);
+      rf->StartPreload(
+          [this, source, scratch](uint64_t t, std::vector<uint64_t>& rows) -> Result<bool> {
+            SLUICE_ASSIGN_OR_RETURN(const bool more, source(t, *scratch));
+            if (more) {
+              for (const RowKey& k : scratch->keys) rows.push_back(offsets_[k.table] + k.id);
+            }
+            return more;
+          },
+          po);
+    }
     auto p = MakePrefetcher(MakeSource(&samples, n, first, steps), /*writes=*/true);
     p->Start();
     uint64_t s = first;
@@ -1013,6 +1088,13 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
       sum << "  write-back buffer: " << ws.rows_staged << " rows staged, " << ws.sweeps << " sweeps wrote "
           << ws.rows_swept << " rows (" << FormatCount(ws.sweeps ? static_cast<double>(ws.rows_swept) / ws.sweeps : 0)
           << " per sweep; a row staged again before its sweep is written once)\n";
+    }
+    if (rf != nullptr && rf->preload_stats().passes > 0) {
+      const RowPreloaderStats& ps = rf->preload_stats();
+      sum << "  read-ahead: " << ps.passes << " region passes read " << ps.rows_read << " rows ("
+          << FormatCount(ps.rows_read / steps_d) << " per step); loads took " << ps.rows_taken
+          << ", " << ps.rows_expired << " went unused (the cache had them), " << ps.rows_left
+          << " wanted rows found no room; at most " << ps.peak_held << " held\n";
     }
   }
   sum << "  checkpoints " << checkpoint_s_ << " s, evaluation " << eval_s_ << " s, wall " << Since(run_start)

@@ -56,11 +56,12 @@ def dense_bytes(run_dir: pathlib.Path) -> bytes:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, threads):
     tables, dense, stdout = {}, {}, {}
-    # Row files with a small write-back buffer (swept often) and without one (rows straight to
-    # their pages).
+    # Row files with a small write-back buffer (swept often), with it and rows read ahead region
+    # by region, and without either (rows straight to their pages).
     for name, storage in {"mem": {"mode": "in_memory"},
-                          "rowfile": dict(OOC, backend="rowfile", write_back_rows=1500),
-                          "direct": dict(OOC, backend="rowfile", write_back_share=0),
+                          "rowfile": dict(OOC, backend="rowfile", write_back_rows=1500, preload_share=0),
+                          "preload": dict(OOC, backend="rowfile", write_back_rows=1500, preload_horizon=6),
+                          "direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
                           "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700)}.items():
         cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
@@ -68,12 +69,15 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
                   "--set", f"threads.compute={threads}")
         assert out.returncode == 0, out.stderr
         tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
-    for name in ("rowfile", "direct", "rocksdb", "lru"):
+    for name in ("rowfile", "preload", "direct", "rocksdb", "lru"):
         cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
         assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
         assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
         assert dense[name] == dense["mem"]
-    for name in ("rowfile", "lru"):
+    taken = re.search(r"read-ahead: \d+ region passes read (\d+) rows .*; loads took (\d+)", stdout["preload"])
+    assert taken and int(taken.group(2)) > 1000, f"preload: loads took no rows read ahead: {stdout['preload']}"
+    assert "read-ahead:" not in stdout["rowfile"]
+    for name in ("rowfile", "preload", "lru"):
         sweeps = re.search(r"write-back buffer: \d+ rows staged, (\d+) sweeps", stdout[name])
         assert sweeps and int(sweeps.group(1)) > 20, f"{name}: the write-back buffer was not swept: {stdout[name]}"
     assert "write-back buffer:" not in stdout["direct"]
