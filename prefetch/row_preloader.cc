@@ -7,9 +7,16 @@
 
 namespace sluice {
 
-RowPreloader::RowPreloader(RowFile* file, StepRows step_rows, Skip skip, const RowPreloaderOptions& options)
+RowPreloader::RowPreloader(RowFile* file, StepRows step_rows, Skip skip, const RowPreloaderOptions& options,
+                           ReadRegion read_region)
     : file_(file), row_bytes_(file->row_bytes()), step_rows_(std::move(step_rows)), skip_(std::move(skip)),
-      options_(options), capacity_(options.capacity_rows), index_(options.capacity_rows) {
+      read_region_(std::move(read_region)), options_(options), capacity_(options.capacity_rows),
+      index_(options.capacity_rows) {
+  if (!read_region_) {
+    read_region_ = [this](IoSession& io, uint32_t, std::span<const uint64_t> ids, std::byte* out) {
+      return file_->ReadRows(io, ids, out, options_.gap_bytes);
+    };
+  }
   SLUICE_CHECK(file->num_rows() < (uint64_t{1} << 32), "preloader over %llu rows (at most 2^32)",
                static_cast<unsigned long long>(file->num_rows()));
   SLUICE_CHECK(capacity_ < (uint64_t{1} << 31), "preloader of %llu rows", static_cast<unsigned long long>(capacity_));
@@ -104,11 +111,10 @@ Status RowPreloader::Pass(IoSession& io, uint32_t region) {
     wanted_.resize(room);
   }
   ++stats_.passes;
-  if (wanted_.empty()) return Status::Ok();
   read_ids_.resize(wanted_.size());
   for (size_t i = 0; i < wanted_.size(); ++i) read_ids_[i] = wanted_[i].first;
   read_rows_.resize(read_ids_.size() * row_bytes_);
-  SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, read_ids_, read_rows_.data(), options_.gap_bytes));
+  SLUICE_RETURN_IF_ERROR(read_region_(io, region, read_ids_, read_rows_.data()));
   for (size_t i = 0; i < wanted_.size(); ++i) {
     const auto [row, step] = wanted_[i];
     const size_t position = index_.Probe(row, ids_.data());

@@ -56,7 +56,14 @@ class RowPreloader {
   // True for a row whose file copy is not its latest value, or that needs no read.
   using Skip = std::function<bool(uint64_t row)>;
 
-  RowPreloader(RowFile* file, StepRows step_rows, Skip skip, const RowPreloaderOptions& options);
+  // Reads rows `ids` (all in region `region`) into out + i * row_bytes; called once per pass,
+  // also with no ids. The default reads them from the file; a write-back buffer's SweepWith
+  // applies the region's staged rows in the same pass.
+  using ReadRegion = std::function<Status(IoSession& io, uint32_t region, std::span<const uint64_t> ids,
+                                          std::byte* out)>;
+
+  RowPreloader(RowFile* file, StepRows step_rows, Skip skip, const RowPreloaderOptions& options,
+               ReadRegion read_region = nullptr);
 
   // Call once per step, in order, after step t's loads: looks `horizon` steps ahead, forgets
   // rows step t never took, and reads this step's share of regions.
@@ -90,6 +97,7 @@ class RowPreloader {
   uint32_t row_bytes_;
   StepRows step_rows_;
   Skip skip_;
+  ReadRegion read_region_;
   RowPreloaderOptions options_;
   uint64_t capacity_;
   // Held rows by slot: the row, its id, the step that needs it.

@@ -291,6 +291,85 @@ Status RowFile::WriteRows(IoSession& io, std::span<const uint64_t> ids, const st
   return WriteExtents(io, fill, 0, 0, /*by_rows=*/true);
 }
 
+Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, const std::byte* rows,
+                           std::span<const uint64_t> read_ids, std::byte* out, uint32_t gap_bytes) {
+  if (read_ids.empty()) return WriteRows(io, write_ids, rows, gap_bytes);
+  if (write_ids.empty()) return ReadRows(io, read_ids, out, gap_bytes);
+  SLUICE_RETURN_IF_ERROR(CheckIds(write_ids));
+  SLUICE_RETURN_IF_ERROR(CheckIds(read_ids));
+  // One list: positions below nw are writes, the rest reads.
+  const size_t nw = write_ids.size();
+  std::vector<uint64_t> all(write_ids.begin(), write_ids.end());
+  all.insert(all.end(), read_ids.begin(), read_ids.end());
+  io.EnsureSlotBytes(options_.merge_max_bytes);
+  PlanExtents(io, all, /*dedupe=*/false, gap_bytes);
+  const auto& sorted = io.sorted();
+  for (size_t k = 1; k < sorted.size(); ++k) {
+    if (sorted[k].first == sorted[k - 1].first) {
+      return InvalidArgument("UpdateRows on " + path() + ": row " + std::to_string(sorted[k].first) +
+                             " is given twice");
+    }
+  }
+  StripeLock lock(stripes_, io.extents(), /*exclusive=*/true);
+  const auto& extents = io.extents();
+  const uint64_t rows_end_bytes = uint64_t{row_bytes_} * num_rows_;
+  // Whether an extent holds a read row; whether written rows cover every data byte of it.
+  auto reads_in = [&](const IoSession::Extent& e) {
+    for (uint32_t k = e.first; k < e.end; ++k) {
+      if (sorted[k].second >= nw) return true;
+    }
+    return false;
+  };
+  auto writes_in = [&](const IoSession::Extent& e) {
+    for (uint32_t k = e.first; k < e.end; ++k) {
+      if (sorted[k].second < nw) return true;
+    }
+    return false;
+  };
+  auto covered = [&](const IoSession::Extent& e) {
+    const uint64_t e_end = std::min<uint64_t>(e.offset_bytes + e.length_bytes, rows_end_bytes);
+    uint64_t next = e.offset_bytes;
+    for (uint32_t k = e.first; k < e.end; ++k) {
+      const Span s = Clip(sorted[k].first, e);
+      if (e.offset_bytes + s.extent_offset != next) return false;
+      next += s.length;
+    }
+    return next >= e_end;
+  };
+  auto patch = [&](const IoSession::Extent& e, std::byte* buffer) {
+    for (uint32_t k = e.first; k < e.end; ++k) {
+      if (sorted[k].second >= nw) continue;
+      const Span s = Clip(sorted[k].first, e);
+      std::memcpy(buffer + s.extent_offset, rows + uint64_t{sorted[k].second} * row_bytes_ + s.row_offset,
+                  s.length);
+    }
+  };
+  auto prepare = [&](size_t index, uint32_t slot) {
+    const IoSession::Extent& e = extents[index];
+    IoRequest& r = io.slot_request(slot);
+    r = IoRequest{IoKind::kRead, &file_, e.offset_bytes, e.length_bytes, io.slot_buffer(slot), {}};
+    if (!reads_in(e) && covered(e)) {  // written whole: no read first
+      patch(e, r.buffer);
+      r.kind = IoKind::kWrite;
+    }
+    return &r;
+  };
+  auto complete = [&](size_t index, uint32_t, IoRequest& r) {
+    if (r.kind == IoKind::kWrite) return IoNext::kDone;
+    const IoSession::Extent& e = extents[index];
+    for (uint32_t k = e.first; k < e.end; ++k) {
+      if (sorted[k].second < nw) continue;
+      const Span s = Clip(sorted[k].first, e);
+      std::memcpy(out + (sorted[k].second - nw) * row_bytes_ + s.row_offset, r.buffer + s.extent_offset, s.length);
+    }
+    if (!writes_in(e)) return IoNext::kDone;
+    patch(e, r.buffer);  // read-modify-write: patch, then write back
+    r.kind = IoKind::kWrite;
+    return IoNext::kResubmit;
+  };
+  return io.executor().Stream(extents.size(), prepare, complete);
+}
+
 Status RowFile::WriteRange(IoSession& io, uint64_t first_row, uint64_t count,
                            const std::byte* rows) {
   SLUICE_RETURN_IF_ERROR(CheckRange(first_row, count));

@@ -54,6 +54,11 @@ class RowFile {
   // than gap_bytes apart share one extent (read, patched, written), up to merge_max_bytes.
   Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows,
                    uint32_t gap_bytes = 0);
+  // One pass over the extents holding both lists: writes rows + i * row_bytes to write_ids[i]
+  // and reads read_ids[j] into out + j * row_bytes, each extent read once (and written once if
+  // it holds a written row). Ids must be distinct, within and across the lists.
+  Status UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, const std::byte* rows,
+                    std::span<const uint64_t> read_ids, std::byte* out, uint32_t gap_bytes);
   // Rows [first_row, first_row + count) as one contiguous byte range.
   Status ReadRange(IoSession& io, uint64_t first_row, uint64_t count, std::byte* out) const;
   Status WriteRange(IoSession& io, uint64_t first_row, uint64_t count, const std::byte* rows);

@@ -30,6 +30,36 @@ const std::byte* WriteBackBuffer::Find(uint64_t id) const {
 
 Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
   if (counts_[region] == 0) return Status::Ok();
+  ++stats_.sweeps;
+  return Apply(io, region, {}, nullptr);
+}
+
+Status WriteBackBuffer::SweepWith(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids,
+                                  std::byte* out) {
+  SLUICE_CHECK(region < heads_.size(), "region %u of %zu", region, heads_.size());
+  ++stats_.passes;
+  // Staged rows are read from here (they are newer than the file); the rest in the sweep's pass.
+  pass_ids_.clear();
+  pass_where_.clear();
+  for (size_t i = 0; i < read_ids.size(); ++i) {
+    if (const std::byte* p = Find(read_ids[i])) {
+      std::memcpy(out + i * row_bytes_, p, row_bytes_);
+    } else {
+      pass_ids_.push_back(read_ids[i]);
+      pass_where_.push_back(i);
+    }
+  }
+  if (pass_ids_.size() == read_ids.size()) return Apply(io, region, read_ids, out);
+  pass_rows_.resize(pass_ids_.size() * row_bytes_);
+  SLUICE_RETURN_IF_ERROR(Apply(io, region, pass_ids_, pass_rows_.data()));
+  for (size_t j = 0; j < pass_ids_.size(); ++j) {
+    std::memcpy(out + pass_where_[j] * row_bytes_, pass_rows_.data() + j * row_bytes_, row_bytes_);
+  }
+  return Status::Ok();
+}
+
+Status WriteBackBuffer::Apply(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids,
+                              std::byte* out) {
   sweep_ids_.clear();
   sweep_rows_.resize(uint64_t{counts_[region]} * row_bytes_);
   for (uint32_t slot = heads_[region]; slot != kNone; slot = next_[slot]) {
@@ -37,7 +67,7 @@ Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
                 row_bytes_);
     sweep_ids_.push_back(ids_[slot]);
   }
-  SLUICE_RETURN_IF_ERROR(file_->WriteRows(io, sweep_ids_, sweep_rows_.data(), gap_));
+  SLUICE_RETURN_IF_ERROR(file_->UpdateRows(io, sweep_ids_, sweep_rows_.data(), read_ids, out, gap_));
   for (uint64_t id : sweep_ids_) {
     const size_t i = index_.Probe(id, ids_.data());
     SLUICE_CHECK(index_.slot(i) != SlotIndex::kNone, "row %llu is not staged", static_cast<unsigned long long>(id));
@@ -46,7 +76,6 @@ Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
   }
   staged_ -= sweep_ids_.size();
   stats_.rows_swept += sweep_ids_.size();
-  ++stats_.sweeps;
   heads_[region] = kNone;
   counts_[region] = 0;
   return Status::Ok();

@@ -38,8 +38,9 @@ struct WriteBackOptions {
 
 struct WriteBackStats {
   uint64_t rows_staged = 0;  // Write calls' rows (a row staged twice counts twice)
-  uint64_t sweeps = 0;
+  uint64_t sweeps = 0;  // sweeps to make room
   uint64_t rows_swept = 0;
+  uint64_t passes = 0;  // sweeps with a reader's reads (SweepWith)
 };
 
 class WriteBackBuffer {
@@ -55,6 +56,12 @@ class WriteBackBuffer {
   // Applies every staged row to the file (not synced: call RowFile::Sync for durability).
   Status Flush(IoSession& io);
 
+  // Sweeps region `region` (rows with id * regions() / num_rows == region) and, in the same pass
+  // over its extents, reads read_ids (distinct rows; staged ones come from the buffer) into
+  // out + i * row_bytes: a reader that wants rows of a region gets the sweep's reads for free.
+  Status SweepWith(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids, std::byte* out);
+  uint32_t regions() const { return static_cast<uint32_t>(heads_.size()); }
+
   uint64_t staged() const { return staged_; }
   uint64_t capacity_rows() const { return capacity_; }
   const WriteBackStats& stats() const { return stats_; }
@@ -68,6 +75,8 @@ class WriteBackBuffer {
     return static_cast<uint32_t>(id * heads_.size() / file_->num_rows());
   }
   Status Sweep(IoSession& io, uint32_t region);
+  // Writes region's staged rows (and reads read_ids) in one pass; empties the region.
+  Status Apply(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids, std::byte* out);
 
   RowFile* file_;
   uint32_t row_bytes_;
@@ -89,6 +98,9 @@ class WriteBackBuffer {
   // Sweep scratch.
   std::vector<uint64_t> sweep_ids_;
   std::vector<std::byte> sweep_rows_;
+  std::vector<uint64_t> pass_ids_;
+  std::vector<size_t> pass_where_;
+  std::vector<std::byte> pass_rows_;
 };
 
 }  // namespace sluice

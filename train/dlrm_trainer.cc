@@ -163,14 +163,22 @@ class RowFileBacking : public RowBacking {
 
   // Reads rows ahead for one training pass (see RowPreloader): rows the cache holds, staged
   // rows and rows never written are not read ahead. Marks the rows the cache holds from here on.
-  void StartPreload(RowPreloader::StepRows step_rows, const RowPreloaderOptions& options) {
+  // With a write-back buffer, each region pass also sweeps the region's staged rows (one read
+  // of its extents serves both), so the buffer is swept round-robin, once per horizon.
+  void StartPreload(RowPreloader::StepRows step_rows, RowPreloaderOptions options) {
     if (cached_.empty()) cached_.assign(written_.size(), 0);
+    RowPreloader::ReadRegion read;
+    if (staged_) {
+      options.regions = staged_->regions();
+      read = [this](IoSession& io, uint32_t region, std::span<const uint64_t> ids, std::byte* out) {
+        return staged_->SweepWith(io, region, ids, out);
+      };
+    }
     preload_ = std::make_unique<RowPreloader>(
         file_, std::move(step_rows),
-        [this](uint64_t row) {
-          return Bit(cached_, row) || !Bit(written_, row) || (staged_ && staged_->Find(row) != nullptr);
-        },
-        options);
+        // (Staged rows are read ahead too: SweepWith hands out their staged copies.)
+        [this](uint64_t row) { return Bit(cached_, row) || !Bit(written_, row); },
+        options, std::move(read));
   }
   void StopPreload() {
     if (!preload_) return;
@@ -1085,8 +1093,10 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
     const auto* rf = dynamic_cast<const RowFileBacking*>(backing_.get());
     if (rf != nullptr && rf->staging() != nullptr) {
       const WriteBackStats& ws = rf->staging()->stats();
-      sum << "  write-back buffer: " << ws.rows_staged << " rows staged, " << ws.sweeps << " sweeps wrote "
-          << ws.rows_swept << " rows (" << FormatCount(ws.sweeps ? static_cast<double>(ws.rows_swept) / ws.sweeps : 0)
+      const uint64_t all_sweeps = ws.sweeps + ws.passes;
+      sum << "  write-back buffer: " << ws.rows_staged << " rows staged, " << all_sweeps << " sweeps ("
+          << ws.passes << " with a read-ahead pass) wrote " << ws.rows_swept << " rows ("
+          << FormatCount(all_sweeps ? static_cast<double>(ws.rows_swept) / all_sweeps : 0)
           << " per sweep; a row staged again before its sweep is written once)\n";
     }
     if (rf != nullptr && rf->preload_stats().passes > 0) {

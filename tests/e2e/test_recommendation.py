@@ -61,6 +61,7 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
     for name, storage in {"mem": {"mode": "in_memory"},
                           "rowfile": dict(OOC, backend="rowfile", write_back_rows=1500, preload_share=0),
                           "preload": dict(OOC, backend="rowfile", write_back_rows=1500, preload_horizon=6),
+                          "preload-direct": dict(OOC, backend="rowfile", write_back_share=0, preload_horizon=6),
                           "direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
                           "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700)}.items():
@@ -69,13 +70,16 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
                   "--set", f"threads.compute={threads}")
         assert out.returncode == 0, out.stderr
         tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
-    for name in ("rowfile", "preload", "direct", "rocksdb", "lru"):
+    for name in ("rowfile", "preload", "preload-direct", "direct", "rocksdb", "lru"):
         cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
         assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
         assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
         assert dense[name] == dense["mem"]
-    taken = re.search(r"read-ahead: \d+ region passes read (\d+) rows .*; loads took (\d+)", stdout["preload"])
-    assert taken and int(taken.group(2)) > 1000, f"preload: loads took no rows read ahead: {stdout['preload']}"
+    for name in ("preload", "preload-direct"):
+        taken = re.search(r"read-ahead: \d+ region passes read (\d+) rows .*; loads took (\d+)", stdout[name])
+        assert taken and int(taken.group(2)) > 1000, f"{name}: loads took no rows read ahead: {stdout[name]}"
+    passes = re.search(r"sweeps \((\d+) with a read-ahead pass\)", stdout["preload"])
+    assert passes and int(passes.group(1)) > 20, f"preload: no sweep came with a read-ahead pass: {stdout['preload']}"
     assert "read-ahead:" not in stdout["rowfile"]
     for name in ("rowfile", "preload", "lru"):
         sweeps = re.search(r"write-back buffer: \d+ rows staged, (\d+) sweeps", stdout[name])

@@ -67,6 +67,30 @@ TEST_P(RowFileRandomTest, MatchesAnInMemoryArrayUnderRandomReadsAndWrites) {
       ASSERT_EQ(std::memcmp(&got[i * p.row_bytes], model.row(reads[i]), p.row_bytes), 0)
           << "round " << round << " row " << reads[i];
     }
+    // One pass that writes some rows and reads others (distinct ids; the rows right after
+    // written ones among the reads, so reads and writes share pages).
+    std::vector<char> taken(kRows, 0);
+    std::vector<uint64_t> up_w, up_r;
+    for (size_t i = rng() % 200; i > 0; --i) {
+      const uint64_t id = rng() % kRows;
+      if (!taken[id]) up_w.push_back(id), taken[id] = 1;
+    }
+    for (uint64_t id : up_w) {
+      if (id + 1 < kRows && !taken[id + 1]) up_r.push_back(id + 1), taken[id + 1] = 1;
+    }
+    for (size_t i = rng() % 200; i > 0; --i) {
+      const uint64_t id = rng() % kRows;
+      if (!taken[id]) up_r.push_back(id), taken[id] = 1;
+    }
+    const size_t nw = up_w.size(), nr = up_r.size();
+    std::vector<std::byte> up_rows(nw * p.row_bytes), up_out(nr * p.row_bytes);
+    RandomBytes(rng, up_rows.data(), up_rows.size());
+    ASSERT_TRUE((*table)->UpdateRows(*io, up_w, up_rows.data(), up_r, up_out.data(), p.merge_gap).ok());
+    for (size_t i = 0; i < nr; ++i) {
+      ASSERT_EQ(std::memcmp(&up_out[i * p.row_bytes], model.row(up_r[i]), p.row_bytes), 0)
+          << "round " << round << " update read row " << up_r[i];
+    }
+    for (size_t i = 0; i < nw; ++i) std::memcpy(model.row(up_w[i]), &up_rows[i * p.row_bytes], p.row_bytes);
     // A range write and read at unaligned boundaries.
     const uint64_t first = rng() % kRows;
     const uint64_t count = rng() % std::min<uint64_t>(kRows - first, 700);
@@ -88,6 +112,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Params{BackendKind::kAuto, 5000, 8192, 0},     // rows wider than a page
                       Params{BackendKind::kPread, 100, 64 * 1024, 16 * 1024},  // gap merging
                       Params{BackendKind::kPread, 37, 4096, 4096}));
+
+TEST(RowFileTest, UpdateRowsRefusesAnIdInBothLists) {
+  TempDir dir;
+  auto table = RowFile::Create(dir.File("t.rows"), 16, 100, RowFileOptions{});
+  ASSERT_TRUE(table.ok());
+  auto io = Session(BackendKind::kPread);
+  std::vector<std::byte> rows(2 * 16), out(2 * 16);
+  const uint64_t w[] = {3, 9}, r[] = {4, 9};
+  Status s = (*table)->UpdateRows(*io, w, rows.data(), r, out.data(), 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("row 9 is given twice"), std::string::npos) << s.ToString();
+}
 
 TEST(RowFileTest, MergingReadsFewerRequestsThanRows) {
   TempDir dir;

@@ -1,5 +1,6 @@
 #include "storage/write_back_buffer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -162,6 +163,51 @@ TEST_P(WriteBackBufferTest, MoreRowsThanTheBufferGoStraightThroughAfterTheStaged
     ASSERT_TRUE(file.ReadRows(io, one, row.data()).ok());
     EXPECT_EQ(0, std::memcmp(row.data(), rows.data() + k * kRowBytes, kRowBytes)) << "row " << ids[k];
   }
+}
+
+TEST_P(WriteBackBufferTest, ASweepWithReadsAppliesTheRegionAndReadsTheLatestRows) {
+  constexpr uint64_t kRows = 20000;
+  ASSERT_NO_FATAL_FAILURE(Open(kRows));
+  RowFile& file = *file_;
+  IoSession& io = *io_;
+  std::mt19937_64 rng(9);
+  std::vector<std::byte> model(kRows * kRowBytes);
+  RandomBytes(rng, model.data(), model.size());
+  ASSERT_TRUE(file.WriteRange(io, 0, kRows, model.data()).ok());
+  WriteBackBuffer wb(&file, WriteBackOptions{.capacity_rows = 3000, .regions = 8, .sweep_gap_bytes = 16384});
+  for (int round = 0; round < 60; ++round) {
+    std::vector<uint64_t> ids(1 + rng() % 300);
+    for (auto& id : ids) id = rng() % kRows;
+    std::vector<std::byte> rows(ids.size() * kRowBytes);
+    RandomBytes(rng, rows.data(), rows.size());
+    ASSERT_TRUE(wb.Write(io, ids, rows.data()).ok());
+    for (size_t k = 0; k < ids.size(); ++k) {
+      std::memcpy(model.data() + ids[k] * kRowBytes, rows.data() + k * kRowBytes, kRowBytes);
+    }
+    // Pass over one region: read distinct rows of it, staged ones among them.
+    const uint32_t region = static_cast<uint32_t>(round % wb.regions());
+    const uint64_t lo = (region * kRows + 7) / 8, hi = ((region + 1) * kRows + 7) / 8;
+    std::vector<uint64_t> reads;
+    for (uint64_t id = lo; id < hi; ++id) {
+      if (rng() % 5 == 0) reads.push_back(id);
+    }
+    std::shuffle(reads.begin(), reads.end(), rng);
+    const uint64_t staged_before = wb.staged();
+    std::vector<std::byte> out(reads.size() * kRowBytes);
+    ASSERT_TRUE(wb.SweepWith(io, region, reads, out.data()).ok());
+    for (size_t k = 0; k < reads.size(); ++k) {
+      ASSERT_EQ(0, std::memcmp(out.data() + k * kRowBytes, model.data() + reads[k] * kRowBytes, kRowBytes))
+          << "row " << reads[k] << " in round " << round;
+    }
+    // The region's staged rows are on the file now, the other regions' still staged.
+    for (uint64_t id = lo; id < hi; id += 37) EXPECT_EQ(wb.Find(id), nullptr) << "row " << id;
+    EXPECT_LE(wb.staged(), staged_before);
+  }
+  EXPECT_EQ(wb.stats().passes, 60u);
+  ASSERT_TRUE(wb.Flush(io).ok());
+  std::vector<std::byte> on_disk(kRows * kRowBytes);
+  ASSERT_TRUE(file.ReadRange(io, 0, kRows, on_disk.data()).ok());
+  EXPECT_EQ(0, std::memcmp(on_disk.data(), model.data(), model.size()));
 }
 
 TEST_P(WriteBackBufferTest, AnOutOfRangeIdIsAnError) {
