@@ -3,9 +3,10 @@
 (rounds interleave the configurations, so machine noise hits them alike).
 
   --planted DIR   out of core: a generated Zipf click log (26 tables, alpha 1.05, dim 16,
-                  batch 2048, configs/clicks_planted.yaml: 26 x 1M rows of 72 bytes = 1.87 GB
-                  of tables against a 400 MiB budget for the whole process). In memory; row
-                  file with the oracle; row file with LRU; RocksDB with the oracle. samples/s,
+                  batch 2048, configs/clicks_planted.yaml; one table row per value of the log's
+                  vocabulary: 26 x 1M rows of 72 bytes = 1.87 GB of tables against the default
+                  400 MiB --budget for the whole process). In memory; row file with the oracle
+                  (with and without read-ahead); row file with LRU; RocksDB with the oracle. samples/s,
                   out-of-core / in-memory, distinct rows, loads, disk reads and write-backs per
                   batch, peak RSS. Each run trains --steps steps from a fresh table.
   --torch DIR     against PyTorch: a log with 8 tables (ids modulo 1M rows), bottom MLP
@@ -74,19 +75,25 @@ def parse_summary(stdout: str) -> dict:
 
 
 def bench_planted(args, tmp):
+    manifest = json.loads((pathlib.Path(args.planted) / "manifest.json").read_text())
+    # One table row per value of the log's vocabulary (ids modulo the table size).
+    table_rows = manifest["stats"].get("vocab_per_feature", 1_000_000)
     base = [f"dataset={args.planted}", f"train.max_steps={args.steps}", "eval.every=0", "checkpoint_every=0",
-            f"threads.compute={args.threads}", f"storage.budget={args.budget}"]
+            f"threads.compute={args.threads}", f"storage.budget={args.budget}", f"model.table_rows={table_rows}"]
     configs = [("in memory", ["storage.mode=in_memory"]),
                ("row file, oracle", ["storage.backend=rowfile", "storage.planner=oracle"]),
+               ("row file, oracle, no read-ahead", ["storage.backend=rowfile", "storage.planner=oracle",
+                                                   "storage.preload_share=0"]),
                ("row file, oracle, no write-back buffer", ["storage.backend=rowfile", "storage.planner=oracle",
-                                                          "storage.write_back_share=0"]),
+                                                          "storage.write_back_share=0",
+                                                          "storage.preload_share=0"]),
                ("row file, LRU", ["storage.backend=rowfile", "storage.planner=lru"]),
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
-    keys = ["mem", "oracle", "direct", "lru", "oracle-lru-rows", "rocksdb"]
+    keys = ["mem", "oracle", "noread", "direct", "lru", "oracle-lru-rows", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):
@@ -94,7 +101,6 @@ def bench_planted(args, tmp):
         if "oracle-lru-rows" in wanted and "lru" not in wanted:
             sys.exit("dlrm_bench: --configs: oracle-lru-rows needs lru (it uses LRU's cache size)")
         configs = [c for k, c in zip(keys, configs) if k in wanted or k == "mem"]
-    manifest = json.loads((pathlib.Path(args.planted) / "manifest.json").read_text())
     rate = {n: [] for n, _ in configs}
     info = {}
     for r in range(args.rounds):
@@ -109,7 +115,7 @@ def bench_planted(args, tmp):
             print(f"round {r + 1}: {name}: {rows[-1]['samples_per_s']:,.0f} samples/s", file=sys.stderr)
             subprocess.run(["rm", "-rf", str(run_dir)])
     budget = bytes_of(args.budget.replace("MiB", " MiB").replace("GiB", " GiB"))
-    table = 26 * 1_000_000 * 72  # (16 + 1 linear + 1 state) floats per row
+    table = manifest["record"]["sparse"] * table_rows * 72  # (16 + 1 linear + 1 state) floats per row
     print(f"\nDLRM out of core: {args.planted} ({manifest['record']['sparse']} tables, Zipf "
           f"{manifest['stats'].get('zipf_alpha')}), batch 2048, dim 16, {args.steps or 'all'} steps from fresh tables, "
           f"{args.threads} compute thread(s); tables {table / 2**30:.2f} GiB = {table / budget:.1f}x the "
@@ -240,7 +246,7 @@ def main() -> int:
     p.add_argument("--quality", type=pathlib.Path)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=300, help="steps per run (0: a whole epoch)")
-    p.add_argument("--configs", help="--planted: a comma-separated subset of mem, oracle, direct, lru, "
+    p.add_argument("--configs", help="--planted: a comma-separated subset of mem, oracle, noread, direct, lru, "
                                      "oracle-lru-rows, rocksdb (in memory always runs)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--budget", default="400MiB")

@@ -37,6 +37,7 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
                "the row cache plans with oracle or lru");
   if (options_.kind == PlannerKind::kLru) options_.window_steps = 0;
   table_.resize(IndexSlots(options_.capacity_rows + options_.window_rows));
+  candidates_.resize(2 * options_.capacity_rows + 4096);
   free_slots_.reserve(options_.capacity_rows);
   for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
 }
@@ -110,20 +111,23 @@ void RowCache::PushCandidate(const Entry& e) {
   if (options_.kind == PlannerKind::kOracle) {
     priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFFFF)} << 32) | e.last_step;
   }
-  heap_.push_back(Candidate{priority, e.id, e.table, e.last_step});
-  std::push_heap(heap_.begin(), heap_.end());
-  // Stale candidates (rows used again since) pile up when evictions are rare: drop them.
-  if (heap_.size() + window_heap_.size() > 2 * options_.capacity_rows + 4096) CompactHeap();
+  // Stale candidates (rows used again since) pile up when evictions are rare: drop them. (At
+  // most one candidate per resident row is live, so this always makes room.)
+  if (heap_n_ + window_n_ == candidates_.size()) CompactHeap();
+  SLUICE_CHECK(heap_n_ + window_n_ < candidates_.size(), "row cache: eviction candidates overflow");
+  candidates_[heap_n_++] = Candidate{priority, e.id, e.table, e.last_step};
+  std::push_heap(heap_begin(), heap_end());
 }
 
 void RowCache::CompactHeap() {
-  for (std::vector<Candidate>* h : {&heap_, &window_heap_}) {
-    std::erase_if(*h, [this](const Candidate& c) {
-      const Entry* e = Find(RowKey{c.id, c.table});
-      return e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step;
-    });
-    std::make_heap(h->begin(), h->end());
-  }
+  auto stale = [this](const Candidate& c) {
+    const Entry* e = Find(RowKey{c.id, c.table});
+    return e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step;
+  };
+  heap_n_ = static_cast<size_t>(std::remove_if(heap_begin(), heap_end(), stale) - heap_begin());
+  std::make_heap(heap_begin(), heap_end());
+  window_n_ = static_cast<size_t>(std::remove_if(window_begin(), window_end(), stale) - window_begin());
+  std::make_heap(window_begin(), window_end());
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
@@ -172,20 +176,27 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
     free_slots_.pop_back();
     return s;
   }
-  // Oracle: rows used within the window are set aside (in window_heap_, same order); if nothing
+  // Oracle: rows used within the window are set aside (in the window heap, same order); if nothing
   // else is evictable (the window holds more rows than the cache), the best of them goes.
   uint32_t slot = kNoSlot;
-  while (!heap_.empty() || !window_heap_.empty()) {
-    const bool fallback = heap_.empty();
-    std::vector<Candidate>& h = fallback ? window_heap_ : heap_;
-    std::pop_heap(h.begin(), h.end());
-    const Candidate c = h.back();
-    h.pop_back();
+  while (heap_n_ > 0 || window_n_ > 0) {
+    const bool fallback = heap_n_ == 0;
+    Candidate c;
+    if (fallback) {
+      std::pop_heap(window_begin(), window_end());
+      c = *(window_end() - 1);
+      --window_n_;
+    } else {
+      std::pop_heap(heap_begin(), heap_end());
+      c = *(heap_end() - 1);
+      --heap_n_;
+    }
     Entry* e = Find(RowKey{c.id, c.table});
     if (e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step) continue;  // stale
     if (options_.kind == PlannerKind::kOracle && e->pending > 0 && !fallback) {
-      window_heap_.push_back(c);
-      std::push_heap(window_heap_.begin(), window_heap_.end());
+      *window_end() = c;  // (the slot the main heap just gave up, or free space between them)
+      ++window_n_;
+      std::push_heap(window_begin(), window_end());
       continue;
     }
     if (e->pending > 0) ++stats_.window_evictions;
@@ -261,15 +272,18 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   return Status::Ok();
 }
 
-void RowCache::DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const {
+bool RowCache::DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys,
+                         std::vector<uint32_t>& slots) const {
   keys.clear();
   slots.clear();
-  for (const Entry& e : table_) {
+  for (; cursor < table_.size() && keys.size() < max_rows; ++cursor) {
+    const Entry& e = table_[cursor];
     if (e.used && e.slot != kNoSlot && e.dirty) {
       keys.push_back(e.key());
       slots.push_back(e.slot);
     }
   }
+  return !keys.empty();
 }
 
 void RowCache::MarkAllClean() {

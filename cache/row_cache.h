@@ -85,8 +85,10 @@ class RowCache {
   void DropWindow();
   // Every planned step has computed: protected rows become evictable.
   void ReleaseProtected();
-  // Dirty resident rows (to flush); MarkClean after they are written.
-  void DirtyRows(std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const;
+  // Dirty resident rows (to flush), at most max_rows per call so that a flush needs bounded
+  // memory: start with cursor 0 and call until it returns false (no rows); MarkAllClean after
+  // they are written.
+  bool DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const;
   void MarkAllClean();
   uint64_t resident_rows() const { return resident_; }
   uint64_t next_step() const { return step_; }
@@ -136,10 +138,17 @@ class RowCache {
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
   std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps
   uint64_t protected_first_ = 0;               // the step of protected_.front()
-  std::vector<Candidate> heap_;
+  // Eviction candidates: two heaps in one array allocated once (2 x capacity + 4096, the memory
+  // plan's figure; two growing vectors would double in turn): the main heap from the front, the
+  // window heap (oracle: candidates used within the window) from the back, reversed.
+  std::vector<Candidate> candidates_;
+  size_t heap_n_ = 0, window_n_ = 0;
+  auto heap_begin() { return candidates_.begin(); }
+  auto heap_end() { return candidates_.begin() + static_cast<std::ptrdiff_t>(heap_n_); }
+  auto window_begin() { return candidates_.rbegin(); }
+  auto window_end() { return candidates_.rbegin() + static_cast<std::ptrdiff_t>(window_n_); }
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> missing_;  // scratch of Plan
-  std::vector<Candidate> window_heap_;  // oracle: candidates used within the window
   uint64_t resident_ = 0;
   uint64_t step_ = 0;
   RowCacheStats stats_;

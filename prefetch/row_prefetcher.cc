@@ -284,18 +284,22 @@ Status RowPrefetcher::Stop() {
 
 Status FlushRowCache(RowCache& cache, const std::byte* arena, uint32_t row_bytes,
                      RowBacking& backing, IoSession& io) {
+  // In batches: a full cache's dirty list at once would be a transient allocation of tens of
+  // MB beyond the memory plan.
+  constexpr size_t kBatch = 1 << 14;
   std::vector<RowKey> keys;
   std::vector<uint32_t> slots;
-  cache.DirtyRows(keys, slots);
-  constexpr size_t kBatch = 1 << 14;
   std::vector<std::byte> rows;
-  for (size_t lo = 0; lo < keys.size(); lo += kBatch) {
-    const size_t n = std::min(kBatch, keys.size() - lo);
-    rows.resize(n * row_bytes);
-    for (size_t i = 0; i < n; ++i) {
-      std::memcpy(rows.data() + i * row_bytes, arena + uint64_t{slots[lo + i]} * row_bytes, row_bytes);
+  keys.reserve(kBatch);
+  slots.reserve(kBatch);
+  rows.reserve(kBatch * row_bytes);
+  size_t cursor = 0;
+  while (cache.DirtyRows(cursor, kBatch, keys, slots)) {
+    rows.resize(keys.size() * row_bytes);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::memcpy(rows.data() + i * row_bytes, arena + uint64_t{slots[i]} * row_bytes, row_bytes);
     }
-    SLUICE_RETURN_IF_ERROR(backing.Write(io, std::span(keys).subspan(lo, n), rows.data()));
+    SLUICE_RETURN_IF_ERROR(backing.Write(io, keys, rows.data()));
   }
   cache.MarkAllClean();
   return backing.Flush(io);

@@ -35,9 +35,10 @@ Status WriteBackBuffer::Sweep(IoSession& io, uint32_t region) {
 }
 
 Status WriteBackBuffer::SweepWith(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids,
-                                  std::byte* out) {
+                                  std::byte* out, uint64_t min_staged) {
   SLUICE_CHECK(region < heads_.size(), "region %u of %zu", region, heads_.size());
-  ++stats_.passes;
+  const bool sweep = counts_[region] >= std::max<uint64_t>(min_staged, 1);
+  ++(sweep ? stats_.passes : stats_.reads_only);
   // Staged rows are read from here (they are newer than the file); the rest in the sweep's pass.
   pass_ids_.clear();
   pass_where_.clear();
@@ -49,9 +50,12 @@ Status WriteBackBuffer::SweepWith(IoSession& io, uint32_t region, std::span<cons
       pass_where_.push_back(i);
     }
   }
-  if (pass_ids_.size() == read_ids.size()) return Apply(io, region, read_ids, out);
+  if (pass_ids_.size() == read_ids.size()) {
+    return sweep ? Apply(io, region, read_ids, out) : file_->ReadRows(io, read_ids, out, gap_);
+  }
   pass_rows_.resize(pass_ids_.size() * row_bytes_);
-  SLUICE_RETURN_IF_ERROR(Apply(io, region, pass_ids_, pass_rows_.data()));
+  SLUICE_RETURN_IF_ERROR(sweep ? Apply(io, region, pass_ids_, pass_rows_.data())
+                               : file_->ReadRows(io, pass_ids_, pass_rows_.data(), gap_));
   for (size_t j = 0; j < pass_ids_.size(); ++j) {
     std::memcpy(out + pass_where_[j] * row_bytes_, pass_rows_.data() + j * row_bytes_, row_bytes_);
   }

@@ -41,6 +41,7 @@ struct WriteBackStats {
   uint64_t sweeps = 0;  // sweeps to make room
   uint64_t rows_swept = 0;
   uint64_t passes = 0;  // sweeps with a reader's reads (SweepWith)
+  uint64_t reads_only = 0;  // SweepWith calls that only read (the region held too few staged rows)
 };
 
 class WriteBackBuffer {
@@ -56,10 +57,14 @@ class WriteBackBuffer {
   // Applies every staged row to the file (not synced: call RowFile::Sync for durability).
   Status Flush(IoSession& io);
 
-  // Sweeps region `region` (rows with id * regions() / num_rows == region) and, in the same pass
-  // over its extents, reads read_ids (distinct rows; staged ones come from the buffer) into
-  // out + i * row_bytes: a reader that wants rows of a region gets the sweep's reads for free.
-  Status SweepWith(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids, std::byte* out);
+  // Reads read_ids (distinct rows of region `region`; staged ones come from the buffer) into
+  // out + i * row_bytes and, when the region holds at least min_staged staged rows, sweeps it in
+  // the same pass over its extents: a reader that wants rows of a region gets the sweep's reads
+  // for free. (Below min_staged the rows are only read: sweeping a nearly empty region would
+  // rewrite its pages for a few rows and waste the buffer's coalescing.)
+  Status SweepWith(IoSession& io, uint32_t region, std::span<const uint64_t> read_ids, std::byte* out,
+                   uint64_t min_staged = 1);
+  uint64_t staged_in(uint32_t region) const { return counts_[region]; }
   uint32_t regions() const { return static_cast<uint32_t>(heads_.size()); }
 
   uint64_t staged() const { return staged_; }

@@ -96,7 +96,7 @@ struct DlrmStorageConfig {
   Bytes rocksdb_memtable{16ull << 20};
   double write_back_share = 0.5;
   uint64_t write_back_rows = 0;  // 0 = from the share
-  double preload_share = 0.25;
+  double preload_share = 0;  // off: it pays only when disk reads bound training (see the docs)
   int preload_horizon = 32;
 
   template <class V>
@@ -121,7 +121,8 @@ struct DlrmStorageConfig {
             "rows in the write-back buffer (experiments); 0 = from write_back_share");
     v.Field("preload_share", preload_share,
             "share of the rows' memory that holds rows read ahead of the oracle's window, region by "
-            "region (rowfile backend, oracle planner; 0: loads read each missing row at once)",
+            "region (rowfile backend, oracle planner; 0, the default: loads read each missing row at once; "
+            "try 0.25 when the run's summary shows thousands of disk reads per step)",
             InRange(0.0, 0.9));
     v.Field("preload_horizon", preload_horizon,
             "steps ahead whose rows are read ahead; every region of the row file is read once per "

@@ -163,15 +163,18 @@ class RowFileBacking : public RowBacking {
 
   // Reads rows ahead for one training pass (see RowPreloader): rows the cache holds, staged
   // rows and rows never written are not read ahead. Marks the rows the cache holds from here on.
-  // With a write-back buffer, each region pass also sweeps the region's staged rows (one read
-  // of its extents serves both), so the buffer is swept round-robin, once per horizon.
+  // With a write-back buffer, a region pass also sweeps the region's staged rows (one read of
+  // its extents serves both) when it holds at least half its share of the buffer; a sparser
+  // region is only read (sweeping it would rewrite whole pages for a few rows, and with a large
+  // file turns training disk bound).
   void StartPreload(RowPreloader::StepRows step_rows, RowPreloaderOptions options) {
     if (cached_.empty()) cached_.assign(written_.size(), 0);
     RowPreloader::ReadRegion read;
     if (staged_) {
       options.regions = staged_->regions();
-      read = [this](IoSession& io, uint32_t region, std::span<const uint64_t> ids, std::byte* out) {
-        return staged_->SweepWith(io, region, ids, out);
+      const uint64_t min_staged = std::max<uint64_t>(1, staged_->capacity_rows() / (2 * staged_->regions()));
+      read = [this, min_staged](IoSession& io, uint32_t region, std::span<const uint64_t> ids, std::byte* out) {
+        return staged_->SweepWith(io, region, ids, out, min_staged);
       };
     }
     preload_ = std::make_unique<RowPreloader>(
@@ -1097,7 +1100,9 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
       sum << "  write-back buffer: " << ws.rows_staged << " rows staged, " << all_sweeps << " sweeps ("
           << ws.passes << " with a read-ahead pass) wrote " << ws.rows_swept << " rows ("
           << FormatCount(all_sweeps ? static_cast<double>(ws.rows_swept) / all_sweeps : 0)
-          << " per sweep; a row staged again before its sweep is written once)\n";
+          << " per sweep; a row staged again before its sweep is written once)";
+      if (ws.reads_only > 0) sum << "; " << ws.reads_only << " read-ahead passes only read (too few staged rows)";
+      sum << "\n";
     }
     if (rf != nullptr && rf->preload_stats().passes > 0) {
       const RowPreloaderStats& ps = rf->preload_stats();
@@ -1105,6 +1110,11 @@ Status DlrmRun::Train(const DlrmTrainOptions& options) {
           << FormatCount(ps.rows_read / steps_d) << " per step); loads took " << ps.rows_taken
           << ", " << ps.rows_expired << " went unused (the cache had them), " << ps.rows_left
           << " wanted rows found no room; at most " << ps.peak_held << " held\n";
+    }
+    const double reads_per_step = static_cast<double>(backing_->rows_read()) / steps_d;
+    if (rf != nullptr && preload_rows_ == 0 && cfg_.storage.planner == "oracle" && reads_per_step >= 1000) {
+      sum << "  hint: " << FormatCount(reads_per_step) << " random disk reads per step; storage.preload_share=0.25 "
+          << "reads the rows ahead region by region instead (docs/recommendation.md)\n";
     }
   }
   sum << "  checkpoints " << checkpoint_s_ << " s, evaluation " << eval_s_ << " s, wall " << Since(run_start)

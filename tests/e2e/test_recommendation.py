@@ -60,8 +60,8 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
     # by region, and without either (rows straight to their pages).
     for name, storage in {"mem": {"mode": "in_memory"},
                           "rowfile": dict(OOC, backend="rowfile", write_back_rows=1500, preload_share=0),
-                          "preload": dict(OOC, backend="rowfile", write_back_rows=1500, preload_horizon=6),
-                          "preload-direct": dict(OOC, backend="rowfile", write_back_share=0, preload_horizon=6),
+                          "preload": dict(OOC, backend="rowfile", write_back_rows=1500, preload_share=0.25, preload_horizon=6),
+                          "preload-direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0.25, preload_horizon=6),
                           "direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
                           "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700)}.items():
