@@ -53,6 +53,28 @@ class Builder {
   bool shuffle_;
 };
 
+// Moves every bucket to a uniformly chosen state among those holding both its partitions,
+// then shuffles each state's buckets.
+void SpreadBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
+  std::vector<std::vector<bool>> holds(out.states.size(), std::vector<bool>(p, false));
+  for (size_t s = 0; s < out.states.size(); ++s) {
+    for (uint32_t x : out.states[s].resident) holds[s][x] = true;
+    out.states[s].buckets.clear();
+  }
+  std::vector<size_t> eligible;
+  for (uint32_t a = 0; a < p; ++a) {
+    for (uint32_t b = 0; b < p; ++b) {
+      eligible.clear();
+      for (size_t s = 0; s < out.states.size(); ++s) {
+        if (holds[s][a] && holds[s][b]) eligible.push_back(s);
+      }
+      const size_t pick = eligible[std::uniform_int_distribution<size_t>(0, eligible.size() - 1)(rng)];
+      out.states[pick].buckets.emplace_back(a, b);
+    }
+  }
+  for (BufferState& state : out.states) std::shuffle(state.buckets.begin(), state.buckets.end(), rng);
+}
+
 }  // namespace
 
 uint64_t SwapLowerBound(uint32_t p, uint32_t c) {
@@ -73,8 +95,8 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
   std::vector<uint32_t> order(p);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937_64 rng(seed);
-  if (kind == OrderingKind::kRandomized) std::shuffle(order.begin(), order.end(), rng);
-  Builder builder(p, order, kind == OrderingKind::kRandomized, seed ^ 0x9e3779b97f4a7c15ull);
+  if (kind != OrderingKind::kBeta) std::shuffle(order.begin(), order.end(), rng);
+  Builder builder(p, order, kind != OrderingKind::kBeta, seed ^ 0x9e3779b97f4a7c15ull);
   PartitionOrder out;
   // Invariant at the top of each round: resident = fixed group F (c-1 partitions from g) plus
   // the first partition after it.
@@ -92,6 +114,7 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
     const uint32_t end = std::min(p, g + c);
     builder.MoveTo(std::vector<uint32_t>(order.begin() + g, order.begin() + end), out);
   }
+  if (kind == OrderingKind::kSpread) SpreadBuckets(p, rng, out);
   return out;
 }
 

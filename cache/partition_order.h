@@ -8,6 +8,11 @@
 //               to the next c-1 partitions.
 //   randomized: the same over a seeded random permutation of the partitions, with the
 //               buckets of each buffer state shuffled.
+//   spread:     the randomized ordering's buffer states, but each bucket is trained in a
+//               seeded random one of the states that hold both its partitions rather than in
+//               the first. Same swaps; a bucket's edges meet a different set of resident
+//               partitions (so of negatives) from epoch to epoch, and the states' sizes even
+//               out (the first state no longer takes every bucket among its c partitions).
 //
 // Lower bound on swaps (a counting argument, as in the Marius paper, Mohoney et al., OSDI
 // 2021): there are p(p-1)/2 unordered pairs of distinct partitions to bring together; the
@@ -31,7 +36,7 @@ struct PartitionOrder {
   uint64_t swaps = 0;  // partition loads after the initial fill
 };
 
-enum class OrderingKind { kBeta, kRandomized };
+enum class OrderingKind { kBeta, kRandomized, kSpread };
 
 // Requires 1 <= p and 2 <= c (c > p is clamped to p).
 Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind kind,

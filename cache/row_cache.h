@@ -39,13 +39,17 @@ struct RowCacheOptions {
   uint64_t capacity_rows = 0;
   uint32_t window_steps = 0;   // oracle lookahead (ignored by lru)
   uint32_t protect_steps = 0;  // rows of the last d planned steps stay resident
-  uint64_t window_rows = 0;    // expected rows pending in the window: the index is sized for them
+  // Rows the index holds besides the resident ones: those pending in the window and the new
+  // rows of the step being planned (inserted before its evictions). The index is sized for
+  // capacity + window_rows entries once; more makes it double (LRU with 0 here outgrew a
+  // 1 GiB plan by 15%).
+  uint64_t window_rows = 0;
 };
 
 // Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
 uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps, uint64_t max_rows_per_step);
 // RAM the cache's bookkeeping takes besides the rows: its index (entries of cached rows and of
-// at most `window_rows` rows pending in the window; power-of-two sized, at most 3/4 full), its
+// at most `window_rows` other rows; at most 3/4 full), its
 // eviction candidates (compacted at twice the capacity) and its free-slot list.
 uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows);
 
@@ -91,6 +95,7 @@ class RowCache {
   bool DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const;
   void MarkAllClean();
   uint64_t resident_rows() const { return resident_; }
+  uint64_t index_slots() const { return table_.size(); }
   uint64_t next_step() const { return step_; }
   const RowCacheStats& stats() const { return stats_; }
 

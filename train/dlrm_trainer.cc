@@ -490,7 +490,7 @@ Status DlrmRun::SetUpStorage(bool fresh_table, const std::string& rows_from) {
   // The rest holds rows: the cache and, for a row file, the write-back buffer (its share, once
   // the cache holds the steps in flight).
   const uint64_t rows_memory = budget > reserved ? budget - reserved : 0;
-  const uint64_t window_rows = window * step_rows;
+  const uint64_t window_rows = (window + 1) * step_rows;  // the window's and the planned step's
   auto cache_bytes = [&](uint64_t rows) { return rows * row_bytes_ + RowCacheIndexBytes(rows, window_rows); };
   // The most rows a cache of `bytes` holds (its index grows in steps: searched).
   auto rows_in = [&](uint64_t bytes) {

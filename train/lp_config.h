@@ -42,7 +42,7 @@ struct LpTrainConfig {
   std::string regularizer = "none";  // none | l2 | n3
   double regularization = 0.0;
   std::string schedule = "partitions";  // partitions (bucket order) | shuffle (global)
-  std::string ordering = "beta";       // beta | randomized (partition schedule)
+  std::string ordering = "beta";       // beta | randomized | spread (partition schedule)
   uint64_t seed = 1;
 
   template <class V>
@@ -67,8 +67,11 @@ struct LpTrainConfig {
             "partitions: edges grouped by bucket, negatives from the bucket's partitions; "
             "shuffle: a global shuffle with negatives from all nodes (every table in memory)",
             OneOf({"partitions", "shuffle"}));
-    v.Field("ordering", ordering, "bucket ordering of the partition schedule: beta or randomized",
-            OneOf({"beta", "randomized"}));
+    v.Field("ordering", ordering,
+            "bucket ordering of the partition schedule: beta (fixed), randomized (a new "
+            "partition order each epoch) or spread (randomized, each bucket in a random one of "
+            "the buffer states that hold its partitions)",
+            OneOf({"beta", "randomized", "spread"}));
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
   }
 };

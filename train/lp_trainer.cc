@@ -250,8 +250,9 @@ std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<LpState>& stat
     return steps;
   }
   auto made = MakePartitionOrder(p, std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2)),
-                                 cfg_.train.ordering == "beta" ? OrderingKind::kBeta
-                                                               : OrderingKind::kRandomized,
+                                 cfg_.train.ordering == "beta"         ? OrderingKind::kBeta
+                                 : cfg_.train.ordering == "randomized" ? OrderingKind::kRandomized
+                                                                       : OrderingKind::kSpread,
                                  cfg_.train.seed + epoch);
   SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
   for (size_t g = 0; g < made->states.size(); ++g) {

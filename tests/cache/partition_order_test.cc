@@ -35,7 +35,8 @@ void ExpectCoversEveryBucketOnce(const PartitionOrder& order, uint32_t p, uint32
 TEST(PartitionOrderTest, BetaTrainsEveryBucketWithBothPartitionsResident) {
   for (uint32_t p : {1u, 2u, 3u, 4u, 7u, 16u, 33u}) {
     for (uint32_t c : {2u, 3u, 4u, 8u}) {
-      for (OrderingKind kind : {OrderingKind::kBeta, OrderingKind::kRandomized}) {
+      for (OrderingKind kind :
+           {OrderingKind::kBeta, OrderingKind::kRandomized, OrderingKind::kSpread}) {
         auto order = MakePartitionOrder(p, c, kind, 7);
         ASSERT_TRUE(order.ok());
         ExpectCoversEveryBucketOnce(order.value(), p, c);
@@ -65,6 +66,33 @@ TEST(PartitionOrderTest, RandomizedOrderDependsOnTheSeedOnly) {
     differs |= a->states[s].resident != c->states[s].resident;
   }
   EXPECT_TRUE(differs);
+}
+
+TEST(PartitionOrderTest, SpreadKeepsTheStatesAndMovesBucketsOffTheFirstStateThatCould) {
+  const uint32_t p = 16, c = 8;
+  auto randomized = MakePartitionOrder(p, c, OrderingKind::kRandomized, 3);
+  auto spread = MakePartitionOrder(p, c, OrderingKind::kSpread, 3);
+  ASSERT_TRUE(randomized.ok() && spread.ok());
+  ASSERT_EQ(randomized->states.size(), spread->states.size());
+  EXPECT_EQ(randomized->swaps, spread->swaps);
+  for (size_t s = 0; s < spread->states.size(); ++s) {
+    EXPECT_EQ(randomized->states[s].resident, spread->states[s].resident);
+  }
+  // The randomized ordering trains all c*c buckets of the first state there; spread moves
+  // most of them to later states that also hold both partitions.
+  EXPECT_EQ(randomized->states[0].buckets.size(), uint64_t{c} * c);
+  EXPECT_LT(spread->states[0].buckets.size(), uint64_t{c} * c / 2);
+  // Over seeds, one bucket lands in more than one state.
+  std::set<size_t> homes;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    auto o = MakePartitionOrder(p, c, OrderingKind::kSpread, seed);
+    for (size_t s = 0; s < o->states.size(); ++s) {
+      for (auto [a, b] : o->states[s].buckets) {
+        if (a == 0 && b == 1) homes.insert(s);
+      }
+    }
+  }
+  EXPECT_GT(homes.size(), 3u);
 }
 
 TEST(PartitionOrderTest, ResidentCountComesFromTheBudget) {

@@ -172,6 +172,45 @@ TEST(RowCache, OracleLoadsFewerRowsThanLru) {
   EXPECT_EQ(oracle.stats.hits + oracle.stats.loads, oracle.stats.accesses);
 }
 
+// The index is sized once for capacity + window_rows entries: a full cache planning a step of
+// new rows inserts them before evicting, so window_rows must cover one step besides the
+// window, or the index doubles (memory the plan did not count).
+uint64_t IndexSlotsAfter(const Steps& steps, PlannerKind kind, uint32_t window, uint64_t window_rows) {
+  RowCacheOptions o;
+  o.kind = kind;
+  o.capacity_rows = 3000;
+  o.window_steps = window;
+  o.protect_steps = 1;
+  o.window_rows = window_rows;
+  RowCache cache(o);
+  RowStepPlan plan;
+  const uint32_t w = kind == PlannerKind::kOracle ? window : 0;
+  size_t appended = 0;
+  for (size_t t = 0; t < steps.size(); ++t) {
+    while (appended < steps.size() && appended <= t + w) cache.Append(steps[appended++]);
+    EXPECT_TRUE(cache.Plan(steps[t], true, plan).ok());
+    cache.ReleaseProtected();
+  }
+  return cache.index_slots();
+}
+
+TEST(RowCache, IndexSizedForTheWindowAndOneStepNeverGrows) {
+  const Steps steps = ZipfSteps(400, 200, 4, 20000, 5);
+  uint64_t most = 0;
+  for (const auto& s : steps) most = std::max<uint64_t>(most, s.size());
+  for (auto [kind, window] : {std::pair{PlannerKind::kLru, 0u}, std::pair{PlannerKind::kOracle, 4u}}) {
+    RowCacheOptions o;
+    o.capacity_rows = 3000;
+    o.window_rows = (window + 1) * most;
+    const uint64_t planned = RowCache(o).index_slots();
+    EXPECT_EQ(IndexSlotsAfter(steps, kind, window, (window + 1) * most), planned);
+  }
+  // Without the step's share the LRU cache's index outgrows its plan.
+  RowCacheOptions o;
+  o.capacity_rows = 3000;
+  EXPECT_GT(IndexSlotsAfter(steps, PlannerKind::kLru, 0, 0), RowCache(o).index_slots());
+}
+
 TEST(RowCache, TooSmallForTheWindowFails) {
   RowStepPlan plan;
   RowCache tiny(RowCacheOptions{PlannerKind::kOracle, 10, 2, 0});
