@@ -42,7 +42,7 @@ struct LpTrainConfig {
   std::string regularizer = "none";  // none | l2 | n3
   double regularization = 0.0;
   std::string schedule = "partitions";  // partitions (bucket order) | shuffle (global)
-  std::string ordering = "beta";       // beta | randomized | spread (partition schedule)
+  std::string ordering = "spread";     // spread | randomized | beta (partition schedule)
   uint64_t seed = 1;
 
   template <class V>
