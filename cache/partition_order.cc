@@ -75,6 +75,44 @@ void SpreadBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
   for (BufferState& state : out.states) std::shuffle(state.buckets.begin(), state.buckets.end(), rng);
 }
 
+// Gives every bucket to every state holding both its partitions, a piece each: the m-th such
+// state trains piece (m + r) mod k of k for a seeded r; then shuffles each state's buckets.
+void SplitBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
+  std::vector<std::vector<bool>> holds(out.states.size(), std::vector<bool>(p, false));
+  for (size_t s = 0; s < out.states.size(); ++s) {
+    for (uint32_t x : out.states[s].resident) holds[s][x] = true;
+    out.states[s].buckets.clear();
+    out.states[s].pieces.clear();
+  }
+  std::vector<size_t> eligible;
+  for (uint32_t a = 0; a < p; ++a) {
+    for (uint32_t b = 0; b < p; ++b) {
+      eligible.clear();
+      for (size_t s = 0; s < out.states.size(); ++s) {
+        if (holds[s][a] && holds[s][b]) eligible.push_back(s);
+      }
+      const auto k = static_cast<uint32_t>(eligible.size());
+      const auto r = static_cast<uint32_t>(std::uniform_int_distribution<uint32_t>(0, k - 1)(rng));
+      for (uint32_t m = 0; m < k; ++m) {
+        out.states[eligible[m]].buckets.emplace_back(a, b);
+        out.states[eligible[m]].pieces.emplace_back((m + r) % k, k);
+      }
+    }
+  }
+  for (BufferState& state : out.states) {
+    std::vector<size_t> order(state.buckets.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    BufferState shuffled;
+    for (size_t i : order) {
+      shuffled.buckets.push_back(state.buckets[i]);
+      shuffled.pieces.push_back(state.pieces[i]);
+    }
+    state.buckets = std::move(shuffled.buckets);
+    state.pieces = std::move(shuffled.pieces);
+  }
+}
+
 }  // namespace
 
 uint64_t SwapLowerBound(uint32_t p, uint32_t c) {
@@ -115,6 +153,7 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
     builder.MoveTo(std::vector<uint32_t>(order.begin() + g, order.begin() + end), out);
   }
   if (kind == OrderingKind::kSpread) SpreadBuckets(p, rng, out);
+  if (kind == OrderingKind::kSplit) SplitBuckets(p, rng, out);
   return out;
 }
 

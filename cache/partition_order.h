@@ -8,6 +8,11 @@
 //               to the next c-1 partitions.
 //   randomized: the same over a seeded random permutation of the partitions, with the
 //               buckets of each buffer state shuffled.
+//   split:      the randomized ordering's buffer states; every bucket's edges are cut into
+//               as many pieces as there are states holding both its partitions, one piece
+//               per such state (a seeded rotation says which). Every state trains a share of
+//               every bucket it can, so consecutive states mix the same buckets and no state
+//               is a block of correlated edges. Same swaps.
 //   spread:     the randomized ordering's buffer states, but each bucket is trained in a
 //               seeded random one of the states that hold both its partitions rather than in
 //               the first. Same swaps; a bucket's edges meet a different set of resident
@@ -29,6 +34,9 @@ namespace sluice {
 struct BufferState {
   std::vector<uint32_t> resident;                       // c partitions (fewer if p < c)
   std::vector<std::pair<uint32_t, uint32_t>> buckets;   // (src, dst) trained in this state
+  // split: per bucket, the piece of its edges trained here, as (piece, pieces): edges
+  // [n * piece / pieces, n * (piece + 1) / pieces) of the bucket's n. Empty otherwise (whole).
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;
 };
 
 struct PartitionOrder {
@@ -36,7 +44,7 @@ struct PartitionOrder {
   uint64_t swaps = 0;  // partition loads after the initial fill
 };
 
-enum class OrderingKind { kBeta, kRandomized, kSpread };
+enum class OrderingKind { kBeta, kRandomized, kSpread, kSplit };
 
 // Requires 1 <= p and 2 <= c (c > p is clamped to p).
 Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind kind,

@@ -42,7 +42,7 @@ struct LpTrainConfig {
   std::string regularizer = "none";  // none | l2 | n3
   double regularization = 0.0;
   std::string schedule = "partitions";  // partitions (bucket order) | shuffle (global)
-  std::string ordering = "spread";     // spread | randomized | beta (partition schedule)
+  std::string ordering = "split";      // split | spread | randomized | beta (partition schedule)
   uint64_t seed = 1;
 
   template <class V>
@@ -69,9 +69,10 @@ struct LpTrainConfig {
             OneOf({"partitions", "shuffle"}));
     v.Field("ordering", ordering,
             "bucket ordering of the partition schedule: beta (fixed), randomized (a new "
-            "partition order each epoch) or spread (randomized, each bucket in a random one of "
-            "the buffer states that hold its partitions)",
-            OneOf({"beta", "randomized", "spread"}));
+            "partition order each epoch), spread (randomized, each bucket in a random one of "
+            "the buffer states that hold its partitions) or split (randomized, each bucket's "
+            "edges shared out among all of those states)",
+            OneOf({"beta", "randomized", "spread", "split"}));
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
   }
 };

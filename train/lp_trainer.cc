@@ -252,14 +252,22 @@ std::vector<LpStep> LpRun::EpochSteps(uint64_t epoch, std::vector<LpState>& stat
   auto made = MakePartitionOrder(p, std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2)),
                                  cfg_.train.ordering == "beta"         ? OrderingKind::kBeta
                                  : cfg_.train.ordering == "randomized" ? OrderingKind::kRandomized
-                                                                       : OrderingKind::kSpread,
+                                 : cfg_.train.ordering == "spread"     ? OrderingKind::kSpread
+                                                                       : OrderingKind::kSplit,
                                  cfg_.train.seed + epoch);
   SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
   for (size_t g = 0; g < made->states.size(); ++g) {
     const BufferState& buffer = made->states[g];
     LpState state;
-    for (auto [i, j] : buffer.buckets) {
-      const int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
+    for (size_t k = 0; k < buffer.buckets.size(); ++k) {
+      const auto [i, j] = buffer.buckets[k];
+      int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
+      if (!buffer.pieces.empty()) {  // split: this state's piece of the bucket
+        const auto [piece, pieces] = buffer.pieces[k];
+        const int64_t n = end - begin;
+        end = begin + n * (piece + 1) / pieces;
+        begin += n * piece / pieces;
+      }
       if (begin < end) {
         state.ranges.push_back({begin, end});
         state.edges += static_cast<uint64_t>(end - begin);

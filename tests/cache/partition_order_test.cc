@@ -1,6 +1,7 @@
 #include "cache/partition_order.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -9,14 +10,27 @@ namespace sluice {
 namespace {
 
 void ExpectCoversEveryBucketOnce(const PartitionOrder& order, uint32_t p, uint32_t c) {
-  std::set<std::pair<uint32_t, uint32_t>> seen;
+  std::set<std::pair<uint32_t, uint32_t>> seen;  // buckets trained whole (or all pieces)
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<int>> pieces;
   std::vector<uint32_t> previous;
   uint64_t loads = 0;
   for (size_t s = 0; s < order.states.size(); ++s) {
     const BufferState& state = order.states[s];
     ASSERT_LE(state.resident.size(), std::min(c, p));
-    for (auto [i, j] : state.buckets) {
-      ASSERT_TRUE(seen.insert({i, j}).second) << "bucket trained twice";
+    ASSERT_TRUE(state.pieces.empty() || state.pieces.size() == state.buckets.size());
+    for (size_t k = 0; k < state.buckets.size(); ++k) {
+      const auto [i, j] = state.buckets[k];
+      if (state.pieces.empty()) {
+        ASSERT_TRUE(seen.insert({i, j}).second) << "bucket trained twice";
+      } else {  // split: every piece of the bucket exactly once, all with the same count
+        const auto [piece, count] = state.pieces[k];
+        ASSERT_LT(piece, count);
+        auto& got = pieces[{i, j}];
+        if (got.empty()) got.assign(count, 0);
+        ASSERT_EQ(got.size(), count) << "bucket cut into different piece counts";
+        ASSERT_EQ(got[piece]++, 0) << "piece trained twice";
+        if (std::count(got.begin(), got.end(), 1) == static_cast<long>(count)) seen.insert({i, j});
+      }
       ASSERT_TRUE(std::count(state.resident.begin(), state.resident.end(), i) &&
                   std::count(state.resident.begin(), state.resident.end(), j))
           << "bucket (" << i << "," << j << ") trained without both partitions resident";
@@ -36,7 +50,8 @@ TEST(PartitionOrderTest, BetaTrainsEveryBucketWithBothPartitionsResident) {
   for (uint32_t p : {1u, 2u, 3u, 4u, 7u, 16u, 33u}) {
     for (uint32_t c : {2u, 3u, 4u, 8u}) {
       for (OrderingKind kind :
-           {OrderingKind::kBeta, OrderingKind::kRandomized, OrderingKind::kSpread}) {
+           {OrderingKind::kBeta, OrderingKind::kRandomized, OrderingKind::kSpread,
+            OrderingKind::kSplit}) {
         auto order = MakePartitionOrder(p, c, kind, 7);
         ASSERT_TRUE(order.ok());
         ExpectCoversEveryBucketOnce(order.value(), p, c);
@@ -93,6 +108,33 @@ TEST(PartitionOrderTest, SpreadKeepsTheStatesAndMovesBucketsOffTheFirstStateThat
     }
   }
   EXPECT_GT(homes.size(), 3u);
+}
+
+TEST(PartitionOrderTest, SplitSharesEveryBucketAmongAllStatesThatHoldIt) {
+  const uint32_t p = 16, c = 8;
+  auto randomized = MakePartitionOrder(p, c, OrderingKind::kRandomized, 4);
+  auto split = MakePartitionOrder(p, c, OrderingKind::kSplit, 4);
+  ASSERT_TRUE(randomized.ok() && split.ok());
+  ASSERT_EQ(randomized->states.size(), split->states.size());
+  EXPECT_EQ(randomized->swaps, split->swaps);
+  for (size_t s = 0; s < split->states.size(); ++s) {
+    const BufferState& state = split->states[s];
+    EXPECT_EQ(randomized->states[s].resident, state.resident);
+    // Every bucket the state can train, a piece of each (the last state may hold fewer than c).
+    EXPECT_EQ(state.buckets.size(), state.resident.size() * state.resident.size()) << "state " << s;
+    for (size_t k = 0; k < state.buckets.size(); ++k) {
+      const auto [i, j] = state.buckets[k];
+      uint32_t holders = 0;
+      for (const BufferState& other : split->states) {
+        holders += std::count(other.resident.begin(), other.resident.end(), i) &&
+                   std::count(other.resident.begin(), other.resident.end(), j);
+      }
+      EXPECT_EQ(state.pieces[k].second, holders);
+    }
+  }
+  // The piece a state gets depends on the seed.
+  auto other = MakePartitionOrder(p, c, OrderingKind::kSplit, 5);
+  EXPECT_NE(split->states[1].pieces, other->states[1].pieces);
 }
 
 TEST(PartitionOrderTest, ResidentCountComesFromTheBudget) {

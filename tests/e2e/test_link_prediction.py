@@ -45,13 +45,14 @@ def table_bytes(run_dir: pathlib.Path) -> bytes:
     return (run_dir / "tables/nodes.bin").read_bytes()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_out_of_core_equals_in_memory_bitwise(sluice_bin, graph, tmp_path, threads):
+@pytest.mark.parametrize("threads,ordering", [(1, "split"), (2, "split"), (1, "beta")])
+def test_out_of_core_equals_in_memory_bitwise(sluice_bin, graph, tmp_path, threads, ordering):
     runs = {}
     for mode, storage in {"mem": {"mode": "in_memory", "resident": 4},
                           "ooc": {"mode": "out_of_core", "resident": 4, "slots": 5, "run_ahead": 3}}.items():
         cfg = write_config(tmp_path / f"{mode}.yaml", graph, tmp_path / mode, **storage)
-        out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}")
+        out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
+                  "--set", f"train.ordering={ordering}")
         assert out.returncode == 0, out.stderr
         runs[mode] = out.stdout
     assert "4 of 16 partitions resident" in runs["ooc"]
