@@ -53,31 +53,10 @@ class Builder {
   bool shuffle_;
 };
 
-// Moves every bucket to a uniformly chosen state among those holding both its partitions,
-// then shuffles each state's buckets.
-void SpreadBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
-  std::vector<std::vector<bool>> holds(out.states.size(), std::vector<bool>(p, false));
-  for (size_t s = 0; s < out.states.size(); ++s) {
-    for (uint32_t x : out.states[s].resident) holds[s][x] = true;
-    out.states[s].buckets.clear();
-  }
-  std::vector<size_t> eligible;
-  for (uint32_t a = 0; a < p; ++a) {
-    for (uint32_t b = 0; b < p; ++b) {
-      eligible.clear();
-      for (size_t s = 0; s < out.states.size(); ++s) {
-        if (holds[s][a] && holds[s][b]) eligible.push_back(s);
-      }
-      const size_t pick = eligible[std::uniform_int_distribution<size_t>(0, eligible.size() - 1)(rng)];
-      out.states[pick].buckets.emplace_back(a, b);
-    }
-  }
-  for (BufferState& state : out.states) std::shuffle(state.buckets.begin(), state.buckets.end(), rng);
-}
-
-// Gives every bucket to every state holding both its partitions, a piece each: the m-th such
-// state trains piece (m + r) mod k of k for a seeded r; then shuffles each state's buckets.
-void SplitBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
+// Deals every bucket again among the states holding both its partitions: spread gives it to
+// one of them, chosen uniformly; split gives each of the k a piece (the m-th trains piece
+// (m + r) mod k for a seeded r). Then shuffles each state's buckets (with their pieces).
+void DealBuckets(uint32_t p, bool split, std::mt19937_64& rng, PartitionOrder& out) {
   std::vector<std::vector<bool>> holds(out.states.size(), std::vector<bool>(p, false));
   for (size_t s = 0; s < out.states.size(); ++s) {
     for (uint32_t x : out.states[s].resident) holds[s][x] = true;
@@ -91,8 +70,13 @@ void SplitBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
       for (size_t s = 0; s < out.states.size(); ++s) {
         if (holds[s][a] && holds[s][b]) eligible.push_back(s);
       }
+      if (!split) {
+        const size_t pick = eligible[std::uniform_int_distribution<size_t>(0, eligible.size() - 1)(rng)];
+        out.states[pick].buckets.emplace_back(a, b);
+        continue;
+      }
       const auto k = static_cast<uint32_t>(eligible.size());
-      const auto r = static_cast<uint32_t>(std::uniform_int_distribution<uint32_t>(0, k - 1)(rng));
+      const uint32_t r = std::uniform_int_distribution<uint32_t>(0, k - 1)(rng);
       for (uint32_t m = 0; m < k; ++m) {
         out.states[eligible[m]].buckets.emplace_back(a, b);
         out.states[eligible[m]].pieces.emplace_back((m + r) % k, k);
@@ -100,6 +84,10 @@ void SplitBuckets(uint32_t p, std::mt19937_64& rng, PartitionOrder& out) {
     }
   }
   for (BufferState& state : out.states) {
+    if (!split) {
+      std::shuffle(state.buckets.begin(), state.buckets.end(), rng);
+      continue;
+    }
     std::vector<size_t> order(state.buckets.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::shuffle(order.begin(), order.end(), rng);
@@ -152,8 +140,9 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
     const uint32_t end = std::min(p, g + c);
     builder.MoveTo(std::vector<uint32_t>(order.begin() + g, order.begin() + end), out);
   }
-  if (kind == OrderingKind::kSpread) SpreadBuckets(p, rng, out);
-  if (kind == OrderingKind::kSplit) SplitBuckets(p, rng, out);
+  if (kind == OrderingKind::kSpread || kind == OrderingKind::kSplit) {
+    DealBuckets(p, kind == OrderingKind::kSplit, rng, out);
+  }
   return out;
 }
 

@@ -83,16 +83,21 @@ TEST(PartitionOrderTest, RandomizedOrderDependsOnTheSeedOnly) {
   EXPECT_TRUE(differs);
 }
 
+// spread and split deal the buckets anew but keep the randomized ordering's states and swaps.
+void ExpectSameStatesAndSwaps(const PartitionOrder& randomized, const PartitionOrder& dealt) {
+  ASSERT_EQ(randomized.states.size(), dealt.states.size());
+  EXPECT_EQ(randomized.swaps, dealt.swaps);
+  for (size_t s = 0; s < dealt.states.size(); ++s) {
+    EXPECT_EQ(randomized.states[s].resident, dealt.states[s].resident) << "state " << s;
+  }
+}
+
 TEST(PartitionOrderTest, SpreadKeepsTheStatesAndMovesBucketsOffTheFirstStateThatCould) {
   const uint32_t p = 16, c = 8;
   auto randomized = MakePartitionOrder(p, c, OrderingKind::kRandomized, 3);
   auto spread = MakePartitionOrder(p, c, OrderingKind::kSpread, 3);
   ASSERT_TRUE(randomized.ok() && spread.ok());
-  ASSERT_EQ(randomized->states.size(), spread->states.size());
-  EXPECT_EQ(randomized->swaps, spread->swaps);
-  for (size_t s = 0; s < spread->states.size(); ++s) {
-    EXPECT_EQ(randomized->states[s].resident, spread->states[s].resident);
-  }
+  ExpectSameStatesAndSwaps(*randomized, *spread);
   // The randomized ordering trains all c*c buckets of the first state there; spread moves
   // most of them to later states that also hold both partitions.
   EXPECT_EQ(randomized->states[0].buckets.size(), uint64_t{c} * c);
@@ -115,11 +120,9 @@ TEST(PartitionOrderTest, SplitSharesEveryBucketAmongAllStatesThatHoldIt) {
   auto randomized = MakePartitionOrder(p, c, OrderingKind::kRandomized, 4);
   auto split = MakePartitionOrder(p, c, OrderingKind::kSplit, 4);
   ASSERT_TRUE(randomized.ok() && split.ok());
-  ASSERT_EQ(randomized->states.size(), split->states.size());
-  EXPECT_EQ(randomized->swaps, split->swaps);
+  ExpectSameStatesAndSwaps(*randomized, *split);
   for (size_t s = 0; s < split->states.size(); ++s) {
     const BufferState& state = split->states[s];
-    EXPECT_EQ(randomized->states[s].resident, state.resident);
     // Every bucket the state can train, a piece of each (the last state may hold fewer than c).
     EXPECT_EQ(state.buckets.size(), state.resident.size() * state.resident.size()) << "state " << s;
     for (size_t k = 0; k < state.buckets.size(); ++k) {
