@@ -1,9 +1,16 @@
 #include "train/lp_model.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
+#include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
 
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
 #include "common/check.h"
+#include "train/softmax_rows.h"
 
 namespace sluice {
 
@@ -114,17 +121,7 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
   torch::Tensor s = torch::bmm(p.x, neg.transpose(1, 2));                 // [C, bc, n]
   torch::Tensor g_pos, g_s;
   double value = 0;
-  if (loss == "softmax") {
-    // Softmax over [pos, negatives] per query, in place in s (no concatenated logits):
-    // g_pos = p(true) - 1, g_s = p(negative); loss = log Z - pos, with the max subtracted.
-    torch::Tensor mx = torch::maximum(std::get<0>(s.max(2)), pos_p);      // [C, bc]
-    s.sub_(mx.unsqueeze(2)).exp_();                                       // e_j
-    torch::Tensor e0 = (pos_p - mx).exp_();                               // e_true
-    torch::Tensor z = s.sum(2).add_(e0);                                  // [C, bc]
-    value = ((z.log() - (pos_p - mx)) * p.mask).sum().item<double>();
-    g_pos = e0.div_(z).sub_(1);
-    g_s = s.div_(z.unsqueeze(2));
-  } else if (loss == "logistic") {
+  if (loss == "logistic") {
     value = ((torch::softplus(-pos_p) + torch::softplus(s).mean(2)) * p.mask).sum().item<double>();
     g_pos = -torch::sigmoid(-pos_p);
     g_s = torch::sigmoid(s) / static_cast<double>(n);
@@ -150,7 +147,96 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
   return out;
 }
 
+
+// Row-major C[m, n] = op(A) op(B) (beta 0) through the Fortran BLAS that libtorch links
+// (column-major: a row-major [r, k] matrix is a column-major [k, r] one, so C^T = op(B)^T
+// op(A)^T is computed). Found at run time: libtorch's own BLAS wrapper is not exported. Without
+// a Fortran sgemm_ in the process (a libtorch with static MKL), falls back to torch::mm_out.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*,
+                         const float*, const float*, const int*, const float*, const int*,
+                         const float*, float*, const int*, size_t, size_t);
+
+std::atomic<bool> g_direct_blas{true};
+
+SgemmFn FindSgemm() {
+  static const SgemmFn fn = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  return g_direct_blas.load(std::memory_order_relaxed) ? fn : nullptr;
+}
+
+void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  if (SgemmFn sgemm = FindSgemm()) {
+    const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
+    const int mi = static_cast<int>(n), ni = static_cast<int>(m), ki = static_cast<int>(k);
+    const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
+    const float one = 1.0f, zero = 0.0f;
+    sgemm(&ta, &tb, &mi, &ni, &ki, &one, b, &la, a, &lb, &zero, c, &lc, 1, 1);
+    return;
+  }
+  auto view = [](const float* p, int64_t rows, int64_t cols, int64_t ld, bool t) {
+    torch::Tensor x = torch::from_blob(const_cast<float*>(p), {rows, cols}, {ld, 1});
+    return t ? x.t() : x;
+  };
+  torch::Tensor out = torch::from_blob(c, {m, n}, {ldc, 1});
+  torch::mm_out(out, view(a, trans_a ? k : m, trans_a ? m : k, lda, trans_a),
+                view(b, trans_b ? n : k, trans_b ? k : n, ldb, trans_b));
+}
+
+// The softmax loss of both corrupted sides, one task per (side, chunk): the chunk's scores
+// [rows, n] are computed, turned into gradients in place (SoftmaxRows) and multiplied back while
+// they sit in cache, with BLAS called directly (no tensor ops per chunk). Tasks write disjoint
+// rows, and the per-query losses are summed in a fixed order afterwards, so results do not
+// depend on the number of threads or which thread runs which task.
+struct SoftmaxSide {
+  const float* query;   // [q, d]
+  const float* target;  // [q, d]
+  const float* neg;     // [C, n, d]
+  float* d_query;       // [q, d]
+  float* d_target;      // [q, d]
+  float* d_neg;         // [C, n, d]
+  float* scores;        // [q, n] scratch
+  float* g_pos;         // [q] scratch
+  double* loss;         // [q]
+};
+
+void SoftmaxChunk(const SoftmaxSide& side, int64_t q, int64_t chunks, int64_t c, int64_t n,
+                  int64_t d, float scale) {
+  const int64_t lo = q * c / chunks, hi = q * (c + 1) / chunks, rows = hi - lo;
+  if (rows == 0) {
+    std::fill_n(side.d_neg + c * n * d, n * d, 0.0f);
+    return;
+  }
+  const float* x = side.query + lo * d;
+  const float* t = side.target + lo * d;
+  const float* neg = side.neg + c * n * d;
+  float* s = side.scores + lo * n;
+  std::vector<float> pos(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    float acc = 0;
+    for (int64_t j = 0; j < d; ++j) acc += x[i * d + j] * t[i * d + j];
+    pos[static_cast<size_t>(i)] = acc;
+  }
+  // S = X N^T.
+  GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);
+  float* g_pos = side.g_pos + lo;
+  SoftmaxRows(s, pos.data(), nullptr, 0, rows, n, scale, g_pos, side.loss + lo);
+  // dQ = G N, then the true candidate's term; dT = g_pos X.
+  float* dq = side.d_query + lo * d;
+  GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);
+  float* dt = side.d_target + lo * d;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < d; ++j) {
+      dq[i * d + j] += g_pos[i] * t[i * d + j];
+      dt[i * d + j] = g_pos[i] * x[i * d + j];
+    }
+  }
+  // dN = G^T X.
+  GemmRowMajor(true, false, n, d, rows, s, n, x, d, side.d_neg + c * n * d, d);
+}
+
 }  // namespace
+
+void UseDirectBlasForTesting(bool enabled) { g_direct_blas = enabled; }
 
 LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
                              const LpBatch& b, double scale) {
@@ -169,7 +255,40 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     at::set_num_threads(threads);
     head = Side(loss, margin, dec.HeadQuery(b.r, b.t), b.h, b.head_neg, scale);
   };
-  if (b.head_neg.defined()) {
+  if (loss == "softmax") {
+    const int64_t q = b.h.size(0), d = b.h.size(1), chunks = b.tail_neg.size(0),
+                  n = b.tail_neg.size(1);
+    const int sides = b.head_neg.defined() ? 2 : 1;
+    torch::Tensor query[2], target[2], neg[2];
+    query[0] = dec.TailQuery(b.h, b.r).contiguous();
+    target[0] = b.t.contiguous();
+    neg[0] = b.tail_neg.contiguous();
+    if (sides == 2) {
+      query[1] = dec.HeadQuery(b.r, b.t).contiguous();
+      target[1] = b.h.contiguous();
+      neg[1] = b.head_neg.contiguous();
+    }
+    torch::Tensor scores = torch::empty({sides, q, n}), g_pos = torch::empty({sides, q});
+    std::vector<double> row_loss(static_cast<size_t>(sides * q));
+    SoftmaxSide side[2];
+    SideGrads* out[2] = {&tail, &head};
+    for (int k = 0; k < sides; ++k) {
+      out[k]->query = torch::empty({q, d});
+      out[k]->target = torch::empty({q, d});
+      out[k]->neg = torch::empty({chunks, n, d});
+      side[k] = {query[k].data_ptr<float>(),      target[k].data_ptr<float>(),
+                 neg[k].data_ptr<float>(),        out[k]->query.data_ptr<float>(),
+                 out[k]->target.data_ptr<float>(), out[k]->neg.data_ptr<float>(),
+                 scores[k].data_ptr<float>(),     g_pos[k].data_ptr<float>(),
+                 row_loss.data() + k * q};
+    }
+    tbb::parallel_for(int64_t{0}, sides * chunks, [&](int64_t task) {
+      SoftmaxChunk(side[task / chunks], q, chunks, task % chunks, n, d, static_cast<float>(scale));
+    });
+    for (int k = 0; k < sides; ++k) {
+      for (int64_t i = 0; i < q; ++i) out[k]->loss += row_loss[static_cast<size_t>(k * q + i)];
+    }
+  } else if (b.head_neg.defined()) {
     tbb::parallel_invoke(tail_side, head_side);
   } else {
     tail_side();

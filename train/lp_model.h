@@ -45,6 +45,10 @@ struct LpGrads {
 LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
                              const LpBatch& batch, double scale);
 
+// Tests: false makes the softmax path multiply through torch::mm_out, the fallback for a
+// libtorch without a Fortran BLAS symbol, instead of calling sgemm_ directly.
+void UseDirectBlasForTesting(bool enabled);
+
 // Sum over queries of the loss of positive scores `pos` [b] against negatives `neg` [b, n].
 torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg);

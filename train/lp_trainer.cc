@@ -507,11 +507,48 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   }
   auto t1 = Clock::now();
   time_.sample_s += std::chrono::duration<double>(t1 - t0).count();
-  torch::Tensor emb = torch::empty({u, d});
-  float* e = emb.data_ptr<float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 512), [&](const auto& r) {
-    for (int64_t i = r.begin(); i < r.end(); ++i) std::memcpy(e + i * d, rows[i], d * 4);
-  });
+  const bool bilinear = cfg_.model.decoder != "transe";
+  // Bilinear decoders: each use's row copied straight from the table into the batch tensors
+  // (heads, tails, negatives), in parallel. TransE: the unique rows, for autograd's gathers.
+  torch::Tensor emb;
+  LpBatch batch;
+  if (bilinear) {
+    batch.h = torch::empty({static_cast<int64_t>(q), d});
+    batch.t = torch::empty({static_cast<int64_t>(q), d});
+    batch.tail_neg = torch::empty({chunks, per_chunk, d});
+    if (!reciprocal) batch.head_neg = torch::empty({chunks, per_chunk, d});
+    struct Use {
+      const std::vector<int64_t>* ids;
+      float* out;
+    };
+    std::vector<Use> uses = {{&head, batch.h.data_ptr<float>()},
+                             {&tail, batch.t.data_ptr<float>()},
+                             {&tail_neg, batch.tail_neg.data_ptr<float>()}};
+    if (!reciprocal) uses.push_back({&head_neg, batch.head_neg.data_ptr<float>()});
+    struct Piece {
+      size_t use;
+      int64_t begin, end;
+    };
+    std::vector<Piece> pieces;
+    for (size_t k = 0; k < uses.size(); ++k) {
+      const int64_t m = static_cast<int64_t>(uses[k].ids->size());
+      for (int64_t i = 0; i < m; i += 1024) pieces.push_back({k, i, std::min(m, i + 1024)});
+    }
+    tbb::parallel_for(size_t{0}, pieces.size(), [&](size_t k) {
+      const Piece& pc = pieces[k];
+      const int64_t* ids = uses[pc.use].ids->data();
+      float* out = uses[pc.use].out;
+      for (int64_t i = pc.begin; i < pc.end; ++i) {
+        std::memcpy(out + i * d, rows[static_cast<size_t>(ids[i])], d * 4);
+      }
+    });
+  } else {
+    emb = torch::empty({u, d});
+    float* e = emb.data_ptr<float>();
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, u, 512), [&](const auto& r) {
+      for (int64_t i = r.begin(); i < r.end(); ++i) std::memcpy(e + i * d, rows[i], d * 4);
+    });
+  }
   auto t2 = Clock::now();
   time_.gather_s += std::chrono::duration<double>(t2 - t1).count();
   auto index_tensor = [](std::vector<int64_t>& v) {
@@ -521,16 +558,9 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   torch::Tensor grad;        // [u, d], summed per unique row in a fixed order
   torch::Tensor rel_grad;    // [num_relations, d]
   double loss_value = 0;
-  if (cfg_.model.decoder != "transe") {
+  if (bilinear) {
     // Bilinear decoders: gradients computed directly (no autograd graph).
-    LpBatch batch;
-    batch.h = emb.index_select(0, index_tensor(head));
-    batch.t = emb.index_select(0, index_tensor(tail));
     batch.r = relations_.detach().index_select(0, index_tensor(rel));
-    batch.tail_neg = emb.index_select(0, index_tensor(tail_neg)).view({chunks, per_chunk, d});
-    if (!reciprocal) {
-      batch.head_neg = emb.index_select(0, index_tensor(head_neg)).view({chunks, per_chunk, d});
-    }
     LpGrads g = BilinearLossAndGrads(cfg_.model.decoder, tc.loss, tc.margin, batch, scale);
     loss_value = g.loss * scale;
     if (tc.regularizer != "none" && tc.regularization > 0) {
@@ -549,22 +579,27 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
       reg(batch.t, g.t);
       reg(batch.r, g.r);
     }
-    // Sum the per-use gradients into per-row ones, serially in use order (deterministic).
+    // Sum the per-use gradients into per-row ones in use order (heads, tails, tail negatives,
+    // head negatives). Threads split the columns, so every element is summed in that order
+    // whatever the thread count.
     grad = torch::zeros({u, d});
     float* gr = grad.data_ptr<float>();
-    auto add = [&](const std::vector<int64_t>& idx, const torch::Tensor& gt) {
-      torch::Tensor c = gt.reshape({-1, d}).contiguous();
-      const float* src = c.data_ptr<float>();
-      for (size_t i = 0; i < idx.size(); ++i) {
-        float* dst = gr + idx[i] * d;
-        const float* x = src + i * static_cast<size_t>(d);
-        for (int64_t j = 0; j < d; ++j) dst[j] += x[j];
+    std::vector<std::pair<const std::vector<int64_t>*, torch::Tensor>> parts = {
+        {&head, g.h.reshape({-1, d}).contiguous()},
+        {&tail, g.t.reshape({-1, d}).contiguous()},
+        {&tail_neg, g.tail_neg.reshape({-1, d}).contiguous()}};
+    if (!reciprocal) parts.push_back({&head_neg, g.head_neg.reshape({-1, d}).contiguous()});
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, d, 16), [&](const auto& cols) {
+      const int64_t lo = cols.begin(), hi = cols.end();
+      for (const auto& [idx, gt] : parts) {
+        const float* src = gt.template data_ptr<float>();
+        for (size_t i = 0; i < idx->size(); ++i) {
+          float* dst = gr + (*idx)[i] * d;
+          const float* x = src + i * static_cast<size_t>(d);
+          for (int64_t j = lo; j < hi; ++j) dst[j] += x[j];
+        }
       }
-    };
-    add(head, g.h);
-    add(tail, g.t);
-    add(tail_neg, g.tail_neg);
-    if (!reciprocal) add(head_neg, g.head_neg);
+    });
     rel_grad = torch::zeros({static_cast<int64_t>(num_relations_), d});
     {
       float* rg = rel_grad.data_ptr<float>();

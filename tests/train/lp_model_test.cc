@@ -64,6 +64,15 @@ TEST(LpModelTest, DirectGradientsMatchAutograd) {
   }
 }
 
+TEST(LpModelTest, SoftmaxThroughTheLibtorchProductFallbackMatchesAutograd) {
+  UseDirectBlasForTesting(false);
+  for (const char* decoder : {"distmult", "complex"}) {
+    Check({decoder, "softmax", true}, /*q=*/103, /*chunks=*/4, /*n=*/17, /*d=*/8);
+    Check({decoder, "softmax", false}, /*q=*/3, /*chunks=*/4, /*n=*/17, /*d=*/8);  // empty chunk
+  }
+  UseDirectBlasForTesting(true);
+}
+
 TEST(LpModelTest, DecodersScoreAsDefined) {
   torch::manual_seed(1);
   auto h = torch::randn({5, 6}), r = torch::randn({5, 6}), t = torch::randn({5, 6});

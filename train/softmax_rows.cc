@@ -1,0 +1,75 @@
+#include "train/softmax_rows.h"
+
+#include <bit>
+#include <cmath>
+
+namespace sluice {
+namespace {
+
+// Range reduction x = k ln2 + r with |r| <= ln2 / 2 (ln2 split in two for precision), then a
+// degree-6 polynomial for e^r (Cephes' expf coefficients) and 2^k built in the exponent bits.
+// Plain arithmetic and selects only, so the loops around it vectorise.
+inline float ExpKernel(float x) {
+  const float t = x * 1.44269504088896341f + 12582912.0f;  // adding 1.5 * 2^23 rounds to nearest
+  const float k = t - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float two_k = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
+  return x < -87.0f ? 0.0f : p * two_k;
+}
+
+}  // namespace
+
+float ExpNonPositive(float x) { return ExpKernel(x); }
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxRows(
+    float* s, const float* pos, const float* mask, int64_t begin, int64_t end, int64_t n,
+    float scale, float* g_pos, double* loss) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* __restrict row = s + i * n;
+    if (mask != nullptr && mask[i] == 0.0f) {
+      for (int64_t j = 0; j < n; ++j) row[j] = 0.0f;
+      g_pos[i] = 0.0f;
+      loss[i] = 0.0;
+      continue;
+    }
+    // The max in any order (it is exact); the sum in kLanes partial sums combined in a fixed
+    // order, so that loop vectorises and every build gives the same sums.
+    float mx = pos[i];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+    constexpr int64_t kLanes = 16;
+    const int64_t body = n - n % kLanes;
+    float lane[kLanes];
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = 0.0f;
+    for (int64_t j = 0; j < body; j += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) {
+        const float e = ExpKernel(row[j + l] - mx);
+        row[j + l] = e;
+        lane[l] += e;
+      }
+    }
+    for (int64_t j = body; j < n; ++j) {
+      const float e = ExpKernel(row[j] - mx);
+      row[j] = e;
+      lane[0] += e;
+    }
+    float z = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) z += lane[l];
+    const float e0 = ExpKernel(pos[i] - mx);
+    z += e0;
+    const float f = scale / z;
+    for (int64_t j = 0; j < n; ++j) row[j] *= f;
+    g_pos[i] = (e0 / z - 1.0f) * scale;
+    loss[i] = std::log(static_cast<double>(z)) - static_cast<double>(pos[i] - mx);
+  }
+}
+
+}  // namespace sluice
