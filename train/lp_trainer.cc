@@ -1,6 +1,8 @@
 #include "train/lp_trainer.h"
 
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -70,8 +72,17 @@ struct StateEdges {
   std::vector<int64_t> order;  // a shuffle of [0, src.size())
 };
 
+// A step's sampled ids (PrepareStep): everything that does not need the rows, so it can run a
+// step ahead on another thread. head/tail/tail_neg/head_neg index `unique` (first-occurrence
+// order: heads, tails, tail negatives, head negatives); rel holds relation ids.
+struct LpSampled {
+  uint64_t b = 0, q = 0;  // edges, queries (2b when reciprocal)
+  uint32_t chunks = 0, per_chunk = 0;
+  std::vector<int64_t> head, rel, tail, tail_neg, head_neg, unique;
+};
+
 struct TimeSplit {
-  double sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0, edges_s = 0;
+  double sampler_busy_s = 0, sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0, edges_s = 0;
 };
 
 class LpRun {
@@ -109,9 +120,11 @@ class LpRun {
                              const std::vector<LpState>& states) const;
   Status TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptions& options,
                     double& loss_sum, uint64_t& edges, bool& interrupted);
-  double TrainStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
-                   uint64_t index, const std::vector<BlockId>& blocks,
-                   const std::vector<std::byte*>& block_base);
+  // Samples step `index` of the epoch: its queries, negatives and unique rows (uses stamp_, so
+  // one call at a time).
+  LpSampled PrepareStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
+                        uint64_t index, const std::vector<BlockId>& blocks);
+  double TrainStep(LpSampled& sampled, const std::vector<std::byte*>& block_base);
   Status Checkpoint(uint64_t epoch, uint64_t step_in_epoch);
   Status SyncTable();
 
@@ -436,9 +449,8 @@ uint32_t LpRun::EffectiveRunAhead(const std::vector<LpStep>& steps,
   return static_cast<uint32_t>(best);
 }
 
-double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
-                        uint64_t index, const std::vector<BlockId>& blocks,
-                        const std::vector<std::byte*>& block_base) {
+LpSampled LpRun::PrepareStep(const LpStep& step, const StateEdges& edges, uint64_t epoch,
+                             uint64_t index, const std::vector<BlockId>& blocks) {
   auto t0 = Clock::now();
   const LpTrainConfig& tc = cfg_.train;
   const bool reciprocal = cfg_.model.reciprocal;
@@ -446,7 +458,13 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   const uint64_t base_rel = num_relations_ / (reciprocal ? 2 : 1);
   // Queries: (head, relation, tail) per edge, plus (tail, r^-1, head) when reciprocal.
   const uint64_t q = reciprocal ? 2 * b : b;
-  std::vector<int64_t> head(q), rel(q), tail(q);
+  LpSampled out;
+  out.b = b;
+  out.q = q;
+  std::vector<int64_t>& head = out.head;
+  std::vector<int64_t>& rel = out.rel;
+  std::vector<int64_t>& tail = out.tail;
+  head.resize(q), rel.resize(q), tail.resize(q);
   // The state's streamed edges, or (global shuffle) every edge held in memory.
   const std::vector<int64_t>& e_src = edges.src.empty() ? src_ : edges.src;
   const std::vector<int64_t>& e_rel = edges.src.empty() ? rel_ : edges.rel;
@@ -470,8 +488,11 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
     }
   }
   const NegativeSampler negatives = NegativeSampler::Uniform(ranges);
-  std::vector<int64_t> tail_neg = negatives.Sample({tc.seed, epoch, 2 * index}, chunks, per_chunk);
-  std::vector<int64_t> head_neg;
+  out.chunks = chunks;
+  out.per_chunk = per_chunk;
+  std::vector<int64_t>& tail_neg = out.tail_neg;
+  std::vector<int64_t>& head_neg = out.head_neg;
+  tail_neg = negatives.Sample({tc.seed, epoch, 2 * index}, chunks, per_chunk);
   if (!reciprocal) head_neg = negatives.Sample({tc.seed, epoch, 2 * index + 1}, chunks, per_chunk);
   // Unique rows in first-occurrence order (heads, tails, tail negatives, head negatives).
   if (++stamp_call_ == 0) {
@@ -479,7 +500,7 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
     stamp_call_ = 1;
   }
   const uint64_t call = uint64_t{stamp_call_} << 32;
-  std::vector<int64_t> unique;
+  std::vector<int64_t>& unique = out.unique;
   unique.reserve(2 * q + tail_neg.size() + head_neg.size());
   auto local = [&](std::vector<int64_t>& ids) {
     for (int64_t& v : ids) {
@@ -495,6 +516,22 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
   local(tail);
   local(tail_neg);
   local(head_neg);
+  time_.sampler_busy_s += Since(t0);
+  return out;
+}
+
+double LpRun::TrainStep(LpSampled& sampled, const std::vector<std::byte*>& block_base) {
+  auto t0 = Clock::now();
+  const LpTrainConfig& tc = cfg_.train;
+  const bool reciprocal = cfg_.model.reciprocal;
+  const uint64_t q = sampled.q;
+  const uint32_t chunks = sampled.chunks, per_chunk = sampled.per_chunk;
+  std::vector<int64_t>& head = sampled.head;
+  std::vector<int64_t>& rel = sampled.rel;
+  std::vector<int64_t>& tail = sampled.tail;
+  std::vector<int64_t>& tail_neg = sampled.tail_neg;
+  std::vector<int64_t>& head_neg = sampled.head_neg;
+  const std::vector<int64_t>& unique = sampled.unique;
   const int64_t d = cfg_.model.dim;
   const int64_t u = static_cast<int64_t>(unique.size());
   std::vector<float*> rows(unique.size());
@@ -505,8 +542,7 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
                                        (static_cast<uint64_t>(v) - layout_.bounds[blk]) *
                                            layout_.row_bytes);
   }
-  auto t1 = Clock::now();
-  time_.sample_s += std::chrono::duration<double>(t1 - t0).count();
+  auto t1 = t0;
   const bool bilinear = cfg_.model.decoder != "transe";
   // Bilinear decoders: each use's row copied straight from the table into the batch tensors
   // (heads, tails, negatives), in parallel. TransE: the unique rows, for autograd's gathers.
@@ -580,8 +616,8 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
       reg(batch.r, g.r);
     }
     // Sum the per-use gradients into per-row ones in use order (heads, tails, tail negatives,
-    // head negatives). Threads split the columns, so every element is summed in that order
-    // whatever the thread count.
+    // head negatives). Each thread owns a range of rows and scans every use, adding those of
+    // its rows, so every row is summed in that order whatever the thread count.
     grad = torch::zeros({u, d});
     float* gr = grad.data_ptr<float>();
     std::vector<std::pair<const std::vector<int64_t>*, torch::Tensor>> parts = {
@@ -589,14 +625,17 @@ double LpRun::TrainStep(const LpStep& step, const StateEdges& edges, uint64_t ep
         {&tail, g.t.reshape({-1, d}).contiguous()},
         {&tail_neg, g.tail_neg.reshape({-1, d}).contiguous()}};
     if (!reciprocal) parts.push_back({&head_neg, g.head_neg.reshape({-1, d}).contiguous()});
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, d, 16), [&](const auto& cols) {
-      const int64_t lo = cols.begin(), hi = cols.end();
+    const int64_t owners = std::max(1, tbb::this_task_arena::max_concurrency());
+    tbb::parallel_for(int64_t{0}, owners, [&](int64_t k) {
+      const int64_t lo = u * k / owners, hi = u * (k + 1) / owners;
       for (const auto& [idx, gt] : parts) {
         const float* src = gt.template data_ptr<float>();
+        const int64_t* ids = idx->data();
         for (size_t i = 0; i < idx->size(); ++i) {
-          float* dst = gr + (*idx)[i] * d;
-          const float* x = src + i * static_cast<size_t>(d);
-          for (int64_t j = lo; j < hi; ++j) dst[j] += x[j];
+          if (ids[i] < lo || ids[i] >= hi) continue;
+          float* __restrict dst = gr + ids[i] * d;
+          const float* __restrict x = src + i * static_cast<size_t>(d);
+          for (int64_t j = 0; j < d; ++j) dst[j] += x[j];
         }
       }
     });
@@ -694,6 +733,13 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
   const uint64_t total_edges = num_train_edges_;
   uint64_t done_edges = 0;
   for (uint64_t i = 0; i < first_step && i < steps.size(); ++i) done_edges += steps[i].end - steps[i].begin;
+  tbb::task_group ahead;
+  struct WaitOnExit {
+    tbb::task_group& group;
+    ~WaitOnExit() { group.wait(); }
+  } wait_on_exit{ahead};
+  bool sampling_next = false;
+  LpSampled next;
   for (uint64_t s = first_step; s < steps.size(); ++s) {
     const LpStep& step = steps[s];
     if (prefetcher != nullptr) {
@@ -716,8 +762,24 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
       }
       loaded_state = step.state;
     }
-    loss_sum += TrainStep(step, state_edges, epoch, s, states[step.state].blocks, block_base) *
-                static_cast<double>(step.end - step.begin);
+    LpSampled sampled;
+    auto w = Clock::now();
+    if (sampling_next) {
+      ahead.wait();
+      sampled = std::move(next);
+    } else {
+      sampled = PrepareStep(step, state_edges, epoch, s, states[step.state].blocks);
+    }
+    time_.sample_s += Since(w);
+    // The next step's sampling runs on another worker while this one trains (not across a
+    // change of buffer state: its edges are read first).
+    sampling_next = s + 1 < steps.size() && steps[s + 1].state == step.state;
+    if (sampling_next) {
+      ahead.run([&, s] {
+        next = PrepareStep(steps[s + 1], state_edges, epoch, s + 1, states[steps[s + 1].state].blocks);
+      });
+    }
+    loss_sum += TrainStep(sampled, block_base) * static_cast<double>(step.end - step.begin);
     edges += step.end - step.begin;
     done_edges += step.end - step.begin;
     CrashPoint("step");
@@ -1105,7 +1167,8 @@ Status LpRun::Train(const LpTrainOptions& options) {
   sum << "run " << cfg_.run_dir << "\n"
       << "  trained " << total_edges << " edges in " << train_s << " s ("
       << FormatCount(static_cast<double>(total_edges) / std::max(train_s, 1e-9)) << " edges/s)\n"
-      << "  compute thread: sampling+unique " << time_.sample_s << " s, gather " << time_.gather_s
+      << "  sampler (one step ahead): sampling+unique " << time_.sampler_busy_s << " s\n"
+      << "  compute thread: waiting for samples " << time_.sample_s << " s, gather " << time_.gather_s
       << " s, forward+backward " << time_.compute_s << " s, update " << time_.update_s
       << " s, waiting for io " << time_.wait_s << " s, reading edges " << time_.edges_s << " s\n"
       << "  prefetcher: planning " << plan_time_.busy_s << " s, io " << io_time_.busy_s

@@ -8,9 +8,13 @@ namespace {
 
 // Range reduction x = k ln2 + r with |r| <= ln2 / 2 (ln2 split in two for precision), then a
 // degree-6 polynomial for e^r (Cephes' expf coefficients) and 2^k built in the exponent bits.
-// Plain arithmetic and selects only, so the loops around it vectorise.
-inline float ExpKernel(float x) {
-  const float t = x * 1.44269504088896341f + 12582912.0f;  // adding 1.5 * 2^23 rounds to nearest
+// Plain arithmetic, integer bit operations and selects only (no float-to-int conversion), so
+// the loops around it vectorise at every width; always inlined, or the AVX2 clone would call
+// the baseline version once per element.
+__attribute__((always_inline)) inline float ExpKernel(float x) {
+  // Adding 1.5 * 2^23 rounds x log2(e) to the nearest integer k, which then sits in the low
+  // mantissa bits of t: (bits(t) + 127) << 23 is 2^k (the constant's own bits shift out).
+  const float t = x * 1.44269504088896341f + 12582912.0f;
   const float k = t - 12582912.0f;
   float r = x - k * 0.693359375f;
   r = r - k * -2.12194440e-4f;
@@ -21,7 +25,7 @@ inline float ExpKernel(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const float two_k = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
+  const float two_k = std::bit_cast<float>((std::bit_cast<uint32_t>(t) + 127u) << 23);
   return x < -87.0f ? 0.0f : p * two_k;
 }
 
@@ -45,22 +49,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxRows(
     float mx = pos[i];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j < n; ++j) row[j] = ExpKernel(row[j] - mx);
     constexpr int64_t kLanes = 16;
     const int64_t body = n - n % kLanes;
     float lane[kLanes];
     for (int64_t l = 0; l < kLanes; ++l) lane[l] = 0.0f;
     for (int64_t j = 0; j < body; j += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) {
-        const float e = ExpKernel(row[j + l] - mx);
-        row[j + l] = e;
-        lane[l] += e;
-      }
+      for (int64_t l = 0; l < kLanes; ++l) lane[l] += row[j + l];
     }
-    for (int64_t j = body; j < n; ++j) {
-      const float e = ExpKernel(row[j] - mx);
-      row[j] = e;
-      lane[0] += e;
-    }
+    for (int64_t j = body; j < n; ++j) lane[0] += row[j];
     float z = 0.0f;
     for (int64_t l = 0; l < kLanes; ++l) z += lane[l];
     const float e0 = ExpKernel(pos[i] - mx);
