@@ -188,7 +188,10 @@ void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
 // rows, and the per-query losses are summed in a fixed order afterwards, so results do not
 // depend on the number of threads or which thread runs which task.
 struct SoftmaxSide {
-  const float* query;   // [q, d]
+  const float* query;   // [q, d]; null: the product of factor_a and factor_b (DistMult), which
+                        // the chunk's task computes into query_out
+  const float* factor_a = nullptr, *factor_b = nullptr;
+  float* query_out = nullptr;
   const float* target;  // [q, d]
   const float* neg;     // [C, n, d]
   float* d_query;       // [q, d]
@@ -207,15 +210,15 @@ void SoftmaxChunk(const SoftmaxSide& side, int64_t q, int64_t chunks, int64_t c,
     return;
   }
   const float* x = side.query + lo * d;
+  if (side.query == nullptr) {
+    RowProducts(side.factor_a + lo * d, side.factor_b + lo * d, rows, d, side.query_out + lo * d);
+    x = side.query_out + lo * d;
+  }
   const float* t = side.target + lo * d;
   const float* neg = side.neg + c * n * d;
   float* s = side.scores + lo * n;
   std::vector<float> pos(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    float acc = 0;
-    for (int64_t j = 0; j < d; ++j) acc += x[i * d + j] * t[i * d + j];
-    pos[static_cast<size_t>(i)] = acc;
-  }
+  RowDots(x, t, rows, d, pos.data());
   // S = X N^T.
   GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);
   float* g_pos = side.g_pos + lo;
@@ -223,13 +226,7 @@ void SoftmaxChunk(const SoftmaxSide& side, int64_t q, int64_t chunks, int64_t c,
   // dQ = G N, then the true candidate's term; dT = g_pos X.
   float* dq = side.d_query + lo * d;
   GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);
-  float* dt = side.d_target + lo * d;
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < d; ++j) {
-      dq[i * d + j] += g_pos[i] * t[i * d + j];
-      dt[i * d + j] = g_pos[i] * x[i * d + j];
-    }
-  }
+  TrueCandidateGrads(g_pos, x, t, rows, d, dq, side.d_target + lo * d);
   // dN = G^T X.
   GemmRowMajor(true, false, n, d, rows, s, n, x, d, side.d_neg + c * n * d, d);
 }
@@ -259,14 +256,28 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     const int64_t q = b.h.size(0), d = b.h.size(1), chunks = b.tail_neg.size(0),
                   n = b.tail_neg.size(1);
     const int sides = b.head_neg.defined() ? 2 : 1;
-    torch::Tensor query[2], target[2], neg[2];
-    query[0] = dec.TailQuery(b.h, b.r).contiguous();
+    // DistMult's queries are products the tasks form themselves, and its gradients are
+    // combined below in one pass; the other decoders go through LpDecoder and tensor ops.
+    const bool distmult = decoder == "distmult";
+    torch::Tensor query[2], target[2], neg[2], factor_a[2], factor_b[2];
     target[0] = b.t.contiguous();
     neg[0] = b.tail_neg.contiguous();
     if (sides == 2) {
-      query[1] = dec.HeadQuery(b.r, b.t).contiguous();
       target[1] = b.h.contiguous();
       neg[1] = b.head_neg.contiguous();
+    }
+    if (distmult) {
+      factor_a[0] = b.h.contiguous();
+      factor_b[0] = b.r.contiguous();
+      query[0] = torch::empty({q, d});
+      if (sides == 2) {
+        factor_a[1] = b.t.contiguous();
+        factor_b[1] = factor_b[0];
+        query[1] = torch::empty({q, d});
+      }
+    } else {
+      query[0] = dec.TailQuery(b.h, b.r).contiguous();
+      if (sides == 2) query[1] = dec.HeadQuery(b.r, b.t).contiguous();
     }
     torch::Tensor scores = torch::empty({sides, q, n}), g_pos = torch::empty({sides, q});
     std::vector<double> row_loss(static_cast<size_t>(sides * q));
@@ -276,17 +287,44 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
       out[k]->query = torch::empty({q, d});
       out[k]->target = torch::empty({q, d});
       out[k]->neg = torch::empty({chunks, n, d});
-      side[k] = {query[k].data_ptr<float>(),      target[k].data_ptr<float>(),
-                 neg[k].data_ptr<float>(),        out[k]->query.data_ptr<float>(),
-                 out[k]->target.data_ptr<float>(), out[k]->neg.data_ptr<float>(),
-                 scores[k].data_ptr<float>(),     g_pos[k].data_ptr<float>(),
-                 row_loss.data() + k * q};
+      SoftmaxSide& sd = side[k];
+      sd.query = distmult ? nullptr : query[k].data_ptr<float>();
+      if (distmult) {
+        sd.factor_a = factor_a[k].data_ptr<float>();
+        sd.factor_b = factor_b[k].data_ptr<float>();
+        sd.query_out = query[k].data_ptr<float>();
+      }
+      sd.target = target[k].data_ptr<float>();
+      sd.neg = neg[k].data_ptr<float>();
+      sd.d_query = out[k]->query.data_ptr<float>();
+      sd.d_target = out[k]->target.data_ptr<float>();
+      sd.d_neg = out[k]->neg.data_ptr<float>();
+      sd.scores = scores[k].data_ptr<float>();
+      sd.g_pos = g_pos[k].data_ptr<float>();
+      sd.loss = row_loss.data() + k * q;
     }
     tbb::parallel_for(int64_t{0}, sides * chunks, [&](int64_t task) {
       SoftmaxChunk(side[task / chunks], q, chunks, task % chunks, n, d, static_cast<float>(scale));
     });
     for (int k = 0; k < sides; ++k) {
       for (int64_t i = 0; i < q; ++i) out[k]->loss += row_loss[static_cast<size_t>(k * q + i)];
+    }
+    if (distmult) {
+      g.loss = tail.loss + head.loss;
+      g.tail_neg = tail.neg;
+      g.head_neg = head.neg;
+      g.h = torch::empty({q, d});
+      g.r = torch::empty({q, d});
+      g.t = torch::empty({q, d});
+      const float* dq_head = sides == 2 ? head.query.data_ptr<float>() : nullptr;
+      const float* dt_head = sides == 2 ? head.target.data_ptr<float>() : nullptr;
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, q, 256), [&](const auto& rows) {
+        DistMultGrads(factor_a[0].data_ptr<float>(), factor_b[0].data_ptr<float>(),
+                      target[0].data_ptr<float>(), tail.query.data_ptr<float>(),
+                      tail.target.data_ptr<float>(), dq_head, dt_head, rows.begin(), rows.end(),
+                      d, g.h.data_ptr<float>(), g.r.data_ptr<float>(), g.t.data_ptr<float>());
+      });
+      return g;
     }
   } else if (b.head_neg.defined()) {
     tbb::parallel_invoke(tail_side, head_side);

@@ -59,6 +59,8 @@ TEST(LpModelTest, DirectGradientsMatchAutograd) {
       for (bool heads : {true, false}) {
         Check({decoder, loss, heads}, /*q=*/103, /*chunks=*/4, /*n=*/17, /*d=*/8);  // padded
         Check({decoder, loss, heads}, /*q=*/100, /*chunks=*/4, /*n=*/17, /*d=*/8);  // equal
+        // Dimensions past the row kernels' 16 lanes, with a remainder.
+        Check({decoder, loss, heads}, /*q=*/64, /*chunks=*/3, /*n=*/33, /*d=*/38);
       }
     }
   }
