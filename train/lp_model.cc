@@ -182,53 +182,127 @@ void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                 view(b, trans_b ? n : k, trans_b ? k : n, ldb, trans_b));
 }
 
-// The softmax loss of both corrupted sides, one task per (side, chunk): the chunk's scores
-// [rows, n] are computed, turned into gradients in place (SoftmaxRows) and multiplied back while
-// they sit in cache, with BLAS called directly (no tensor ops per chunk). Tasks write disjoint
-// rows, and the per-query losses are summed in a fixed order afterwards, so results do not
-// depend on the number of threads or which thread runs which task.
-struct SoftmaxSide {
-  const float* query;   // [q, d]; null: the product of factor_a and factor_b (DistMult), which
-                        // the chunk's task computes into query_out
-  const float* factor_a = nullptr, *factor_b = nullptr;
-  float* query_out = nullptr;
-  const float* target;  // [q, d]
-  const float* neg;     // [C, n, d]
-  float* d_query;       // [q, d]
-  float* d_target;      // [q, d]
-  float* d_neg;         // [C, n, d]
-  float* scores;        // [q, n] scratch
-  float* g_pos;         // [q] scratch
-  double* loss;         // [q]
-};
-
-void SoftmaxChunk(const SoftmaxSide& side, int64_t q, int64_t chunks, int64_t c, int64_t n,
-                  int64_t d, float scale) {
-  const int64_t lo = q * c / chunks, hi = q * (c + 1) / chunks, rows = hi - lo;
+// One corrupted side of one chunk under the softmax loss: queries x [rows, d] against their true
+// candidates t [rows, d] and the chunk's negatives [n, d]. The scores [rows, n] are computed,
+// turned into gradients in place (SoftmaxRows) and multiplied back while they sit in cache, with
+// BLAS called directly. Writes dq = dL/dx, dt = dL/dt (or adds it: add_dt), d_neg = dL/dneg
+// and the per-query losses. Scratch: s [rows, n], pos and g_pos [rows].
+void SoftmaxSideChunk(const float* x, const float* t, const float* neg, int64_t rows, int64_t n,
+                      int64_t d, float scale, float* s, float* pos, float* g_pos, float* dq,
+                      float* dt, bool add_dt, float* d_neg, double* loss) {
   if (rows == 0) {
-    std::fill_n(side.d_neg + c * n * d, n * d, 0.0f);
+    std::fill_n(d_neg, n * d, 0.0f);
     return;
   }
-  const float* x = side.query + lo * d;
-  if (side.query == nullptr) {
-    RowProducts(side.factor_a + lo * d, side.factor_b + lo * d, rows, d, side.query_out + lo * d);
-    x = side.query_out + lo * d;
+  RowDots(x, t, rows, d, pos);
+  GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);            // S = X N^T
+  SoftmaxRows(s, pos, nullptr, 0, rows, n, scale, g_pos, loss);
+  GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);          // dQ = G N
+  TrueCandidateGrads(g_pos, x, t, rows, d, dq, dt, add_dt);
+  GemmRowMajor(true, false, n, d, rows, s, n, x, d, d_neg, d);          // dN = G^T X
+}
+
+// Per-task scratch of SoftmaxSideChunk (and DistMult's query and its gradient).
+struct ChunkScratch {
+  std::vector<float> s, pos, g_pos, x, dq;
+  ChunkScratch(int64_t rows, int64_t n, int64_t d)
+      : s(static_cast<size_t>(rows * n)), pos(static_cast<size_t>(rows)),
+        g_pos(static_cast<size_t>(rows)), x(static_cast<size_t>(rows * d)),
+        dq(static_cast<size_t>(rows * d)) {}
+};
+
+// Queries are split into chunks [q*c/C, q*(c+1)/C); both sides share that split. The work runs
+// as one task per chunk (DistMult: both sides and its h/r/t gradients, so a chunk's rows stay
+// in cache) or per (side, chunk) (the other decoders). Tasks write disjoint rows and the
+// per-query losses are summed in a fixed order afterwards, so results do not depend on the
+// number of threads or which thread runs which task.
+struct ChunkRange {
+  int64_t lo, rows;
+};
+ChunkRange ChunkOf(int64_t q, int64_t chunks, int64_t c) {
+  const int64_t lo = q * c / chunks;
+  return {lo, q * (c + 1) / chunks - lo};
+}
+
+double SumInOrder(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum;
+}
+
+// DistMult: score <h * r, t>. The tail query is h * r (true candidate t), the head query t * r
+// (true candidate h); dh = dq_tail r + dt_head, dr = dq_tail h + dq_head t,
+// dt = dt_tail + dq_head r.
+LpGrads DistMultSoftmax(const LpBatch& b, double scale) {
+  const int64_t q = b.h.size(0), d = b.h.size(1), chunks = b.tail_neg.size(0),
+                n = b.tail_neg.size(1);
+  const bool heads = b.head_neg.defined();
+  torch::Tensor h = b.h.contiguous(), r = b.r.contiguous(), t = b.t.contiguous();
+  torch::Tensor tail_neg = b.tail_neg.contiguous(), head_neg;
+  LpGrads g;
+  g.h = torch::empty({q, d});
+  g.r = torch::empty({q, d});
+  g.t = torch::empty({q, d});
+  g.tail_neg = torch::empty({chunks, n, d});
+  if (heads) {
+    head_neg = b.head_neg.contiguous();
+    g.head_neg = torch::empty({chunks, n, d});
   }
-  const float* t = side.target + lo * d;
-  const float* neg = side.neg + c * n * d;
-  float* s = side.scores + lo * n;
-  std::vector<float> pos(static_cast<size_t>(rows));
-  RowDots(x, t, rows, d, pos.data());
-  // S = X N^T.
-  GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);
-  float* g_pos = side.g_pos + lo;
-  SoftmaxRows(s, pos.data(), nullptr, 0, rows, n, scale, g_pos, side.loss + lo);
-  // dQ = G N, then the true candidate's term; dT = g_pos X.
-  float* dq = side.d_query + lo * d;
-  GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);
-  TrueCandidateGrads(g_pos, x, t, rows, d, dq, side.d_target + lo * d);
-  // dN = G^T X.
-  GemmRowMajor(true, false, n, d, rows, s, n, x, d, side.d_neg + c * n * d, d);
+  std::vector<double> loss(static_cast<size_t>((heads ? 2 : 1) * q));
+  const float fscale = static_cast<float>(scale);
+  tbb::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
+    const ChunkRange cr = ChunkOf(q, chunks, c);
+    const int64_t off = cr.lo * d, rows = cr.rows;
+    const float *hp = h.data_ptr<float>() + off, *rp = r.data_ptr<float>() + off,
+                *tp = t.data_ptr<float>() + off;
+    float *gh = g.h.data_ptr<float>() + off, *gr = g.r.data_ptr<float>() + off,
+          *gt = g.t.data_ptr<float>() + off;
+    ChunkScratch w(rows, n, d);
+    RowProducts(hp, rp, rows, d, w.x.data());
+    SoftmaxSideChunk(w.x.data(), tp, tail_neg.data_ptr<float>() + c * n * d, rows, n, d, fscale,
+                     w.s.data(), w.pos.data(), w.g_pos.data(), w.dq.data(), gt, false,
+                     g.tail_neg.data_ptr<float>() + c * n * d, loss.data() + cr.lo);
+    RowProducts(w.dq.data(), rp, rows, d, gh);
+    RowProducts(w.dq.data(), hp, rows, d, gr);
+    if (!heads) return;
+    RowProducts(tp, rp, rows, d, w.x.data());
+    SoftmaxSideChunk(w.x.data(), hp, head_neg.data_ptr<float>() + c * n * d, rows, n, d, fscale,
+                     w.s.data(), w.pos.data(), w.g_pos.data(), w.dq.data(), gh, true,
+                     g.head_neg.data_ptr<float>() + c * n * d, loss.data() + q + cr.lo);
+    AddRowProducts(w.dq.data(), rp, rows, d, gt);
+    AddRowProducts(w.dq.data(), tp, rows, d, gr);
+  });
+  g.loss = SumInOrder(loss);
+  return g;
+}
+
+// The other bilinear decoders' softmax sides: one task per (side, chunk) on the queries
+// LpDecoder built; the caller maps the query gradients back to h, r and t.
+void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const torch::Tensor* neg,
+                  int sides, double scale, SideGrads** out) {
+  const int64_t q = query[0].size(0), d = query[0].size(1), chunks = neg[0].size(0),
+                n = neg[0].size(1);
+  std::vector<double> loss(static_cast<size_t>(sides * q));
+  for (int k = 0; k < sides; ++k) {
+    out[k]->query = torch::empty({q, d});
+    out[k]->target = torch::empty({q, d});
+    out[k]->neg = torch::empty({chunks, n, d});
+  }
+  tbb::parallel_for(int64_t{0}, sides * chunks, [&](int64_t task) {
+    const int k = static_cast<int>(task / chunks);
+    const int64_t c = task % chunks;
+    const ChunkRange cr = ChunkOf(q, chunks, c);
+    const int64_t off = cr.lo * d;
+    ChunkScratch w(cr.rows, n, 0);
+    SoftmaxSideChunk(query[k].data_ptr<float>() + off, target[k].data_ptr<float>() + off,
+                     neg[k].data_ptr<float>() + c * n * d, cr.rows, n, d,
+                     static_cast<float>(scale), w.s.data(), w.pos.data(), w.g_pos.data(),
+                     out[k]->query.data_ptr<float>() + off, out[k]->target.data_ptr<float>() + off,
+                     false, out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo);
+  });
+  for (int k = 0; k < sides; ++k) {
+    out[k]->loss = SumInOrder(std::vector<double>(loss.begin() + k * q, loss.begin() + (k + 1) * q));
+  }
 }
 
 }  // namespace
@@ -252,80 +326,20 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     at::set_num_threads(threads);
     head = Side(loss, margin, dec.HeadQuery(b.r, b.t), b.h, b.head_neg, scale);
   };
+  if (loss == "softmax" && decoder == "distmult") return DistMultSoftmax(b, scale);
   if (loss == "softmax") {
-    const int64_t q = b.h.size(0), d = b.h.size(1), chunks = b.tail_neg.size(0),
-                  n = b.tail_neg.size(1);
     const int sides = b.head_neg.defined() ? 2 : 1;
-    // DistMult's queries are products the tasks form themselves, and its gradients are
-    // combined below in one pass; the other decoders go through LpDecoder and tensor ops.
-    const bool distmult = decoder == "distmult";
-    torch::Tensor query[2], target[2], neg[2], factor_a[2], factor_b[2];
+    torch::Tensor query[2], target[2], neg[2];
+    query[0] = dec.TailQuery(b.h, b.r).contiguous();
     target[0] = b.t.contiguous();
     neg[0] = b.tail_neg.contiguous();
     if (sides == 2) {
+      query[1] = dec.HeadQuery(b.r, b.t).contiguous();
       target[1] = b.h.contiguous();
       neg[1] = b.head_neg.contiguous();
     }
-    if (distmult) {
-      factor_a[0] = b.h.contiguous();
-      factor_b[0] = b.r.contiguous();
-      query[0] = torch::empty({q, d});
-      if (sides == 2) {
-        factor_a[1] = b.t.contiguous();
-        factor_b[1] = factor_b[0];
-        query[1] = torch::empty({q, d});
-      }
-    } else {
-      query[0] = dec.TailQuery(b.h, b.r).contiguous();
-      if (sides == 2) query[1] = dec.HeadQuery(b.r, b.t).contiguous();
-    }
-    torch::Tensor scores = torch::empty({sides, q, n}), g_pos = torch::empty({sides, q});
-    std::vector<double> row_loss(static_cast<size_t>(sides * q));
-    SoftmaxSide side[2];
     SideGrads* out[2] = {&tail, &head};
-    for (int k = 0; k < sides; ++k) {
-      out[k]->query = torch::empty({q, d});
-      out[k]->target = torch::empty({q, d});
-      out[k]->neg = torch::empty({chunks, n, d});
-      SoftmaxSide& sd = side[k];
-      sd.query = distmult ? nullptr : query[k].data_ptr<float>();
-      if (distmult) {
-        sd.factor_a = factor_a[k].data_ptr<float>();
-        sd.factor_b = factor_b[k].data_ptr<float>();
-        sd.query_out = query[k].data_ptr<float>();
-      }
-      sd.target = target[k].data_ptr<float>();
-      sd.neg = neg[k].data_ptr<float>();
-      sd.d_query = out[k]->query.data_ptr<float>();
-      sd.d_target = out[k]->target.data_ptr<float>();
-      sd.d_neg = out[k]->neg.data_ptr<float>();
-      sd.scores = scores[k].data_ptr<float>();
-      sd.g_pos = g_pos[k].data_ptr<float>();
-      sd.loss = row_loss.data() + k * q;
-    }
-    tbb::parallel_for(int64_t{0}, sides * chunks, [&](int64_t task) {
-      SoftmaxChunk(side[task / chunks], q, chunks, task % chunks, n, d, static_cast<float>(scale));
-    });
-    for (int k = 0; k < sides; ++k) {
-      for (int64_t i = 0; i < q; ++i) out[k]->loss += row_loss[static_cast<size_t>(k * q + i)];
-    }
-    if (distmult) {
-      g.loss = tail.loss + head.loss;
-      g.tail_neg = tail.neg;
-      g.head_neg = head.neg;
-      g.h = torch::empty({q, d});
-      g.r = torch::empty({q, d});
-      g.t = torch::empty({q, d});
-      const float* dq_head = sides == 2 ? head.query.data_ptr<float>() : nullptr;
-      const float* dt_head = sides == 2 ? head.target.data_ptr<float>() : nullptr;
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, q, 256), [&](const auto& rows) {
-        DistMultGrads(factor_a[0].data_ptr<float>(), factor_b[0].data_ptr<float>(),
-                      target[0].data_ptr<float>(), tail.query.data_ptr<float>(),
-                      tail.target.data_ptr<float>(), dq_head, dt_head, rows.begin(), rows.end(),
-                      d, g.h.data_ptr<float>(), g.r.data_ptr<float>(), g.t.data_ptr<float>());
-      });
-      return g;
-    }
+    SoftmaxSides(query, target, neg, sides, scale, out);
   } else if (b.head_neg.defined()) {
     tbb::parallel_invoke(tail_side, head_side);
   } else {

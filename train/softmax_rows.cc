@@ -98,47 +98,29 @@ SLUICE_ROW_KERNEL void RowProducts(const float* a, const float* b, int64_t rows,
   for (int64_t k = 0; k < rows * d; ++k) o[k] = x[k] * y[k];
 }
 
+SLUICE_ROW_KERNEL void AddRowProducts(const float* a, const float* b, int64_t rows, int64_t d,
+                                      float* out) {
+  const float* __restrict x = a;
+  const float* __restrict y = b;
+  float* __restrict o = out;
+  for (int64_t k = 0; k < rows * d; ++k) o[k] += x[k] * y[k];
+}
+
 SLUICE_ROW_KERNEL void TrueCandidateGrads(const float* g, const float* x, const float* t,
-                                          int64_t rows, int64_t d, float* dq, float* dt) {
+                                          int64_t rows, int64_t d, float* dq, float* dt,
+                                          bool add_dt) {
   for (int64_t i = 0; i < rows; ++i) {
     const float gi = g[i];
     const float* __restrict xi = x + i * d;
     const float* __restrict ti = t + i * d;
     float* __restrict dqi = dq + i * d;
     float* __restrict dti = dt + i * d;
-    for (int64_t j = 0; j < d; ++j) {
-      dqi[j] += gi * ti[j];
-      dti[j] = gi * xi[j];
+    for (int64_t j = 0; j < d; ++j) dqi[j] += gi * ti[j];
+    if (add_dt) {
+      for (int64_t j = 0; j < d; ++j) dti[j] += gi * xi[j];
+    } else {
+      for (int64_t j = 0; j < d; ++j) dti[j] = gi * xi[j];
     }
-  }
-}
-
-SLUICE_ROW_KERNEL void DistMultGrads(const float* h, const float* r, const float* t,
-                                     const float* dq_tail, const float* dt_tail,
-                                     const float* dq_head, const float* dt_head, int64_t begin,
-                                     int64_t end, int64_t d, float* dh, float* dr, float* dt) {
-  const float* __restrict hp = h;
-  const float* __restrict rp = r;
-  const float* __restrict tp = t;
-  const float* __restrict a = dq_tail;
-  const float* __restrict b = dt_tail;
-  float* __restrict oh = dh;
-  float* __restrict orr = dr;
-  float* __restrict ot = dt;
-  if (dq_head == nullptr) {
-    for (int64_t k = begin * d; k < end * d; ++k) {
-      oh[k] = a[k] * rp[k];
-      ot[k] = b[k];
-      orr[k] = a[k] * hp[k];
-    }
-    return;
-  }
-  const float* __restrict c = dq_head;
-  const float* __restrict e = dt_head;
-  for (int64_t k = begin * d; k < end * d; ++k) {
-    oh[k] = a[k] * rp[k] + e[k];
-    ot[k] = b[k] + c[k] * rp[k];
-    orr[k] = a[k] * hp[k] + c[k] * tp[k];
   }
 }
 

@@ -18,21 +18,15 @@ void SoftmaxRows(float* s, const float* pos, const float* mask, int64_t begin, i
                  int64_t n, float scale, float* g_pos, double* loss);
 
 // Row helpers of the fused side (rows of d floats, contiguous):
-//   RowDots:     out[i] = <a_i, b_i>
-//   RowProducts: out_i = a_i * b_i (elementwise)
-//   TrueCandidateGrads: dq_i += g_i t_i and dt_i = g_i x_i (the true candidate's score <x_i, t_i>
-//                had gradient g_i)
+//   RowDots:        out[i] = <a_i, b_i>
+//   RowProducts:    out_i = a_i * b_i (elementwise); AddRowProducts: out_i += a_i * b_i
+//   TrueCandidateGrads: dq_i += g_i t_i, and dt_i = g_i x_i (or += when add_dt): the true
+//                   candidate's score <x_i, t_i> had gradient g_i
 void RowDots(const float* a, const float* b, int64_t rows, int64_t d, float* out);
 void RowProducts(const float* a, const float* b, int64_t rows, int64_t d, float* out);
+void AddRowProducts(const float* a, const float* b, int64_t rows, int64_t d, float* out);
 void TrueCandidateGrads(const float* g, const float* x, const float* t, int64_t rows, int64_t d,
-                        float* dq, float* dt);
-// DistMult's gradients of h, r, t from those of its queries, rows [begin, end): the tail query
-// h*r got dq_tail and its true tail dt_tail; the head query r*t got dq_head and its true head
-// dt_head (both null: tails only).
-//   dh = dq_tail * r + dt_head    dt = dt_tail + dq_head * r    dr = dq_tail * h + dq_head * t
-void DistMultGrads(const float* h, const float* r, const float* t, const float* dq_tail,
-                   const float* dt_tail, const float* dq_head, const float* dt_head,
-                   int64_t begin, int64_t end, int64_t d, float* dh, float* dr, float* dt);
+                        float* dq, float* dt, bool add_dt);
 
 // e^x for x <= 0 (what a max-subtracted softmax needs), about 1 ulp; 0 below -87.
 // Exposed for its test.
