@@ -108,7 +108,9 @@ struct SideGrads {
   double loss = 0;
 };
 
-// One corrupted side: scores of `query` against its true candidate and its chunk's negatives.
+// One corrupted side under the logistic or margin loss, as tensor ops: scores of `query`
+// against its true candidate and its chunk's negatives (the softmax loss has its own fused
+// path, SoftmaxSideChunk below).
 SideGrads Side(const std::string& loss, double margin, const torch::Tensor& query,
                const torch::Tensor& target, const torch::Tensor& neg, double scale) {
   const int64_t q = query.size(0), chunks = neg.size(0), n = neg.size(1);

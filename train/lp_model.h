@@ -40,7 +40,9 @@ struct LpGrads {
 };
 
 // Loss and gradients of a step for the bilinear decoders (distmult, complex, dot), computed
-// directly: one batched matrix product per side forward and two backward, no autograd graph.
+// directly, no autograd graph: per side and chunk one matrix product forward and two backward.
+// The softmax loss runs fused, one task per chunk (per side and chunk for complex and dot), on
+// the TBB workers; results do not depend on the thread count.
 // `scale` multiplies the loss (1 / number of scored queries). TransE uses autograd instead.
 LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
                              const LpBatch& batch, double scale);
