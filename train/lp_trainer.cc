@@ -81,8 +81,11 @@ struct LpSampled {
   std::vector<int64_t> head, rel, tail, tail_neg, head_neg, unique;
 };
 
+// Seconds per stage. sampler_busy_s: PrepareStep wherever it ran; sample_s: the compute thread
+// waiting for (or running) it; gather_s includes the row addresses.
 struct TimeSplit {
-  double sampler_busy_s = 0, sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0, wait_s = 0, edges_s = 0;
+  double sampler_busy_s = 0, sample_s = 0, gather_s = 0, compute_s = 0, update_s = 0;
+  double wait_s = 0, edges_s = 0;
 };
 
 class LpRun {
@@ -542,7 +545,6 @@ double LpRun::TrainStep(LpSampled& sampled, const std::vector<std::byte*>& block
                                        (static_cast<uint64_t>(v) - layout_.bounds[blk]) *
                                            layout_.row_bytes);
   }
-  auto t1 = t0;
   const bool bilinear = cfg_.model.decoder != "transe";
   // Bilinear decoders: each use's row copied straight from the table into the batch tensors
   // (heads, tails, negatives), in parallel. TransE: the unique rows, for autograd's gathers.
@@ -586,7 +588,7 @@ double LpRun::TrainStep(LpSampled& sampled, const std::vector<std::byte*>& block
     });
   }
   auto t2 = Clock::now();
-  time_.gather_s += std::chrono::duration<double>(t2 - t1).count();
+  time_.gather_s += std::chrono::duration<double>(t2 - t0).count();
   auto index_tensor = [](std::vector<int64_t>& v) {
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
   };
