@@ -70,6 +70,7 @@ struct LpState {
 struct StateEdges {
   std::vector<int64_t> src, rel, dst;
   std::vector<int64_t> order;  // a shuffle of [0, src.size())
+  std::vector<std::byte> scratch;  // read buffer
 };
 
 // A step's sampled ids (PrepareStep): everything that does not need the rows, so it can run a
@@ -143,7 +144,6 @@ class LpRun {
     DType dtype = DType::kInt64;
   };
   std::vector<EdgeFile> edge_files_;  // src, rel (may be absent), dst: the partition schedule
-  std::vector<std::byte> edge_scratch_;
   LpDecoder decoder_{"distmult"};
   torch::Tensor relations_;
   std::unique_ptr<torch::optim::Optimizer> rel_opt_;
@@ -310,13 +310,13 @@ Status LpRun::ReadEdgeRange(int64_t begin, int64_t end, StateEdges& out) {
     col.resize(base + n);
     if (!edge_files_[c].file.valid()) continue;  // no relation column: relation 0
     const uint32_t width = edge_files_[c].dtype == DType::kInt32 ? 4 : 8;
-    edge_scratch_.resize(n * width);
-    SLUICE_RETURN_IF_ERROR(PreadFull(edge_files_[c].file, edge_scratch_.data(), n * width,
+    out.scratch.resize(n * width);
+    SLUICE_RETURN_IF_ERROR(PreadFull(edge_files_[c].file, out.scratch.data(), n * width,
                                      static_cast<uint64_t>(begin) * width));
     if (width == 8) {
-      std::memcpy(col.data() + base, edge_scratch_.data(), n * 8);
+      std::memcpy(col.data() + base, out.scratch.data(), n * 8);
     } else {
-      const int32_t* narrow = reinterpret_cast<const int32_t*>(edge_scratch_.data());
+      const int32_t* narrow = reinterpret_cast<const int32_t*>(out.scratch.data());
       for (uint64_t i = 0; i < n; ++i) col[base + i] = narrow[i];
     }
   }
@@ -397,14 +397,15 @@ Status LpRun::SetUpStorage() {
                               " holds " + std::to_string(slots_) + " partition slots of " +
                               FormatBytes(layout_.block_bytes()));
   }
-  // The partition schedule holds one buffer state's edges at a time (3 columns and the order
-  // as int64, plus the read scratch): reserve for the largest state.
+  // The partition schedule holds two buffer states' edges (3 columns and the order as int64,
+  // plus the read scratch): the current one and the next, read while the current one trains.
+  // Reserve for twice the largest state.
   if (cfg_.train.schedule == "partitions") {
     std::vector<LpState> states;
     EpochSteps(0, states);
     uint64_t most = 0;
     for (const LpState& st : states) most = std::max(most, st.edges);
-    reserved_bytes_ += most * 40;
+    reserved_bytes_ += 2 * most * 40;
     const uint64_t slot_bytes = AlignUp(layout_.block_bytes(), kDirectAlignBytes);
     auto need = [&] { return reserved_bytes_ + uint64_t{slots_} * slot_bytes; };
     while (need() > cfg_.storage.budget.value && cfg_.storage.slots == 0 && slots_ > resident_) {
@@ -735,11 +736,15 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
   const uint64_t total_edges = num_train_edges_;
   uint64_t done_edges = 0;
   for (uint64_t i = 0; i < first_step && i < steps.size(); ++i) done_edges += steps[i].end - steps[i].begin;
-  tbb::task_group ahead;
+  constexpr uint32_t kNoState = ~uint32_t{0};
+  StateEdges next_edges;           // the next buffer state's, read ahead
+  uint32_t reading_state = kNoState;
+  Status ahead_status;
+  tbb::task_group ahead, edges_ahead;
   struct WaitOnExit {
     tbb::task_group& group;
     ~WaitOnExit() { group.wait(); }
-  } wait_on_exit{ahead};
+  } wait_on_exit{ahead}, wait_on_edges{edges_ahead};
   bool sampling_next = false;
   LpSampled next;
   for (uint64_t s = first_step; s < steps.size(); ++s) {
@@ -754,15 +759,32 @@ Status LpRun::TrainEpoch(uint64_t epoch, uint64_t first_step, const LpTrainOptio
       }
       for (BlockId b : states[step.state].blocks) block_base[b] = cache_->block_data(b);
     }
-    if (step.state != loaded_state) {  // a new buffer state: read its edges
+    if (step.state != loaded_state) {  // a new buffer state: its edges (read ahead, usually)
       auto r = Clock::now();
-      Status read = LoadStateEdges(epoch, states[step.state], state_edges);
+      Status read;
+      if (reading_state == step.state) {
+        edges_ahead.wait();
+        read = ahead_status;
+        std::swap(state_edges, next_edges);
+      } else {
+        read = LoadStateEdges(epoch, states[step.state], state_edges);
+      }
+      reading_state = kNoState;
       time_.edges_s += Since(r);
       if (!read.ok()) {
         if (prefetcher != nullptr) prefetcher->Abort();
         return read;
       }
       loaded_state = step.state;
+      // The next state's edges are read on another worker while this one trains.
+      uint64_t t = s + 1;
+      while (t < steps.size() && steps[t].state == step.state) ++t;
+      if (t < steps.size()) {
+        reading_state = steps[t].state;
+        edges_ahead.run([&, next_state = reading_state] {
+          ahead_status = LoadStateEdges(epoch, states[next_state], next_edges);
+        });
+      }
     }
     LpSampled sampled;
     auto w = Clock::now();
@@ -1172,7 +1194,7 @@ Status LpRun::Train(const LpTrainOptions& options) {
       << "  sampler (one step ahead): sampling+unique " << time_.sampler_busy_s << " s\n"
       << "  compute thread: waiting for samples " << time_.sample_s << " s, gather " << time_.gather_s
       << " s, forward+backward " << time_.compute_s << " s, update " << time_.update_s
-      << " s, waiting for io " << time_.wait_s << " s, reading edges " << time_.edges_s << " s\n"
+      << " s, waiting for io " << time_.wait_s << " s, waiting for edges " << time_.edges_s << " s\n"
       << "  prefetcher: planning " << plan_time_.busy_s << " s, io " << io_time_.busy_s
       << " s, io waiting for compute " << io_time_.wait_s << " s; partition loads "
       << plan_stats_.loads << ", write-backs " << plan_stats_.write_backs << "\n"
