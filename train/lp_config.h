@@ -124,9 +124,10 @@ struct LpStorageConfig {
 };
 
 struct LpConfig {
-  // One libtorch/OpenBLAS thread per side: the two corrupted sides run on two TBB workers.
-  // (Measured on FB15k-237, 2 cores: 2.35 s/epoch; 2 intra-op threads each: 6.7 s/epoch, the
-  // OpenMP and OpenBLAS pools spin against each other on small matrix products.)
+  // One libtorch/OpenBLAS thread per TBB task: the step's chunks (and corrupted sides) are the
+  // parallel work. (Measured on FB15k-237, 2 cores, when the two sides were the tasks: 2.35
+  // s/epoch; 2 intra-op threads each: 6.7 s/epoch, the OpenMP and OpenBLAS pools spin against
+  // each other on small matrix products.)
   LpConfig() { threads.compute = 1; }
 
   std::string task = "link_prediction";
