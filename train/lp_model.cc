@@ -149,7 +149,6 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
   return out;
 }
 
-
 // Row-major C[m, n] = op(A) op(B) (beta 0) through the Fortran BLAS that libtorch links
 // (column-major: a row-major [r, k] matrix is a column-major [k, r] one, so C^T = op(B)^T
 // op(A)^T is computed). Found at run time: libtorch's own BLAS wrapper is not exported. Without
@@ -204,13 +203,23 @@ void SoftmaxSideChunk(const float* x, const float* t, const float* neg, int64_t 
   GemmRowMajor(true, false, n, d, rows, s, n, x, d, d_neg, d);          // dN = G^T X
 }
 
-// Per-task scratch of SoftmaxSideChunk (and DistMult's query and its gradient).
+// Per-thread scratch of SoftmaxSideChunk (and DistMult's query and its gradient), grown as
+// needed and reused from step to step rather than allocated per chunk. Safe as thread_local:
+// a chunk's task makes no TBB call, so no other task can start on its thread mid-way.
 struct ChunkScratch {
   std::vector<float> s, pos, g_pos, x, dq;
-  ChunkScratch(int64_t rows, int64_t n, int64_t d)
-      : s(static_cast<size_t>(rows * n)), pos(static_cast<size_t>(rows)),
-        g_pos(static_cast<size_t>(rows)), x(static_cast<size_t>(rows * d)),
-        dq(static_cast<size_t>(rows * d)) {}
+  static ChunkScratch& ForThisThread(int64_t rows, int64_t n, int64_t d) {
+    thread_local ChunkScratch w;
+    auto fit = [](std::vector<float>& v, int64_t size) {
+      if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
+    };
+    fit(w.s, rows * n);
+    fit(w.pos, rows);
+    fit(w.g_pos, rows);
+    fit(w.x, rows * d);
+    fit(w.dq, rows * d);
+    return w;
+  }
 };
 
 // Queries are split into chunks [q*c/C, q*(c+1)/C); both sides share that split. The work runs
@@ -226,9 +235,9 @@ ChunkRange ChunkOf(int64_t q, int64_t chunks, int64_t c) {
   return {lo, q * (c + 1) / chunks - lo};
 }
 
-double SumInOrder(const std::vector<double>& v) {
+double SumInOrder(const double* begin, const double* end) {
   double sum = 0;
-  for (double x : v) sum += x;
+  for (const double* x = begin; x != end; ++x) sum += *x;
   return sum;
 }
 
@@ -259,7 +268,7 @@ LpGrads DistMultSoftmax(const LpBatch& b, double scale) {
                 *tp = t.data_ptr<float>() + off;
     float *gh = g.h.data_ptr<float>() + off, *gr = g.r.data_ptr<float>() + off,
           *gt = g.t.data_ptr<float>() + off;
-    ChunkScratch w(rows, n, d);
+    ChunkScratch& w = ChunkScratch::ForThisThread(rows, n, d);
     RowProducts(hp, rp, rows, d, w.x.data());
     SoftmaxSideChunk(w.x.data(), tp, tail_neg.data_ptr<float>() + c * n * d, rows, n, d, fscale,
                      w.s.data(), w.pos.data(), w.g_pos.data(), w.dq.data(), gt, false,
@@ -274,7 +283,7 @@ LpGrads DistMultSoftmax(const LpBatch& b, double scale) {
     AddRowProducts(w.dq.data(), rp, rows, d, gt);
     AddRowProducts(w.dq.data(), tp, rows, d, gr);
   });
-  g.loss = SumInOrder(loss);
+  g.loss = SumInOrder(loss.data(), loss.data() + loss.size());
   return g;
 }
 
@@ -295,15 +304,16 @@ void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const
     const int64_t c = task % chunks;
     const ChunkRange cr = ChunkOf(q, chunks, c);
     const int64_t off = cr.lo * d;
-    ChunkScratch w(cr.rows, n, 0);
+    ChunkScratch& w = ChunkScratch::ForThisThread(cr.rows, n, 0);
     SoftmaxSideChunk(query[k].data_ptr<float>() + off, target[k].data_ptr<float>() + off,
                      neg[k].data_ptr<float>() + c * n * d, cr.rows, n, d,
                      static_cast<float>(scale), w.s.data(), w.pos.data(), w.g_pos.data(),
-                     out[k]->query.data_ptr<float>() + off, out[k]->target.data_ptr<float>() + off,
-                     false, out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo);
+                     out[k]->query.data_ptr<float>() + off,
+                     out[k]->target.data_ptr<float>() + off, false,
+                     out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo);
   });
   for (int k = 0; k < sides; ++k) {
-    out[k]->loss = SumInOrder(std::vector<double>(loss.begin() + k * q, loss.begin() + (k + 1) * q));
+    out[k]->loss = SumInOrder(loss.data() + k * q, loss.data() + (k + 1) * q);
   }
 }
 
