@@ -6,6 +6,7 @@
 #include <tbb/parallel_invoke.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <vector>
 
@@ -389,6 +390,32 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     }
   }
   return g;
+}
+
+double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& gx) {
+  if (!gx.is_contiguous()) gx = gx.contiguous();
+  const torch::Tensor xc = x.contiguous();
+  const int64_t n = xc.size(0), d = xc.size(1);
+  const float* xs = xc.data_ptr<float>();
+  float* gs = gx.data_ptr<float>();
+  constexpr int64_t kBlock = 256;
+  std::vector<double> partial(static_cast<size_t>((n + kBlock - 1) / kBlock), 0.0);
+  const float k = static_cast<float>((n3 ? 3.0 : 2.0) * w);
+  tbb::parallel_for(size_t{0}, partial.size(), [&](size_t b) {
+    const int64_t lo = static_cast<int64_t>(b) * kBlock, hi = std::min(n, lo + kBlock);
+    const float* __restrict xr = xs + lo * d;
+    float* __restrict gr = gs + lo * d;
+    double sum = 0;
+    for (int64_t i = 0; i < (hi - lo) * d; ++i) {
+      const float a = std::fabs(xr[i]);
+      sum += n3 ? a * a * a : a * a;
+      gr[i] += n3 ? k * xr[i] * a : k * xr[i];
+    }
+    partial[b] = sum;
+  });
+  double total = 0;
+  for (double v : partial) total += v;
+  return w * total;
 }
 
 }  // namespace sluice

@@ -55,4 +55,10 @@ void UseDirectBlasForTesting(bool enabled);
 torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg);
 
+// Adds w * |x|^2 (l2, n3 false) or w * |x|^3 (n3) summed over the rows of x [n, d] to a step's
+// loss: its gradient is added to gx [n, d] in place (made contiguous first), in one pass over
+// blocks of rows on the TBB workers; returns the penalty, summed per block of 256 rows and then
+// over blocks in order, so the bits do not depend on the thread count.
+double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& gx);
+
 }  // namespace sluice

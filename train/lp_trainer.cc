@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -603,20 +604,11 @@ double LpRun::TrainStep(LpSampled& sampled, const std::vector<std::byte*>& block
     LpGrads g = BilinearLossAndGrads(cfg_.model.decoder, tc.loss, tc.margin, batch, scale);
     loss_value = g.loss * scale;
     if (tc.regularizer != "none" && tc.regularization > 0) {
-      torch::NoGradGuard no_grad;
       const double w = tc.regularization * scale * (reciprocal ? 1 : 2);
-      auto reg = [&](const torch::Tensor& x, torch::Tensor& gx) {
-        if (tc.regularizer == "l2") {
-          loss_value += w * x.pow(2).sum().item<double>();
-          gx = gx + 2 * w * x;
-        } else {
-          loss_value += w * x.abs().pow(3).sum().item<double>();
-          gx = gx + 3 * w * x * x.abs();
-        }
-      };
-      reg(batch.h, g.h);
-      reg(batch.t, g.t);
-      reg(batch.r, g.r);
+      const bool n3 = tc.regularizer == "n3";
+      loss_value += AddRowPenalty(n3, w, batch.h, g.h);
+      loss_value += AddRowPenalty(n3, w, batch.t, g.t);
+      loss_value += AddRowPenalty(n3, w, batch.r, g.r);
     }
     // Sum the per-use gradients into per-row ones in use order (heads, tails, tail negatives,
     // head negatives). Each thread owns a range of rows and scans every use, adding those of
