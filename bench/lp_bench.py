@@ -3,7 +3,8 @@
 
   FB15k-237, the Marius setup (DistMult d=50, batch 1000, 10 x 500 negatives per side):
     in memory with a global shuffle, and out of core (2 of 4 partitions resident); the same
-    with reciprocal relations and an N3 penalty (configs/fb15k237_distmult_marius_n3*.yaml);
+    with reciprocal relations, an N3 penalty and Adagrad for the relations
+    (configs/fb15k237_distmult_marius_n3*.yaml);
   a generated 2M-node / 20M-edge graph (batch 10,000, 10 x 100 negatives, 16 partitions,
     4 resident): out of core and in memory with the same schedule (their tables are compared
     byte for byte).
@@ -53,9 +54,9 @@ def main() -> int:
                      [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4),
                     ("FB15k-237, out of core, 2 of 4 resident", "fb15k237_distmult_marius_ooc.yaml",
                      [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4),
-                    ("FB15k-237 + reciprocal + N3, in memory", "fb15k237_distmult_marius_n3.yaml",
+                    ("FB15k-237 + reciprocal + N3 + relation Adagrad, in memory", "fb15k237_distmult_marius_n3.yaml",
                      [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4),
-                    ("FB15k-237 + reciprocal + N3, out of core, 2 of 4", "fb15k237_distmult_marius_n3_ooc.yaml",
+                    ("FB15k-237 + reciprocal + N3 + relation Adagrad, out of core, 2 of 4", "fb15k237_distmult_marius_n3_ooc.yaml",
                      [f"dataset={args.fb15k}", f"train.epochs={args.epochs}"], 5.4)]
     if args.g20m:
         configs += [("20M edges, out of core, 4 of 16 resident", "marius_g20m.yaml",
