@@ -6,8 +6,8 @@
 #include <tbb/parallel_invoke.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "common/check.h"
