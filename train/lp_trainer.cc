@@ -97,6 +97,9 @@ class LpRun {
   Status Train(const LpTrainOptions& options);
   Result<LpMetrics> Evaluate(const std::string& split);
   Status LoadCheckpoint(const std::string& dir);
+  // What a checkpoint must share with the run that resumes it: the model and train sections
+  // (but the epoch count, which may grow) and the dataset's manifest, as two FNV-1a hashes.
+  Result<std::pair<std::string, std::string>> Fingerprints() const;
   const std::string& latest_checkpoint() const { return latest_; }
   // The newest checkpoint; with prefer_best, the best-validating one when there is one.
   Result<std::string> FindLatest(bool prefer_best = false) const;
@@ -859,6 +862,25 @@ Status LpRun::SyncTable() {
   return table_->Sync();
 }
 
+namespace {
+std::string Fnv1aHex(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+}  // namespace
+
+Result<std::pair<std::string, std::string>> LpRun::Fingerprints() const {
+  LpConfig shape;
+  shape.model = cfg_.model;
+  shape.train = cfg_.train;
+  shape.train.epochs = 0;
+  SLUICE_ASSIGN_OR_RETURN(std::string manifest, ReadFileToString(cfg_.dataset + "/manifest.json"));
+  return std::make_pair(Fnv1aHex(DumpConfig(shape)), Fnv1aHex(manifest));
+}
+
 Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
   auto start = Clock::now();
   SLUICE_RETURN_IF_ERROR(SyncTable());
@@ -876,9 +898,11 @@ Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
     torch::save(rel, temp + "/relations.pt");
     torch::save(*rel_opt_, temp + "/relation_optimizer.pt");
   }
+  SLUICE_ASSIGN_OR_RETURN(auto fingerprints, Fingerprints());
   std::ostringstream state;
   state << "{\"epoch\": " << epoch << ", \"step\": " << step_in_epoch << ", \"seed\": "
-        << cfg_.train.seed << "}\n";
+        << cfg_.train.seed << ", \"config\": \"" << fingerprints.first << "\", \"dataset\": \""
+        << fingerprints.second << "\"}\n";
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(temp + "/state.json", state.str()));
   SLUICE_RETURN_IF_ERROR(SyncDirectory(temp));
   CrashPoint("rename");
@@ -917,6 +941,24 @@ Status LpRun::LoadCheckpoint(const std::string& name) {
   unsigned long long epoch = 0, step = 0;
   if (std::sscanf(text.c_str(), "{\"epoch\": %llu, \"step\": %llu", &epoch, &step) != 2) {
     return Corruption(dir + "/state.json: unreadable checkpoint state");
+  }
+  // Checkpoints written before the fingerprints were recorded carry none and are not checked.
+  SLUICE_ASSIGN_OR_RETURN(auto fingerprints, Fingerprints());
+  auto recorded = [&](const std::string& key) -> std::string {
+    const std::string tag = "\"" + key + "\": \"";
+    const size_t at = text.find(tag);
+    return at == std::string::npos ? std::string() : text.substr(at + tag.size(), 16);
+  };
+  const std::string config_fp = recorded("config"), dataset_fp = recorded("dataset");
+  if (!dataset_fp.empty() && dataset_fp != fingerprints.second) {
+    return InvalidArgument(dir + ": checkpoint of another dataset (its manifest differs from " +
+                           cfg_.dataset + "/manifest.json); resume on the dataset it was trained "
+                           "on, or start a new run_dir");
+  }
+  if (!config_fp.empty() && config_fp != fingerprints.first) {
+    return InvalidArgument(dir + ": checkpoint of another config (its model or train settings, "
+                           "other than train.epochs, differ from this run's); resume with the "
+                           "run's config.yaml, or start a new run_dir");
   }
   const uint64_t bytes = layout_.num_rows() * layout_.row_bytes;
   std::error_code ec;
@@ -1073,7 +1115,6 @@ Status LpRun::Train(const LpTrainOptions& options) {
   ThreadPlan plan = MakeThreadPlan(cfg_.threads, OnlineCores());
   auto handle = ApplyThreadPlan(plan);
   ApplyTorchThreads(plan);
-  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/config.yaml", DumpConfig(cfg_)));
   Result<std::string> latest = options.resume ? FindLatest() : NotFound("not resuming");
   if (options.resume && !latest.ok()) {
     std::printf("resume: %s; starting from the beginning\n", latest.status().message().c_str());
@@ -1094,6 +1135,9 @@ Status LpRun::Train(const LpTrainOptions& options) {
     fs::remove(table_path_, ec);  // a fresh run starts from freshly initialised rows
     fs::remove(cfg_.run_dir + "/metrics.jsonl", ec);
   }
+  // Written once the checkpoint (if any) is known to belong to this config: a refused resume
+  // leaves the run directory as it was.
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(cfg_.run_dir + "/config.yaml", DumpConfig(cfg_)));
   SLUICE_RETURN_IF_ERROR(SetUpStorage());
   std::printf("sluice train: %s, %llu nodes, %llu relations, %zu training edges, %u partitions\n",
               cfg_.dataset.c_str(), static_cast<unsigned long long>(layout_.num_nodes()),

@@ -129,6 +129,37 @@ def test_bad_config_is_one_clear_line(sluice_bin, graph, tmp_path):
     assert out.returncode == 2 and "even" in out.stderr
 
 
+def test_resume_from_a_checkpoint_of_another_config_or_dataset_is_refused(sluice_bin, graph, tmp_path):
+    """--resume with changed model/train settings or another dataset: one line naming the
+    checkpoint and what differs, exit 2, and the run directory left as it was; more epochs are
+    allowed."""
+    cfg = write_config(tmp_path / "r.yaml", graph, tmp_path / "r", mode="in_memory")
+    assert run(sluice_bin, "train", str(cfg)).returncode == 0
+    before = (tmp_path / "r/config.yaml").read_text()
+    table = table_bytes(tmp_path / "r")
+    for sets, what in [(["train.lr=0.2"], "another config"), (["model.dim=8"], "another config"),
+                       (["train.seed=4"], "another config")]:
+        out = run(sluice_bin, "train", str(cfg), "--resume", *[a for x in sets for a in ("--set", x)])
+        assert out.returncode == 2, (sets, out.stderr)
+        assert what in out.stderr and "checkpoints/epoch-" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert (tmp_path / "r/config.yaml").read_text() == before
+        assert table_bytes(tmp_path / "r") == table
+    # The same graph split differently: same nodes and relations, another manifest.
+    other = tmp_path / "other"
+    prep = subprocess.run(PREP + ["edges", str(graph.parent / "g.tsv"), "--out", str(other), "--partitions", "16",
+                                  "--src-col", "0", "--rel-col", "1", "--dst-col", "2", "--valid-frac", "0.03",
+                                  "--test-frac", "0.02"], capture_output=True, text=True)
+    assert prep.returncode == 0, prep.stderr
+    out = run(sluice_bin, "train", str(cfg), "--resume", "--set", f"dataset={other}")
+    assert out.returncode == 2 and "another dataset" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # More epochs on the same config and dataset resume.
+    out = run(sluice_bin, "train", str(cfg), "--resume", "--set", "train.epochs=2")
+    assert out.returncode == 0, out.stderr
+    assert table_bytes(tmp_path / "r") != table
+
+
 @pytest.mark.parametrize("point", ["step:150", "write_back:60", "checkpoint:1", "rename:2"])
 def test_kill_9_then_resume_gives_the_same_model(sluice_bin, graph, tmp_path, point):
     """kill -9 (SIGKILL at a seeded crash point: mid-epoch after a step, between two partition
