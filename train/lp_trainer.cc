@@ -4,6 +4,7 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -98,7 +99,7 @@ class LpRun {
   Result<LpMetrics> Evaluate(const std::string& split);
   Status LoadCheckpoint(const std::string& dir);
   // What a checkpoint must share with the run that resumes it: the model and train sections
-  // (but the epoch count, which may grow) and the dataset's manifest, as two FNV-1a hashes.
+  // (but the epoch count, which may grow) and the dataset's manifest, as two CRC-32s (zlib).
   Result<std::pair<std::string, std::string>> Fingerprints() const;
   const std::string& latest_checkpoint() const { return latest_; }
   // The newest checkpoint; with prefer_best, the best-validating one when there is one.
@@ -863,11 +864,11 @@ Status LpRun::SyncTable() {
 }
 
 namespace {
-std::string Fnv1aHex(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+std::string Crc32Hex(const std::string& text) {
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()),
+                          static_cast<uInt>(text.size()));
+  char out[9];
+  std::snprintf(out, sizeof out, "%08lx", static_cast<unsigned long>(crc));
   return out;
 }
 }  // namespace
@@ -878,7 +879,7 @@ Result<std::pair<std::string, std::string>> LpRun::Fingerprints() const {
   shape.train = cfg_.train;
   shape.train.epochs = 0;
   SLUICE_ASSIGN_OR_RETURN(std::string manifest, ReadFileToString(cfg_.dataset + "/manifest.json"));
-  return std::make_pair(Fnv1aHex(DumpConfig(shape)), Fnv1aHex(manifest));
+  return std::make_pair(Crc32Hex(DumpConfig(shape)), Crc32Hex(manifest));
 }
 
 Status LpRun::Checkpoint(uint64_t epoch, uint64_t step_in_epoch) {
@@ -947,7 +948,9 @@ Status LpRun::LoadCheckpoint(const std::string& name) {
   auto recorded = [&](const std::string& key) -> std::string {
     const std::string tag = "\"" + key + "\": \"";
     const size_t at = text.find(tag);
-    return at == std::string::npos ? std::string() : text.substr(at + tag.size(), 16);
+    if (at == std::string::npos) return std::string();
+    const size_t begin = at + tag.size();
+    return text.substr(begin, text.find('"', begin) - begin);
   };
   const std::string config_fp = recorded("config"), dataset_fp = recorded("dataset");
   if (!dataset_fp.empty() && dataset_fp != fingerprints.second) {
