@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
-#include <zlib.h>
 
 #include <cinttypes>
 #include <cstdlib>
@@ -11,7 +10,6 @@
 #include <filesystem>
 #include <sstream>
 
-#include "common/aligned_buffer.h"
 #include "common/units.h"
 #include "storage/file.h"
 
@@ -408,21 +406,13 @@ Result<std::vector<int64_t>> Dataset::ReadInt64(const std::string& role) const {
 }
 
 Status Dataset::Verify() const {
-  constexpr size_t kChunk = 4 << 20;
-  AlignedBuffer buffer(kChunk, kDirectAlignBytes);
   for (const auto& [role, f] : manifest_.files) {
     if (!f.crc32) return Corruption("dataset " + dir_ + ": " + role + " has no checksum");
-    SLUICE_ASSIGN_OR_RETURN(sluice::File file, sluice::File::Open(PathOf(f), OpenMode::kRead, false));
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (uint64_t offset = 0; offset < f.bytes; offset += kChunk) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, f.bytes - offset));
-      SLUICE_RETURN_IF_ERROR(PreadFull(file, buffer.data(), n, offset));
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-    }
-    if (static_cast<uint32_t>(crc) != *f.crc32) {
+    SLUICE_ASSIGN_OR_RETURN(FileDigest digest, DigestFile(PathOf(f)));
+    if (digest.crc32 != *f.crc32) {
       char text[96];
       std::snprintf(text, sizeof(text), ": checksum mismatch (crc32 %08x, manifest %08x)",
-                    static_cast<uint32_t>(crc), *f.crc32);
+                    digest.crc32, *f.crc32);
       return Corruption("dataset " + dir_ + ": file " + f.path + text);
     }
   }
@@ -502,13 +492,8 @@ Status DatasetWriter::AddArray(const std::string& role, const std::string& path,
   std::error_code ec;
   fs::create_directories(full.parent_path(), ec);
   if (ec) return IoError("create " + full.parent_path().string() + ": " + ec.message());
-  SLUICE_ASSIGN_OR_RETURN(sluice::File file,
-                          sluice::File::Open(full.string(), OpenMode::kCreate, false));
-  SLUICE_RETURN_IF_ERROR(PwriteFull(file, bytes.data(), bytes.size(), 0));
-  SLUICE_RETURN_IF_ERROR(file.Sync());
-  f.crc32 = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
-                                        reinterpret_cast<const Bytef*>(bytes.data()),
-                                        static_cast<uInt>(bytes.size())));
+  SLUICE_ASSIGN_OR_RETURN(FileDigest digest, WriteFileDurable(full.string(), bytes));
+  f.crc32 = digest.crc32;
   manifest_.files[role] = std::move(f);
   return Status::Ok();
 }

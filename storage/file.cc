@@ -1,15 +1,18 @@
 #include "storage/file.h"
 
 #include <fcntl.h>
+#include <zlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <utility>
 
+#include "common/aligned_buffer.h"
 #include "common/log.h"
 
 namespace sluice {
@@ -192,6 +195,61 @@ Result<std::string> ReadFileToString(const std::string& path) {
   std::string text(size, '\0');
   SLUICE_RETURN_IF_ERROR(PreadFull(file, reinterpret_cast<std::byte*>(text.data()), size, 0));
   return text;
+}
+
+uint32_t Crc32(uint32_t crc, const void* data, size_t length_bytes) {
+  uLong c = crc;
+  const auto* p = static_cast<const Bytef*>(data);
+  while (length_bytes > 0) {  // zlib takes 32-bit lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(length_bytes, size_t{1} << 30));
+    c = crc32(c, p, n);
+    p += n;
+    length_bytes -= n;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+namespace {
+constexpr size_t kDigestChunkBytes = 8 << 20;
+}  // namespace
+
+Result<FileDigest> DigestFile(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, false));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t size, file.SizeBytes());
+  AlignedBuffer buffer(std::min<uint64_t>(kDigestChunkBytes, std::max<uint64_t>(size, 1)),
+                       kDirectAlignBytes);
+  FileDigest digest{size, 0};
+  for (uint64_t offset = 0; offset < size; offset += buffer.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
+    SLUICE_RETURN_IF_ERROR(PreadFull(file, buffer.data(), n, offset));
+    digest.crc32 = Crc32(digest.crc32, buffer.data(), n);
+  }
+  return digest;
+}
+
+Result<FileDigest> CopyFileDurable(const std::string& from, const std::string& to) {
+  SLUICE_ASSIGN_OR_RETURN(File in, File::Open(from, OpenMode::kRead, false));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t size, in.SizeBytes());
+  SLUICE_ASSIGN_OR_RETURN(File out, File::Open(to, OpenMode::kCreate, false));
+  SLUICE_RETURN_IF_ERROR(out.Allocate(size));  // a full disk fails here, not halfway
+  AlignedBuffer buffer(std::min<uint64_t>(kDigestChunkBytes, std::max<uint64_t>(size, 1)),
+                       kDirectAlignBytes);
+  FileDigest digest{size, 0};
+  for (uint64_t offset = 0; offset < size; offset += buffer.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
+    SLUICE_RETURN_IF_ERROR(PreadFull(in, buffer.data(), n, offset));
+    digest.crc32 = Crc32(digest.crc32, buffer.data(), n);
+    SLUICE_RETURN_IF_ERROR(PwriteFull(out, buffer.data(), n, offset));
+  }
+  SLUICE_RETURN_IF_ERROR(out.Sync());
+  return digest;
+}
+
+Result<FileDigest> WriteFileDurable(const std::string& path, std::span<const std::byte> bytes) {
+  SLUICE_ASSIGN_OR_RETURN(File out, File::Open(path, OpenMode::kCreate, false));
+  SLUICE_RETURN_IF_ERROR(PwriteFull(out, bytes.data(), bytes.size(), 0));
+  SLUICE_RETURN_IF_ERROR(out.Sync());
+  return FileDigest{bytes.size(), Crc32(0, bytes.data(), bytes.size())};
 }
 
 }  // namespace sluice

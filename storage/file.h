@@ -66,6 +66,22 @@ Result<std::string> ReadFileToString(const std::string& path);
 // fsyncs a directory so a rename in it is durable.
 Status SyncDirectory(const std::string& dir);
 
+// zlib's CRC-32 of `length_bytes` at `data`, continuing from `crc` (0 to start).
+uint32_t Crc32(uint32_t crc, const void* data, size_t length_bytes);
+
+// A whole file's size and CRC-32.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+// Reads `path` in chunks and returns its digest.
+Result<FileDigest> DigestFile(const std::string& path);
+// Copies `from` to `to` (created or truncated; no temporary name: the caller's directory is the
+// temporary), fsyncs it, and returns the copy's digest, computed while copying.
+Result<FileDigest> CopyFileDurable(const std::string& from, const std::string& to);
+// Writes `bytes` to `path` (created or truncated), fsyncs it, and returns its digest.
+Result<FileDigest> WriteFileDurable(const std::string& path, std::span<const std::byte> bytes);
+
 // Plain synchronous helpers that finish short transfers and retry EINTR; errors name path,
 // offset and length. For metadata and small files; bulk io goes through IoExecutor.
 Status PreadFull(const File& file, std::byte* buffer, size_t length_bytes, uint64_t offset_bytes);

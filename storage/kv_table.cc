@@ -81,18 +81,27 @@ Result<std::unique_ptr<KvTable>> KvTable::Open(const std::string& path, uint32_t
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.cache_index_and_filter_blocks = true;  // so they count against the cache's bound
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  if (options.direct_reads) {
+  if (options.direct_reads && !options.read_only) {
     // Create the directory first so the probe can look at its filesystem.
     rocksdb::Env::Default()->CreateDirIfMissing(path);
     auto direct = ProbeDirectIo(path);
     db_options.use_direct_reads = direct.ok() && direct.value();
   }
   rocksdb::DB* db = nullptr;
-  SLUICE_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &db), "open kv table " + path));
+  if (options.read_only) {
+    db_options.create_if_missing = false;
+    SLUICE_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(db_options, path, &db),
+                                     "open kv table " + path + " to read"));
+  } else {
+    SLUICE_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &db), "open kv table " + path));
+  }
   std::unique_ptr<KvTable> kv(new KvTable(path, row_bytes, db, cache, options.wal));
 
   std::string stored;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kWidthKey, &stored);
+  if (s.IsNotFound() && options.read_only) {
+    return Corruption("kv table " + path + " has no row-width header (not a sluice table?)");
+  }
   if (s.IsNotFound()) {
     rocksdb::WriteOptions w;
     SLUICE_RETURN_IF_ERROR(FromRocks(db->Put(w, kWidthKey, std::to_string(row_bytes)),

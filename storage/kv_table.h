@@ -34,6 +34,9 @@ struct KvTableOptions {
   uint64_t memtable_bytes = 32ull << 20;  // per memtable; up to two exist at once
   bool direct_reads = true;               // used only where O_DIRECT works
   bool wal = false;  // tables are made durable by Flush() at checkpoints, not per write
+  // Reads only: nothing in the directory is created, changed or removed (a checkpoint's table
+  // stays as its checksums recorded it). Writes fail.
+  bool read_only = false;
 };
 
 class KvTable {

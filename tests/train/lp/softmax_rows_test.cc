@@ -1,7 +1,7 @@
 // The fused softmax sweep: its exp against the C library's, and its gradients and loss against
 // a double-precision evaluation, including lane tails, masked rows and scores far apart.
 
-#include "train/softmax_rows.h"
+#include "train/lp/softmax_rows.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The directly computed gradients of the bilinear decoders against libtorch's autograd on the
 // same loss, for every decoder/loss pair, with query counts that do not divide into chunks.
 
-#include "train/lp_model.h"
+#include "train/lp/lp_model.h"
 
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>

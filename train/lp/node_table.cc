@@ -1,4 +1,4 @@
-#include "train/node_table.h"
+#include "train/lp/node_table.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "train/lp_model.h"
+#include "train/lp/lp_model.h"
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "train/softmax_rows.h"
+#include "train/lp/softmax_rows.h"
 
 namespace sluice {
 

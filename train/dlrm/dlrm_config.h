@@ -73,12 +73,15 @@ struct DlrmTrainConfig {
 
 struct DlrmEvalConfig {
   int every = 1;           // evaluate every N epochs (0: never)
+  int patience = 0;        // stop after N evaluations without a better AUC (0: never)
   std::string split = "valid";  // validation split; the test split is used when it is absent
   uint64_t max_samples = 0;     // 0: all
 
   template <class V>
   void VisitFields(V& v) {
     v.Field("every", every, "evaluate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("patience", patience, "early stop after N evaluations without a better AUC (0: off)",
+            InRange(0, 100000));
     v.Field("split", split, "split evaluated during training (test when the dataset has no valid)");
     v.Field("max_samples", max_samples, "evaluate at most this many samples (0: all)");
   }

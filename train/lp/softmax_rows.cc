@@ -1,4 +1,4 @@
-#include "train/softmax_rows.h"
+#include "train/lp/softmax_rows.h"
 
 #include <bit>
 #include <cmath>

@@ -1,0 +1,45 @@
+#pragma once
+// A small JSON writer for the files sluice writes (checkpoint state, metrics lines, summaries).
+// Reading goes through yaml-cpp (JSON is YAML).
+//
+//   JsonObject o;
+//   o.Add("epoch", 3).Add("loss", 0.25).AddRaw("valid", metrics_json);
+//   o.str()  ->  {"epoch": 3, "loss": 0.25, "valid": {...}}
+//
+// Doubles are written with 17 significant digits (they read back bit for bit); NaN and
+// infinities, which JSON cannot hold, are written as null.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// `s` as a quoted JSON string (quotes, backslashes and control characters escaped).
+std::string JsonString(std::string_view s);
+// A double with 17 significant digits, or null when not finite.
+std::string JsonNumber(double v);
+
+class JsonObject {
+ public:
+  JsonObject& Add(std::string_view key, double v);
+  JsonObject& Add(std::string_view key, uint64_t v);
+  JsonObject& Add(std::string_view key, int64_t v);
+  JsonObject& Add(std::string_view key, int v) { return Add(key, static_cast<int64_t>(v)); }
+  JsonObject& Add(std::string_view key, uint32_t v) { return Add(key, uint64_t{v}); }
+  JsonObject& Add(std::string_view key, bool v);
+  JsonObject& Add(std::string_view key, std::string_view v);
+  JsonObject& Add(std::string_view key, const char* v) { return Add(key, std::string_view(v)); }
+  JsonObject& Add(std::string_view key, const std::string& v) {
+    return Add(key, std::string_view(v));
+  }
+  // `json` must already be valid JSON (an object, an array, a number).
+  JsonObject& AddRaw(std::string_view key, std::string_view json);
+  bool empty() const { return body_.empty(); }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  std::string body_;
+};
+
+}  // namespace sluice

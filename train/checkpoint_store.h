@@ -1,0 +1,141 @@
+#pragma once
+// The checkpoint store of a run directory: <run_dir>/checkpoints/<name>/, one directory per
+// checkpoint, named epoch-E-step-S (resume at step S of epoch E, both 0-based; step 0 is the
+// start of the epoch).
+//
+// Writing (CheckpointStore::Write): the task's files go into <name>.tmp/ through a
+// CheckpointWriter, which fsyncs each file and records its size and CRC-32 (computed while
+// writing); then state.json (format version, task, epoch, step, seed, the fingerprints of
+// config and dataset, the run's conditions, the best score so far, the file list) is written
+// and fsynced, the directory is fsynced and renamed into place, `latest` (and `best`) are
+// rewritten atomically, and the retention rule runs: the two newest checkpoints (by epoch,
+// step) and `best` are kept, every other one is removed. A crash at any point leaves the
+// previous checkpoints intact; a leftover *.tmp is removed by the next trainer.
+//
+// Reading (CheckpointStore::Open): state.json is parsed (an older format is refused in one
+// line), and every recorded file is checked for its size and CRC-32 before anything uses it;
+// a missing, truncated or damaged file is one line naming it.
+//
+// Not thread-safe; one trainer owns a run directory (RunDirLock), readers only read.
+// torch-free: tasks write libtorch objects through train/torch_io.h.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sluice {
+
+// Version 1 (before the training core): no format field, no file checksums.
+inline constexpr int kCheckpointFormat = 2;
+
+struct CheckpointFile {
+  std::string path;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct CheckpointState {
+  int format = kCheckpointFormat;
+  std::string task;
+  uint64_t epoch = 0, step = 0;
+  uint64_t seed = 0;
+  std::string config_fingerprint, dataset_fingerprint;  // see train/fingerprint.h
+  // Settings outside the fingerprint that still shape the trajectory (the thread plan, ...):
+  // a resume with other values is accepted with a warning.
+  std::map<std::string, std::string> conditions;
+  double best_score = 0;        // NaN: no validation yet
+  std::string best_checkpoint;  // the checkpoint holding best_score ("" when none)
+  uint32_t since_best = 0;      // validations without a better score (early stopping)
+  std::vector<CheckpointFile> files;
+
+  std::string ToJson() const;
+  // `where` names the file in errors.
+  static Result<CheckpointState> Parse(const std::string& text, const std::string& where);
+};
+
+// "epoch-3-step-0"
+std::string CheckpointName(uint64_t epoch, uint64_t step);
+
+// Writes one checkpoint's files into its temporary directory.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string dir) : dir_(std::move(dir)) {}
+  // The temporary directory the files go to.
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(const std::string& name) const { return dir_ + "/" + name; }
+
+  Status WriteBytes(const std::string& name, std::span<const std::byte> bytes);
+  Status WriteString(const std::string& name, const std::string& text);
+  // Copies the file at `source` in as `name`.
+  Status CopyIn(const std::string& source, const std::string& name);
+  // Records what another writer put under PathOf(name) (a file, or a directory whose files are
+  // all recorded, e.g. a RocksDB checkpoint): each is read for its CRC-32 and fsynced.
+  Status Record(const std::string& name);
+
+  const std::vector<CheckpointFile>& files() const { return files_; }
+
+ private:
+  std::string dir_;
+  std::vector<CheckpointFile> files_;
+};
+
+// A verified checkpoint, for reading.
+class CheckpointReader {
+ public:
+  CheckpointReader(std::string name, std::string dir, CheckpointState state)
+      : name_(std::move(name)), dir_(std::move(dir)), state_(std::move(state)) {}
+  const std::string& name() const { return name_; }
+  const std::string& dir() const { return dir_; }
+  const CheckpointState& state() const { return state_; }
+  // Whether the checkpoint recorded `name` (a file, or a directory recorded with Record).
+  bool Has(const std::string& name) const;
+  // The path of a recorded file or directory; an error naming the checkpoint when it has none.
+  Result<std::string> PathOf(const std::string& name) const;
+
+ private:
+  std::string name_, dir_;
+  CheckpointState state_;
+};
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::string run_dir);
+  const std::string& dir() const { return dir_; }
+
+  // Complete checkpoints (state.json present), oldest first by (epoch, step).
+  std::vector<std::string> List() const;
+  bool Empty() const { return List().empty(); }
+  // The newest checkpoint (`latest`, or the newest listed when `latest` names none).
+  Result<std::string> Latest() const;
+  // The best-validating checkpoint, when `best` names one that exists.
+  std::optional<std::string> Best() const;
+  // "latest", "best" (an error when there is none), "default" (best when it exists, else
+  // latest) or a checkpoint's name.
+  Result<std::string> Resolve(const std::string& which) const;
+  // Opens a checkpoint and verifies every recorded file's size and CRC-32.
+  Result<CheckpointReader> Open(const std::string& name) const;
+
+  // Writes checkpoint `name` (state.epoch/step must match it): `write_files` writes the task's
+  // files; state.files is filled here. mark_best also points `best` at it. Then retention runs.
+  Status Write(const std::string& name, CheckpointState state,
+               const std::function<Status(CheckpointWriter&)>& write_files, bool mark_best);
+
+  // Removes leftovers of interrupted writes (*.tmp directories). Call as the run's owner.
+  Status RemoveTemporaries() const;
+  // Removes every checkpoint (`sluice train --overwrite`).
+  Status RemoveAll() const;
+
+ private:
+  Status Retain() const;
+  Status Verify(const std::string& dir, const CheckpointState& state) const;
+
+  std::string dir_;  // <run_dir>/checkpoints
+};
+
+}  // namespace sluice

@@ -1,0 +1,104 @@
+#include "train/dlrm/dlrm_backings.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace sluice {
+
+RowFileBacking::RowFileBacking(RowFile* file, const std::vector<uint64_t>* offsets, RowInit init,
+                               bool all_written, uint64_t staging_rows)
+    : file_(file), offsets_(offsets), init_(std::move(init)),
+      written_((offsets->back() + 63) / 64, all_written ? ~uint64_t{0} : 0) {
+  if (staging_rows > 0) {
+    staged_ = std::make_unique<WriteBackBuffer>(file, WriteBackOptions{.capacity_rows = staging_rows});
+  }
+}
+
+Status RowFileBacking::Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) {
+  const uint32_t rb = file_->row_bytes();
+  ids_.clear();
+  where_.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t row = (*offsets_)[keys[i].table] + keys[i].id;
+    if (!cached_.empty()) cached_[row / 64] |= uint64_t{1} << (row % 64);
+    if (const std::byte* p = staged_ ? staged_->Find(row) : nullptr) {
+      std::memcpy(out + i * rb, p, rb);
+    } else if (preload_ && preload_->Take(row, out + i * rb)) {
+    } else if (Bit(written_, row)) {
+      ids_.push_back(row);
+      where_.push_back(i);
+    } else {
+      init_(keys[i], out + i * rb);
+    }
+  }
+  if (ids_.empty()) return Status::Ok();
+  buffer_.resize(ids_.size() * rb);
+  SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, ids_, buffer_.data()));
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    std::memcpy(out + where_[j] * rb, buffer_.data() + j * rb, rb);
+  }
+  reads_ += ids_.size();
+  return Status::Ok();
+}
+
+Status RowFileBacking::Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) {
+  ids_.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) ids_[i] = (*offsets_)[keys[i].table] + keys[i].id;
+  SLUICE_RETURN_IF_ERROR(staged_ ? staged_->Write(io, ids_, rows) : file_->WriteRows(io, ids_, rows));
+  for (uint64_t row : ids_) {
+    written_[row / 64] |= uint64_t{1} << (row % 64);
+    if (!cached_.empty()) cached_[row / 64] &= ~(uint64_t{1} << (row % 64));
+    if (preload_) preload_->Drop(row);  // (never held: a row the cache had is not read ahead)
+  }
+  return Status::Ok();
+}
+
+void RowFileBacking::StartPreload(RowPreloader::StepRows step_rows, RowPreloaderOptions options) {
+  if (cached_.empty()) cached_.assign(written_.size(), 0);
+  RowPreloader::ReadRegion read;
+  if (staged_) {
+    options.regions = staged_->regions();
+    const uint64_t min_staged =
+        std::max<uint64_t>(1, staged_->capacity_rows() / (2 * staged_->regions()));
+    read = [this, min_staged](IoSession& io, uint32_t region, std::span<const uint64_t> ids,
+                              std::byte* out) {
+      return staged_->SweepWith(io, region, ids, out, min_staged);
+    };
+  }
+  preload_ = std::make_unique<RowPreloader>(
+      file_, std::move(step_rows),
+      // (Staged rows are read ahead too: SweepWith hands out their staged copies.)
+      [this](uint64_t row) { return Bit(cached_, row) || !Bit(written_, row); }, options,
+      std::move(read));
+}
+
+void RowFileBacking::StopPreload() {
+  if (!preload_) return;
+  const RowPreloaderStats& s = preload_->stats();
+  preload_stats_.passes += s.passes;
+  preload_stats_.rows_read += s.rows_read;
+  preload_stats_.rows_taken += s.rows_taken;
+  preload_stats_.rows_expired += s.rows_expired;
+  preload_stats_.rows_left += s.rows_left;
+  preload_stats_.peak_held = std::max(preload_stats_.peak_held, s.peak_held);
+  preload_.reset();
+}
+
+Status KvBacking::Read(IoSession&, std::span<const RowKey> keys, std::byte* out) {
+  SLUICE_RETURN_IF_ERROR(kv_->MultiGet(keys, out, found_));
+  const uint32_t rb = kv_->row_bytes();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!found_[i]) {
+      init_(keys[i], out + i * rb);
+    } else {
+      ++reads_;
+    }
+  }
+  return Status::Ok();
+}
+
+Status KvBacking::Write(IoSession&, std::span<const RowKey> keys, const std::byte* rows) {
+  return kv_->Write(keys, rows);
+}
+
+}  // namespace sluice

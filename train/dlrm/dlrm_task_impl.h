@@ -1,0 +1,120 @@
+#pragma once
+// The DLRM task's class, shared by its two source files (dlrm_task.cc: set-up, training,
+// evaluation; dlrm_task_io.cc: checkpoints, export, summary). Not a public header.
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/row_cache.h"
+#include "common/aligned_buffer.h"
+#include "prefetch/row_prefetcher.h"
+#include "storage/dataset.h"
+#include "storage/file.h"
+#include "storage/kv_table.h"
+#include "storage/row_file.h"
+#include "train/dlrm/dlrm_backings.h"
+#include "train/dlrm/dlrm_config.h"
+#include "train/dlrm/dlrm_memory_plan.h"
+#include "train/dlrm/dlrm_metrics.h"
+#include "train/dlrm/dlrm_model.h"
+#include "train/dlrm/dlrm_tables.h"
+#include "train/task.h"
+
+namespace sluice {
+
+class DlrmTask : public Task {
+ public:
+  explicit DlrmTask(DlrmConfig config);
+
+  const RunSettings& settings() const override { return settings_; }
+  const char* unit() const override { return "samples"; }
+  std::string ConfigYaml() override;
+  std::string ConfigFingerprint() override;
+  Status Open(Purpose purpose) override;
+  Status LoadState(const CheckpointReader& checkpoint) override;
+  Status PrepareTraining(const CheckpointReader* resumed) override;
+  Status PrepareReading(const CheckpointReader& checkpoint) override;
+  std::string Describe() const override;
+  std::string MemoryPlan() const override { return memory_plan_; }
+  uint64_t EpochUnits() const override;
+  Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
+  std::string ValidationSplit() const override;
+  Result<Metrics> Evaluate(const std::string& split) override;
+  Status Save(CheckpointWriter& writer) override;
+  void Summarize(RunSummary& summary) const override;
+  std::string MemorySummary() const override { return memory_plan_; }
+  Status Export(const std::string& dir) override;
+  Result<std::string> Predict(const PredictRequest& request) override;
+
+ private:
+  struct TimeSplit {
+    double wait_s = 0, gather_s = 0, compute_s = 0, update_s = 0;
+  };
+  uint64_t NumSamples(const std::string& split) const;
+  uint64_t StepsPerEpoch() const;
+  // The checkpoint file (or directory) holding the tables for this storage.
+  std::string TableFileName() const;
+  RowInit Init() const;
+  // Storage for training (fresh: tables from their initial values) or reading (rows_from: a
+  // checkpoint directory whose tables are read, never written).
+  Status SetUpStorage(bool fresh, const std::string& rows_from);
+  Status SetUpInMemory(const std::string& rows_from);
+  Result<DlrmPlanInput> PlanInput();
+  Status OpenBacking(bool fresh, const std::string& rows_from);
+  std::string DescribePlan() const;
+  Status RestoreTables(const std::string& checkpoint_dir);
+  Result<uint64_t> SampleDistinctRowsPerStep();
+  Status CreateRowFile(const std::string& path);
+  RowPrefetcher::Source MakeSource(const File* samples, uint64_t n, uint64_t first_step,
+                                   uint64_t steps);
+  std::unique_ptr<RowPrefetcher> MakePrefetcher(RowPrefetcher::Source source, bool writes);
+  void StartPreload(uint64_t first_step, uint64_t steps);
+  Status FinishPass(RowPrefetcher& p);
+  Status ReadBatch(const RowBatch& b, const std::string& split, torch::Tensor& dense,
+                   torch::Tensor& labels) const;
+  torch::Tensor GatherRows(const RowBatch& b);
+  Result<double> TrainStep(RowBatch& b);
+  Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
+                                      std::vector<float>* scores, std::vector<float>* labels);
+  Status SyncTables();
+  Status WriteMemoryRows(const std::string& path);
+  Status LoadMemoryRows(const std::string& dir);
+  Status ExportTable(uint32_t t, const std::string& dir);
+  Status ExportRawTables(const std::string& dir);
+  void SummarizeCache(RunSummary& s) const;
+
+  DlrmConfig cfg_;
+  RunSettings settings_;
+  Purpose purpose_ = Purpose::kTrain;
+  Dataset dataset_;
+  RecordLayout rec_;
+  std::optional<DlrmTables> tables_;
+  bool in_memory_ = false, rocksdb_ = false;
+  std::string tables_dir_;
+  // Storage.
+  std::unique_ptr<MemoryRows> memory_;
+  std::unique_ptr<RowFile> row_file_;
+  std::unique_ptr<KvTable> kv_;
+  std::unique_ptr<RowBacking> backing_;
+  std::unique_ptr<RowCache> cache_;
+  AlignedBuffer arena_;
+  DlrmMemoryPlan plan_;
+  uint32_t run_ahead_ = 0;
+  std::string memory_plan_;
+  std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
+  File samples_;            // the train split's records, while training
+  // Model.
+  DlrmNet net_{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  // Bookkeeping.
+  TimeSplit time_;
+  StageTime read_time_, plan_time_, io_time_;
+  uint64_t rows_loaded_ = 0, rows_written_ = 0;
+  std::vector<int64_t> inverse_scratch_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,404 @@
+// The DLRM task's storage set-up, checkpoints, export and summary (see dlrm_task_impl.h).
+
+#include <filesystem>
+#include <sstream>
+
+#include "common/units.h"
+#include "storage/io_session.h"
+#include "train/dlrm/dlrm_task_impl.h"
+#include "train/npy.h"
+#include "train/run_dir.h"
+#include "train/torch_io.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+KvTableOptions KvOptions(const DlrmStorageConfig& sc, bool read_only) {
+  KvTableOptions kvo;
+  kvo.block_cache_bytes = sc.rocksdb_cache.value;
+  kvo.memtable_bytes = sc.rocksdb_memtable.value;
+  kvo.read_only = read_only;
+  return kvo;
+}
+
+}  // namespace
+
+Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
+  memory_ = std::make_unique<MemoryRows>(tables_->row_bytes(), tables_->offsets(), Init());
+  if (!rows_from.empty()) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(rows_from));
+  run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
+  memory_plan_ = "in memory: " +
+                 std::string(tables_->raw_ids()
+                                 ? "rows created on first use"
+                                 : FormatCount(static_cast<double>(tables_->total_rows())) + " rows") +
+                 " of " + std::to_string(tables_->row_bytes()) + " bytes";
+  return Status::Ok();
+}
+
+Result<DlrmPlanInput> DlrmTask::PlanInput() {
+  const DlrmStorageConfig& sc = cfg_.storage;
+  DlrmPlanInput in;
+  in.budget_bytes = sc.budget.value;
+  in.batch = static_cast<uint64_t>(cfg_.train.batch);
+  in.tables = tables_->tables();
+  in.width = tables_->width();
+  in.row_bytes = tables_->row_bytes();
+  in.record_bytes = rec_.bytes();
+  for (const auto& p : net_->parameters()) in.dense_params += static_cast<uint64_t>(p.numel());
+  in.layer_widths = tables_->dim();
+  for (int w : cfg_.model.bottom) in.layer_widths += static_cast<uint64_t>(w);
+  for (int w : cfg_.model.top) in.layer_widths += static_cast<uint64_t>(w);
+  in.total_rows = tables_->total_rows();
+  in.raw_ids = tables_->raw_ids();
+  in.rocksdb = rocksdb_;
+  in.oracle = sc.planner == "oracle";
+  in.window = static_cast<uint32_t>(sc.window);
+  in.run_ahead = static_cast<uint32_t>(sc.run_ahead);
+  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
+  in.io_merge_max_bytes = cfg_.io.merge_max.value;
+  in.kv_bytes = KvTable::BudgetBytes(KvOptions(sc, false));
+  SLUICE_ASSIGN_OR_RETURN(in.sampled_rows_per_step, SampleDistinctRowsPerStep());
+  in.cache_rows = sc.cache_rows;
+  in.write_back_share = sc.write_back_share;
+  in.write_back_rows = sc.write_back_rows;
+  in.preload_share = sc.preload_share;
+  in.preload_horizon = static_cast<uint32_t>(sc.preload_horizon);
+  return in;
+}
+
+Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
+  if (in_memory_) return SetUpInMemory(rows_from);
+  fs::create_directories(tables_dir_);
+  SLUICE_ASSIGN_OR_RETURN(DlrmPlanInput in, PlanInput());
+  SLUICE_ASSIGN_OR_RETURN(plan_, PlanDlrmMemory(in));
+  run_ahead_ = plan_.run_ahead;
+  RowCacheOptions co;
+  co.kind = in.oracle ? PlannerKind::kOracle : PlannerKind::kLru;
+  co.capacity_rows = plan_.cache_rows;
+  co.window_steps = plan_.window;
+  co.protect_steps = plan_.run_ahead;
+  co.window_rows = plan_.window_rows;
+  cache_ = std::make_unique<RowCache>(co);
+  arena_ = AlignedBuffer(plan_.cache_rows * tables_->row_bytes(), 4096);
+  SLUICE_RETURN_IF_ERROR(OpenBacking(fresh, rows_from));
+  memory_plan_ = DescribePlan();
+  return Status::Ok();
+}
+
+Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
+  const bool reading = !rows_from.empty();
+  if (rocksdb_) {
+    const std::string path = (reading ? rows_from : tables_dir_) + "/kv";
+    if (fresh) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+    SLUICE_ASSIGN_OR_RETURN(kv_, KvTable::Open(path, tables_->row_bytes(),
+                                               KvOptions(cfg_.storage, reading)));
+    backing_ = std::make_unique<KvBacking>(kv_.get(), Init());
+    return Status::Ok();
+  }
+  std::string path = tables_dir_ + "/rows.bin";
+  if (reading) {
+    path = rows_from + "/rows.bin";
+  } else if (fresh || !fs::exists(path)) {
+    SLUICE_RETURN_IF_ERROR(CreateRowFile(path));
+  }
+  SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
+                                                   !reading, RowFileOptionsFrom(cfg_.io)));
+  // A fresh table holds initial rows only; a restored or evaluated one may hold any.
+  backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &tables_->offsets(), Init(),
+                                              /*all_written=*/!fresh || reading,
+                                              plan_.staging_rows);
+  return Status::Ok();
+}
+
+std::string DlrmTask::DescribePlan() const {
+  const DlrmMemoryPlan& p = plan_;
+  const uint64_t budget = cfg_.storage.budget.value;
+  const uint64_t table_bytes = tables_->total_rows() * tables_->row_bytes();
+  std::string s = "out of core (" + cfg_.storage.backend + "), budget " + FormatBytes(budget) +
+                  ": cache " + FormatCount(static_cast<double>(p.cache_rows)) + " rows (" +
+                  FormatBytes(p.cache_bytes) + " with its index), ";
+  if (p.staging_rows) {
+    s += "write-back buffer " + FormatCount(static_cast<double>(p.staging_rows)) + " rows (" +
+         FormatBytes(p.staging_bytes) + "), ";
+  }
+  if (p.preload_rows) {
+    s += "read-ahead " + FormatCount(static_cast<double>(p.preload_rows)) + " rows over " +
+         std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
+  }
+  s += "runtime " + FormatBytes(kDlrmBaseBytes) + ", dense model " + FormatBytes(p.dense_bytes) +
+       ", activations " + FormatBytes(p.activation_bytes) + ", pipeline " +
+       FormatBytes(p.pipeline_bytes) + ", " + cfg_.storage.planner + " window " +
+       std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
+  if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);
+  s += table_bytes ? ", tables " + FormatBytes(table_bytes) + " on disk (" +
+                         std::to_string(table_bytes * 100 / budget) + "% of the budget)"
+                   : ", tables on disk (rows created on first use)";
+  return s + "; predicted peak " + FormatBytes(p.predicted_bytes);
+}
+
+Status DlrmTask::CreateRowFile(const std::string& path) {
+  const std::string temp = path + ".tmp";
+  const uint32_t rb = tables_->row_bytes();
+  const std::vector<uint64_t>& offsets = tables_->offsets();
+  {
+    SLUICE_ASSIGN_OR_RETURN(auto file, RowFile::Create(temp, rb, tables_->total_rows(),
+                                                       RowFileOptionsFrom(cfg_.io)));
+    SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+    constexpr uint64_t kChunk = 1 << 16;
+    std::vector<std::byte> rows(kChunk * rb);
+    for (uint32_t t = 0; t < tables_->tables(); ++t) {
+      const uint64_t n = offsets[t + 1] - offsets[t];
+      for (uint64_t lo = 0; lo < n; lo += kChunk) {
+        const uint64_t c = std::min(kChunk, n - lo);
+        for (uint64_t i = 0; i < c; ++i) tables_->InitRow(RowKey{lo + i, t}, rows.data() + i * rb);
+        SLUICE_RETURN_IF_ERROR(file->WriteRange(*io, offsets[t] + lo, c, rows.data()));
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(file->Sync());
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  if (ec) return IoError("rename " + temp + " to " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status DlrmTask::SyncTables() {
+  if (in_memory_) return Status::Ok();  // checkpoints write the rows from memory
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  SLUICE_RETURN_IF_ERROR(FlushRowCache(*cache_, arena_.data(), tables_->row_bytes(), *backing_, *io));
+  return rocksdb_ ? kv_->Flush() : row_file_->Sync();
+}
+
+// In-memory rows as a checkpoint file: dense tables in the row file's layout (rows.bin);
+// created rows of raw ids as (uint32 table, uint32 0, uint64 id, row) records (rows.kv).
+// Streamed in chunks (a copy of the whole table would double the resident set).
+Status DlrmTask::WriteMemoryRows(const std::string& path) {
+  const uint32_t rb = tables_->row_bytes();
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kCreate, false));
+  std::vector<std::byte> chunk;
+  uint64_t at = 0;
+  Status status;
+  auto flush = [&]() {
+    if (status.ok() && !chunk.empty()) status = PwriteFull(file, chunk.data(), chunk.size(), at);
+    at += chunk.size();
+    chunk.clear();
+  };
+  const bool dense = memory_->dense();
+  memory_->ForEach([&](const RowKey& k, std::byte* row) {
+    const size_t pos = chunk.size();
+    if (dense) {
+      chunk.resize(pos + rb);
+      std::memcpy(chunk.data() + pos, row, rb);
+    } else {
+      chunk.resize(pos + 16 + rb);
+      const uint32_t head[2] = {k.table, 0};
+      std::memcpy(chunk.data() + pos, head, 8);
+      std::memcpy(chunk.data() + pos + 8, &k.id, 8);
+      std::memcpy(chunk.data() + pos + 16, row, rb);
+    }
+    if (chunk.size() >= (8u << 20)) flush();
+  });
+  if (dense) chunk.resize(RowFile::FileBytes(rb, tables_->total_rows()) - at);
+  flush();
+  SLUICE_RETURN_IF_ERROR(status);
+  return file.Sync();
+}
+
+Status DlrmTask::LoadMemoryRows(const std::string& dir) {
+  const uint32_t rb = tables_->row_bytes();
+  const std::string path = dir + (memory_->dense() ? "/rows.bin" : "/rows.kv");
+  SLUICE_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  if (memory_->dense()) {
+    const uint64_t want = RowFile::FileBytes(rb, tables_->total_rows());
+    if (bytes.size() != want) {
+      return Corruption(path + ": " + std::to_string(bytes.size()) +
+                        " bytes, but the model's tables take " + std::to_string(want));
+    }
+    uint64_t i = 0;
+    memory_->ForEach([&](const RowKey&, std::byte* row) { std::memcpy(row, bytes.data() + i++ * rb, rb); });
+    return Status::Ok();
+  }
+  const size_t rec = 16 + rb;
+  if (bytes.size() % rec != 0) return Corruption(path + ": size is not a whole number of rows");
+  for (size_t at = 0; at < bytes.size(); at += rec) {
+    uint32_t head[2];
+    uint64_t id;
+    std::memcpy(head, bytes.data() + at, 8);
+    std::memcpy(&id, bytes.data() + at + 8, 8);
+    if (head[0] >= tables_->tables()) {
+      return Corruption(path + ": row of table " + std::to_string(head[0]) + " out of range");
+    }
+    std::memcpy(memory_->Row(RowKey{id, head[0]}), bytes.data() + at + 16, rb);
+  }
+  return Status::Ok();
+}
+
+Status DlrmTask::Save(CheckpointWriter& writer) {
+  SLUICE_RETURN_IF_ERROR(SyncTables());
+  const std::string tables = TableFileName();
+  if (in_memory_) {
+    SLUICE_RETURN_IF_ERROR(WriteMemoryRows(writer.PathOf(tables)));
+    SLUICE_RETURN_IF_ERROR(writer.Record(tables));
+  } else if (rocksdb_) {
+    SLUICE_RETURN_IF_ERROR(kv_->Checkpoint(writer.PathOf(tables)));
+    SLUICE_RETURN_IF_ERROR(writer.Record(tables));
+  } else {
+    SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), tables));
+  }
+  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", net_));
+  return SaveTorch(writer, "dense_optimizer.pt", *opt_);
+}
+
+Status DlrmTask::ExportRawTables(const std::string& dir) {
+  const uint32_t tables = tables_->tables(), dim = tables_->dim();
+  if (memory_ == nullptr) {
+    return FailedPrecondition("export of raw-id tables from RocksDB is not supported yet; "
+                              "train with storage.mode: in_memory or ids: modulo/vocab");
+  }
+  std::vector<std::vector<uint64_t>> ids(tables);
+  std::vector<std::vector<float>> rows(tables);
+  memory_->ForEach([&](const RowKey& k, std::byte* row) {
+    ids[k.table].push_back(k.id);
+    const float* f = reinterpret_cast<const float*>(row);
+    rows[k.table].insert(rows[k.table].end(), f, f + dim);
+  });
+  for (uint32_t t = 0; t < tables; ++t) {
+    const std::string base = dir + "/table_" + std::to_string(t);
+    const auto n = static_cast<int64_t>(ids[t].size());
+    SLUICE_RETURN_IF_ERROR(WriteNpy(base + ".npy", "<f4", {n, dim}, rows[t].data(), rows[t].size() * 4));
+    SLUICE_RETURN_IF_ERROR(WriteNpy(base + "_ids.npy", "<u8", {n}, ids[t].data(), ids[t].size() * 8));
+  }
+  return Status::Ok();
+}
+
+// Every row of table t through the reading storage, in id order.
+Status DlrmTask::ExportTable(uint32_t t, const std::string& dir) {
+  const uint32_t rb = tables_->row_bytes(), dim = tables_->dim();
+  const uint64_t n = tables_->offsets()[t + 1] - tables_->offsets()[t];
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  std::vector<float> out(n * dim);
+  constexpr uint64_t kChunk = 4096;
+  std::vector<RowKey> keys;
+  std::vector<std::byte> buf(kChunk * rb);
+  for (uint64_t lo = 0; lo < n; lo += kChunk) {
+    const uint64_t c = std::min(kChunk, n - lo);
+    keys.clear();
+    for (uint64_t i = 0; i < c; ++i) keys.push_back(RowKey{lo + i, t});
+    if (memory_ != nullptr) {
+      for (uint64_t i = 0; i < c; ++i) std::memcpy(buf.data() + i * rb, memory_->Row(keys[i]), rb);
+    } else {
+      SLUICE_RETURN_IF_ERROR(backing_->Read(*io, keys, buf.data()));
+    }
+    for (uint64_t i = 0; i < c; ++i) {
+      std::memcpy(out.data() + (lo + i) * dim, buf.data() + i * rb, dim * 4);
+    }
+  }
+  const std::string base = dir + "/table_" + std::to_string(t);
+  SLUICE_RETURN_IF_ERROR(WriteNpy(base + ".npy", "<f4", {static_cast<int64_t>(n), dim}, out.data(),
+                                  out.size() * 4));
+  if (!tables_->has_vocab()) return Status::Ok();
+  std::vector<uint64_t> ids(n, 0);
+  for (const auto& [raw, row_id] : tables_->vocab(t)) ids[row_id] = raw;
+  return WriteNpy(base + "_ids.npy", "<u8", {static_cast<int64_t>(n)}, ids.data(), ids.size() * 8);
+}
+
+Status DlrmTask::Export(const std::string& dir) {
+  if (tables_->raw_ids()) {
+    SLUICE_RETURN_IF_ERROR(ExportRawTables(dir));
+  } else {
+    for (uint32_t t = 0; t < tables_->tables(); ++t) SLUICE_RETURN_IF_ERROR(ExportTable(t, dir));
+  }
+  std::ostringstream dense;
+  torch::save(net_, dense);
+  return WriteFileAtomic(dir + "/dense.pt", dense.str());
+}
+
+void DlrmTask::SummarizeCache(RunSummary& s) const {
+  const RowCacheStats cs = cache_->stats();
+  const double steps = std::max<double>(1.0, static_cast<double>(cs.steps));
+  const uint64_t reads = backing_->rows_read();
+  std::ostringstream line;
+  line << "cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps)
+       << " distinct rows per step, hit rate " << (cs.accesses ? 100.0 * cs.hits / cs.accesses : 0)
+       << "%, loads " << cs.loads << " (" << FormatCount(cs.loads / steps) << " per step), write-backs "
+       << cs.write_backs << " (" << FormatCount(cs.write_backs / steps) << " per step), rows read from disk "
+       << reads << " (" << FormatCount(reads / steps)
+       << " per step; the other loads were rows never written, made from the seed)";
+  s.Line(line.str());
+  s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", plan_.cache_rows);
+  s.Set("cache", "distinct_rows_per_step", cs.accesses / steps);
+  s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
+  s.Set("cache", "loads", cs.loads), s.Set("cache", "loads_per_step", cs.loads / steps);
+  s.Set("cache", "write_backs", cs.write_backs);
+  s.Set("cache", "write_backs_per_step", cs.write_backs / steps);
+  s.Set("cache", "rows_read", reads), s.Set("cache", "rows_read_per_step", reads / steps);
+}
+
+namespace {
+
+void SummarizeStaging(const WriteBackBuffer& buffer, RunSummary& s) {
+  const WriteBackStats& ws = buffer.stats();
+  const uint64_t sweeps = ws.sweeps + ws.passes;
+  std::ostringstream line;
+  line << "write-back buffer: " << ws.rows_staged << " rows staged, " << sweeps << " sweeps ("
+       << ws.passes << " with a read-ahead pass) wrote " << ws.rows_swept << " rows ("
+       << FormatCount(sweeps ? static_cast<double>(ws.rows_swept) / sweeps : 0)
+       << " per sweep; a row staged again before its sweep is written once)";
+  if (ws.reads_only > 0) line << "; " << ws.reads_only << " read-ahead passes only read (too few staged rows)";
+  s.Line(line.str());
+  s.Set("write_back_buffer", "rows_staged", ws.rows_staged), s.Set("write_back_buffer", "sweeps", sweeps);
+  s.Set("write_back_buffer", "rows_swept", ws.rows_swept);
+}
+
+void SummarizePreload(const RowPreloaderStats& ps, double steps, RunSummary& s) {
+  std::ostringstream line;
+  line << "read-ahead: " << ps.passes << " region passes read " << ps.rows_read << " rows ("
+       << FormatCount(ps.rows_read / steps) << " per step); loads took " << ps.rows_taken << ", "
+       << ps.rows_expired << " went unused (the cache had them), " << ps.rows_left
+       << " wanted rows found no room; at most " << ps.peak_held << " held";
+  s.Line(line.str());
+  s.Set("read_ahead", "passes", ps.passes), s.Set("read_ahead", "rows_read", ps.rows_read);
+  s.Set("read_ahead", "rows_taken", ps.rows_taken);
+}
+
+}  // namespace
+
+void DlrmTask::Summarize(RunSummary& s) const {
+  std::ostringstream line;
+  line << "compute thread: waiting for rows " << time_.wait_s << " s, gather " << time_.gather_s
+       << " s, forward+backward+dense update " << time_.compute_s << " s, row update "
+       << time_.update_s << " s";
+  s.Line(line.str());
+  line.str("");
+  line << "prefetcher: reading+dedupe " << read_time_.busy_s << " s, planning " << plan_time_.busy_s
+       << " s, io " << io_time_.busy_s << " s, io waiting for compute " << io_time_.wait_s << " s";
+  s.Line(line.str());
+  s.Set("time", "io_wait_s", time_.wait_s), s.Set("time", "gather_s", time_.gather_s);
+  s.Set("time", "compute_s", time_.compute_s), s.Set("time", "update_s", time_.update_s);
+  s.Set("prefetcher", "read_s", read_time_.busy_s), s.Set("prefetcher", "plan_s", plan_time_.busy_s);
+  s.Set("prefetcher", "io_s", io_time_.busy_s), s.Set("prefetcher", "io_wait_s", io_time_.wait_s);
+  s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
+  s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
+  s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
+  s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
+  s.Set("memory", "write_back_buffer_rows", plan_.staging_rows);
+  if (!cache_) return;
+  SummarizeCache(s);
+  const auto* rf = dynamic_cast<const RowFileBacking*>(backing_.get());
+  if (rf != nullptr && rf->staging() != nullptr) SummarizeStaging(*rf->staging(), s);
+  const double steps = std::max<double>(1.0, static_cast<double>(cache_->stats().steps));
+  if (rf != nullptr && rf->preload_stats().passes > 0) SummarizePreload(rf->preload_stats(), steps, s);
+  const double reads_per_step = static_cast<double>(backing_->rows_read()) / steps;
+  if (rf != nullptr && plan_.preload_rows == 0 && cfg_.storage.planner == "oracle" && reads_per_step >= 1000) {
+    s.Line("hint: " + FormatCount(reads_per_step) + " random disk reads per step; "
+           "storage.preload_share=0.25 reads the rows ahead region by region instead "
+           "(docs/recommendation.md)");
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,463 @@
+#include "train/lp/lp_task.h"
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cache/block_cache.h"
+#include "common/aligned_buffer.h"
+#include "common/units.h"
+#include "storage/dataset.h"
+#include "storage/file.h"
+#include "storage/row_file.h"
+#include "train/fingerprint.h"
+#include "train/lp/lp_epoch.h"
+#include "train/lp/lp_eval.h"
+#include "train/lp/lp_schedule.h"
+#include "train/lp/lp_step.h"
+#include "train/lp/node_table.h"
+#include "train/npy.h"
+#include "train/run_dir.h"
+#include "train/torch_io.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LpTask : public Task {
+ public:
+  explicit LpTask(LpConfig config);
+
+  const RunSettings& settings() const override { return settings_; }
+  const char* unit() const override { return "edges"; }
+  std::string ConfigYaml() override { return DumpConfig(cfg_); }
+  std::string ConfigFingerprint() override { return sluice::ConfigFingerprint(cfg_); }
+  Status Open(Purpose purpose) override;
+  Status LoadState(const CheckpointReader& checkpoint) override;
+  Status PrepareTraining(const CheckpointReader* resumed) override;
+  Status PrepareReading(const CheckpointReader& checkpoint) override;
+  std::map<std::string, std::string> Conditions() const override;
+  std::string Describe() const override;
+  std::string MemoryPlan() const override;
+  uint64_t EpochUnits() const override { return schedule_.num_train_edges(); }
+  Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
+  std::string ValidationSplit() const override {
+    return dataset_.Has("edges.valid.src") ? "valid" : "";
+  }
+  Result<Metrics> Evaluate(const std::string& split) override;
+  Status Save(CheckpointWriter& writer) override;
+  void Summarize(RunSummary& summary) const override;
+  std::string MemorySummary() const override;
+  Status Export(const std::string& dir) override;
+  Result<std::string> Predict(const PredictRequest& request) override;
+
+ private:
+  uint32_t partitions() const { return layout_.num_blocks(); }
+  uint64_t base_relations() const { return num_relations_ / (cfg_.model.reciprocal ? 2 : 1); }
+  uint64_t table_bytes() const { return layout_.num_rows() * layout_.row_bytes; }
+  Status SetUpStorage();
+  Status SetUpInMemory();
+  Status PlanSlots();
+  Status ReserveStateEdges();
+  Status SyncTable();
+  Result<torch::Tensor> AllNodeEmbeddings();
+
+  LpConfig cfg_;
+  RunSettings settings_;
+  Purpose purpose_ = Purpose::kTrain;
+  Dataset dataset_;
+  NodeTableLayout layout_;
+  uint64_t num_relations_ = 0;  // including reciprocal ones
+  LpSchedule schedule_;
+  std::unique_ptr<LpStepper> stepper_;
+  std::unique_ptr<LpRanker> ranker_;
+  std::string table_path_;
+  std::string rows_path_;  // reading: the checkpoint's table
+  bool in_memory_ = true;
+  AlignedBuffer memory_table_;
+  std::unique_ptr<RowFile> table_;
+  std::unique_ptr<BlockCache> cache_;
+  uint32_t slots_ = 0, resident_ = 0;
+  uint64_t reserved_bytes_ = 0;
+  LpEpochStats stats_;
+};
+
+LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
+  settings_.task = cfg_.task;
+  settings_.dataset = cfg_.dataset;
+  settings_.run_dir = cfg_.run_dir;
+  settings_.epochs = cfg_.train.epochs;
+  settings_.checkpoint_every = cfg_.checkpoint_every;
+  settings_.progress = cfg_.progress;
+  settings_.eval_every = cfg_.eval.every;
+  settings_.patience = cfg_.eval.patience;
+  settings_.seed = cfg_.train.seed;
+  settings_.threads = cfg_.threads;
+  table_path_ = cfg_.run_dir + "/tables/nodes.bin";
+  in_memory_ = cfg_.storage.mode == "in_memory";
+}
+
+Status LpTask::Open(Purpose purpose) {
+  purpose_ = purpose;
+  if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
+  SLUICE_ASSIGN_OR_RETURN(dataset_, Dataset::Open(cfg_.dataset));
+  const Manifest& m = dataset_.manifest();
+  if (m.task != TaskKind::kLinkPrediction) {
+    return InvalidArgument("dataset " + cfg_.dataset + " is not a link-prediction dataset");
+  }
+  if (cfg_.model.decoder == "complex" && cfg_.model.dim % 2 != 0) {
+    return InvalidArgument("model.dim: complex needs an even dimension, got " +
+                           std::to_string(cfg_.model.dim));
+  }
+  layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
+  num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
+  if (purpose == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, cfg_, layout_));
+  stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_);
+  ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
+  return Status::Ok();
+}
+
+Status LpTask::LoadState(const CheckpointReader& checkpoint) {
+  SLUICE_ASSIGN_OR_RETURN(std::string nodes, checkpoint.PathOf("nodes.bin"));
+  std::error_code ec;
+  if (fs::file_size(nodes, ec) != RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()) || ec) {
+    return Corruption(nodes + ": size does not match the model (" + std::to_string(table_bytes()) +
+                      " bytes of rows expected)");
+  }
+  torch::Tensor rel;
+  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel));
+  torch::Tensor& relations = stepper_->relations();
+  if (rel.sizes() != relations.sizes()) {
+    return Corruption(checkpoint.dir() + "/relations.pt: shape does not match the model");
+  }
+  {
+    torch::NoGradGuard guard;
+    relations.copy_(rel);
+  }
+  SLUICE_RETURN_IF_ERROR(
+      LoadTorch(checkpoint, "relation_optimizer.pt", stepper_->relation_optimizer()));
+  rows_path_ = nodes;
+  return Status::Ok();
+}
+
+Status LpTask::PrepareTraining(const CheckpointReader* resumed) {
+  std::error_code ec;
+  fs::create_directories(cfg_.run_dir + "/tables", ec);
+  if (ec) return IoError("create " + cfg_.run_dir + "/tables: " + ec.message());
+  if (resumed != nullptr) {  // the table restarts from the snapshot (it may have moved on since)
+    fs::copy_file(rows_path_, table_path_ + ".tmp", fs::copy_options::overwrite_existing, ec);
+    if (ec) return IoError("resume: copy the checkpoint's table: " + ec.message());
+    fs::rename(table_path_ + ".tmp", table_path_, ec);
+    if (ec) return IoError("resume: rename " + table_path_ + ".tmp: " + ec.message());
+  } else {
+    fs::remove(table_path_, ec);  // a fresh run starts from freshly initialised rows
+  }
+  rows_path_.clear();
+  return SetUpStorage();
+}
+
+Status LpTask::PrepareReading(const CheckpointReader& checkpoint) {
+  SLUICE_ASSIGN_OR_RETURN(rows_path_, checkpoint.PathOf("nodes.bin"));
+  return Status::Ok();
+}
+
+Status LpTask::SetUpStorage() {
+  const uint32_t p = partitions();
+  // Reserved: what the process holds already (libtorch's code and allocator, the edges just
+  // read), the per-node stamp table, and one step's tensors (the score matrices dominate:
+  // about four [queries x negatives] float tensors per corrupted side), plus 32 MiB slack.
+  const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
+  const uint64_t sides = cfg_.model.reciprocal ? 1 : 2;
+  const uint64_t step_bytes = queries * static_cast<uint64_t>(cfg_.train.negatives) * 16 * sides +
+                              queries * static_cast<uint64_t>(cfg_.model.dim) * 4 * 16;
+  reserved_bytes_ = CurrentRssBytes() + step_bytes + (32ull << 20);
+  if (!fs::exists(table_path_)) {
+    SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
+                                           cfg_.model.init_scale));
+  }
+  if (cfg_.train.schedule == "shuffle") {
+    resident_ = p;
+  } else {
+    resident_ = cfg_.storage.resident > 0 ? std::min<uint32_t>(cfg_.storage.resident, p) : 0;
+  }
+  if (in_memory_) return SetUpInMemory();
+  SLUICE_RETURN_IF_ERROR(PlanSlots());
+  schedule_.set_resident(resident_);
+  if (cfg_.train.schedule == "partitions") SLUICE_RETURN_IF_ERROR(ReserveStateEdges());
+  SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
+                                                /*writable=*/true, RowFileOptionsFrom(cfg_.io)));
+  BlockCacheOptions co;
+  co.capacity_blocks = slots_;
+  co.rows_per_block = layout_.rows_per_block;
+  cache_ = std::make_unique<BlockCache>(table_.get(), co);
+  return Status::Ok();
+}
+
+Status LpTask::SetUpInMemory() {
+  if (resident_ == 0) resident_ = partitions();
+  schedule_.set_resident(resident_);
+  memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
+  SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
+  SLUICE_RETURN_IF_ERROR(PreadFull(f, memory_table_.data(), table_bytes(), 0));
+  slots_ = partitions();
+  return Status::Ok();
+}
+
+// Partition slots from the budget (or storage.slots), and the resident count of a buffer state.
+Status LpTask::PlanSlots() {
+  const uint32_t p = partitions();
+  const LpStorageConfig& sc = cfg_.storage;
+  const std::string budget = FormatBytes(sc.budget.value);
+  const std::string block = FormatBytes(layout_.block_bytes());
+  SLUICE_ASSIGN_OR_RETURN(slots_, SlotsFromBudget(sc.budget.value, reserved_bytes_,
+                                                  layout_.block_bytes(), std::min<uint32_t>(2, p)));
+  slots_ = std::min(slots_, p);
+  if (sc.slots > 0) {
+    if (static_cast<uint32_t>(sc.slots) > slots_) {
+      return FailedPrecondition("storage.slots = " + std::to_string(sc.slots) + ", but the budget " +
+                                budget + " holds " + std::to_string(slots_) +
+                                " partition slots of " + block);
+    }
+    slots_ = static_cast<uint32_t>(sc.slots);
+  }
+  if (resident_ == 0) resident_ = slots_ >= p ? p : std::max<uint32_t>(2, slots_ - 1);
+  if (resident_ > slots_ && cfg_.train.schedule == "shuffle") {
+    return FailedPrecondition("train.schedule: shuffle needs all " + std::to_string(p) +
+                              " partitions in memory, but the cache has " + std::to_string(slots_) +
+                              " slots of " + block +
+                              "; use train.schedule: partitions or a larger storage.budget");
+  }
+  if (resident_ > slots_) {
+    return FailedPrecondition("storage.resident = " + std::to_string(resident_) +
+                              " partitions, but the budget " + budget + " holds " +
+                              std::to_string(slots_) + " partition slots of " + block);
+  }
+  return Status::Ok();
+}
+
+// The partition schedule holds two buffer states' edges (3 columns and the order as int64,
+// plus the read scratch): the current one and the next, read while the current one trains.
+// Reserve for twice the largest state.
+Status LpTask::ReserveStateEdges() {
+  const uint64_t most = schedule_.LargestStateEdges();
+  reserved_bytes_ += 2 * most * 40;
+  const uint64_t slot_bytes = AlignUp(layout_.block_bytes(), kDirectAlignBytes);
+  const uint64_t budget = cfg_.storage.budget.value;
+  auto need = [&] { return reserved_bytes_ + uint64_t{slots_} * slot_bytes; };
+  while (need() > budget && cfg_.storage.slots == 0 && slots_ > resident_) --slots_;
+  if (need() > budget) {
+    return FailedPrecondition("the memory budget " + FormatBytes(budget) + " cannot hold " +
+                              std::to_string(slots_) + " partition slots of " +
+                              FormatBytes(slot_bytes) + " plus the largest buffer state's " +
+                              std::to_string(most) + " edges and the rest (" +
+                              FormatBytes(need()) + " in all); raise storage.budget or use more "
+                              "partitions");
+  }
+  return Status::Ok();
+}
+
+std::map<std::string, std::string> LpTask::Conditions() const {
+  if (cfg_.train.schedule != "partitions") return {};
+  return {{"resident partitions", std::to_string(resident_)}};
+}
+
+std::string LpTask::Describe() const {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "sluice train: %s, %llu nodes, %llu relations, %llu training edges, %u partitions",
+                cfg_.dataset.c_str(), static_cast<unsigned long long>(layout_.num_nodes()),
+                static_cast<unsigned long long>(num_relations_),
+                static_cast<unsigned long long>(schedule_.num_train_edges()), partitions());
+  return line;
+}
+
+std::string LpTask::MemoryPlan() const {
+  if (in_memory_) {
+    return "in memory, node table " + FormatBytes(table_bytes()) + " (embeddings + Adagrad state)";
+  }
+  return "budget " + FormatBytes(cfg_.storage.budget.value) + " = reserved " +
+         FormatBytes(reserved_bytes_) + " + " + std::to_string(slots_) + " partition slots of " +
+         FormatBytes(layout_.block_bytes()) + "; node table " + FormatBytes(table_bytes()) +
+         " on disk; " + std::to_string(resident_) + " of " + std::to_string(partitions()) +
+         " partitions resident per buffer state";
+}
+
+Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
+  LpEpochContext ctx{cfg_, layout_, schedule_, *stepper_, cache_.get(),
+                     in_memory_ ? memory_table_.data() : nullptr, slots_, stats_};
+  return TrainLpEpoch(ctx, epoch, first_step, sink);
+}
+
+// Brings the table file up to date (out of core: the dirty slots; in memory: the whole table).
+Status LpTask::SyncTable() {
+  if (in_memory_) {
+    return WriteFileAtomic(table_path_,
+                           std::span<const std::byte>(memory_table_.data(), table_bytes()));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  SLUICE_RETURN_IF_ERROR(cache_->FlushDirty(*io));
+  return table_->Sync();
+}
+
+Status LpTask::Save(CheckpointWriter& writer) {
+  SLUICE_RETURN_IF_ERROR(SyncTable());
+  SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin"));
+  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", stepper_->relations().detach().clone()));
+  return SaveTorch(writer, "relation_optimizer.pt", stepper_->relation_optimizer());
+}
+
+Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
+  const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
+  torch::Tensor all = torch::empty({n, d});
+  float* out = all.data_ptr<float>();
+  std::vector<std::byte> block(layout_.block_bytes());
+  const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(rows_path_.empty() ? table_path_ : rows_path_,
+                                                OpenMode::kRead, false));
+  for (BlockId b = 0; b < layout_.num_blocks(); ++b) {
+    const std::byte* rows = nullptr;
+    if (from_memory) {
+      rows = memory_table_.data() + uint64_t{b} * layout_.block_bytes();
+    } else {
+      SLUICE_RETURN_IF_ERROR(PreadFull(file, block.data(), block.size(), uint64_t{b} * block.size()));
+      rows = block.data();
+    }
+    for (uint64_t v = layout_.bounds[b]; v < layout_.bounds[b + 1]; ++v) {
+      std::memcpy(out + v * d, rows + (v - layout_.bounds[b]) * layout_.row_bytes, d * 4);
+    }
+  }
+  return all;
+}
+
+Result<Metrics> LpTask::Evaluate(const std::string& split) {
+  if (!dataset_.Has("edges." + split + ".src")) {
+    return NotFound("dataset " + cfg_.dataset + " has no '" + split + "' split");
+  }
+  if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
+  SLUICE_ASSIGN_OR_RETURN(LpMetrics m,
+                          ranker_->Rank(split, stepper_->decoder(), nodes, stepper_->relations()));
+  return Metrics{m.mrr, m.ToString(), m.ToJson()};
+}
+
+void LpTask::Summarize(RunSummary& s) const {
+  const LpStepTimes& t = stepper_->times();
+  const LpEpochStats& e = stats_;
+  std::ostringstream line;
+  s.Line("sampler (one step ahead): sampling+unique " + FormatSeconds(t.sampler_busy_s) + " s");
+  line << "compute thread: waiting for samples " << e.sample_s << " s, gather " << t.gather_s
+       << " s, forward+backward " << t.compute_s << " s, update " << t.update_s
+       << " s, waiting for io " << e.wait_s << " s, waiting for edges " << e.edges_s << " s";
+  s.Line(line.str());
+  line.str("");
+  line << "prefetcher: planning " << e.plan_time.busy_s << " s, io " << e.io_time.busy_s
+       << " s, io waiting for compute " << e.io_time.wait_s << " s; partition loads "
+       << e.plan.loads << ", write-backs " << e.plan.write_backs;
+  s.Line(line.str());
+  s.Set("time", "sampler_busy_s", t.sampler_busy_s), s.Set("time", "sample_wait_s", e.sample_s);
+  s.Set("time", "gather_s", t.gather_s), s.Set("time", "compute_s", t.compute_s);
+  s.Set("time", "update_s", t.update_s), s.Set("time", "io_wait_s", e.wait_s);
+  s.Set("time", "edges_wait_s", e.edges_s);
+  s.Set("prefetcher", "plan_s", e.plan_time.busy_s), s.Set("prefetcher", "io_s", e.io_time.busy_s);
+  s.Set("prefetcher", "io_wait_s", e.io_time.wait_s);
+  s.Set("prefetcher", "partition_loads", e.plan.loads);
+  s.Set("prefetcher", "write_backs", e.plan.write_backs);
+  s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
+  s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
+  s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", slots_);
+  s.Set("memory", "resident", resident_), s.Set("memory", "partitions", partitions());
+  s.Set("memory", "reserved_bytes", reserved_bytes_);
+}
+
+std::string LpTask::MemorySummary() const {
+  return std::string(in_memory_ ? "in memory"
+                                : "out of core, budget " + FormatBytes(cfg_.storage.budget.value)) +
+         ", node table " + FormatBytes(table_bytes());
+}
+
+// Original names (or ids) of nodes or relations, when the dataset stores them.
+Result<std::vector<std::string>> Names(const Dataset& ds, const std::string& what, uint64_t count) {
+  std::vector<std::string> names;
+  if (ds.Has(what + ".names.offsets")) {
+    SLUICE_ASSIGN_OR_RETURN(auto offsets, ds.ReadInt64(what + ".names.offsets"));
+    SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, ds.File(what + ".names.bytes"));
+    SLUICE_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(ds.PathOf(*f)));
+    for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+      names.push_back(bytes.substr(static_cast<size_t>(offsets[i]),
+                                   static_cast<size_t>(offsets[i + 1] - offsets[i])));
+    }
+  } else if (ds.Has(what + ".original_ids")) {
+    SLUICE_ASSIGN_OR_RETURN(auto ids, ds.ReadInt64(what + ".original_ids"));
+    for (int64_t id : ids) names.push_back(std::to_string(id));
+  } else {
+    for (uint64_t i = 0; i < count; ++i) names.push_back(std::to_string(i));
+  }
+  return names;
+}
+
+Status LpTask::Export(const std::string& dir) {
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
+  torch::Tensor rels = stepper_->relations().detach().contiguous();
+  SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/nodes.npy", "<f4", {nodes.size(0), nodes.size(1)},
+                                  nodes.data_ptr<float>(), nodes.numel() * 4));
+  SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
+                                  rels.data_ptr<float>(), rels.numel() * 4));
+  for (const char* what : {"nodes", "relations"}) {
+    const uint64_t count = std::string(what) == "nodes" ? static_cast<uint64_t>(nodes.size(0))
+                                                        : base_relations();
+    SLUICE_ASSIGN_OR_RETURN(auto names, Names(dataset_, what, count));
+    std::string text;
+    for (const auto& n : names) text += n + "\n";
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + what + ".names.txt", text));
+  }
+  return WriteFileAtomic(dir + "/README.txt",
+      "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
+      "original id.\nrelations.npy: row r is relation r (rows past the relation count are the "
+      "reciprocal relations); relations.names.txt line r is its original id.\n");
+}
+
+Result<int64_t> FindName(const std::vector<std::string>& names, const std::string& x,
+                         const char* what) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == x) return static_cast<int64_t>(i);
+  }
+  return NotFound(std::string("predict: no ") + what + " named '" + x + "'");
+}
+
+Result<std::string> LpTask::Predict(const PredictRequest& request) {
+  if (request.head.empty() || request.relation.empty()) {
+    return InvalidArgument("predict: a link-prediction run needs --head and --relation");
+  }
+  const uint64_t n = layout_.num_nodes();
+  SLUICE_ASSIGN_OR_RETURN(auto node_names, Names(dataset_, "nodes", n));
+  SLUICE_ASSIGN_OR_RETURN(auto rel_names, Names(dataset_, "relations", base_relations()));
+  SLUICE_ASSIGN_OR_RETURN(int64_t h, FindName(node_names, request.head, "node"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t r, FindName(rel_names, request.relation, "relation"));
+  torch::NoGradGuard guard;
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
+  const LpDecoder& decoder = stepper_->decoder();
+  torch::Tensor q = decoder.TailQuery(nodes[h].unsqueeze(0),
+                                      stepper_->relations().detach()[r].unsqueeze(0));
+  torch::Tensor scores = decoder.ScoreAll(q, nodes).squeeze(0);
+  auto top = scores.topk(std::min<int64_t>(static_cast<int64_t>(request.k), static_cast<int64_t>(n)));
+  auto values = std::get<0>(top), idx = std::get<1>(top);
+  std::ostringstream out;
+  for (int64_t i = 0; i < idx.size(0); ++i) {
+    const int64_t t = idx[i].item<int64_t>();
+    out << i + 1 << "\t" << node_names[static_cast<size_t>(t)] << "\t" << values[i].item<float>()
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Task> MakeLpTask(const LpConfig& config) {
+  return std::make_unique<LpTask>(config);
+}
+
+}  // namespace sluice

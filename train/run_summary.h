@@ -1,0 +1,34 @@
+#pragma once
+// What a run reports when it ends, built once and written twice: summary.txt (lines for people,
+// also printed) and summary.json (fields for scripts; bench/ reads it). The runner adds what
+// every task shares (units trained, time, checkpoints, threads, memory, peak RSS); each task adds
+// its stages, cache and memory plan. A field's section groups it in the JSON ("" = top level).
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+
+namespace sluice {
+
+class RunSummary {
+ public:
+  // A line of summary.txt; indented by two spaces unless it is the first.
+  void Line(const std::string& text);
+  template <typename T>
+  void Set(const std::string& section, const std::string& key, const T& value) {
+    Section(section).Add(key, value);
+  }
+  std::string Text() const;
+  std::string Json() const;
+
+ private:
+  JsonObject& Section(const std::string& name);
+
+  std::vector<std::string> lines_;
+  std::vector<std::pair<std::string, JsonObject>> sections_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,389 @@
+#include "train/runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "common/crash_point.h"
+#include "common/json.h"
+#include "common/units.h"
+#include "storage/file.h"
+#include "train/fingerprint.h"
+#include "train/interrupt.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
+#include "train/torch_runtime.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string ThreadsCondition(const ThreadPlan& p) {
+  return "total " + std::to_string(p.total) + ", compute " + std::to_string(p.compute_threads) +
+         ", blas " + std::to_string(p.blas_threads) + ", tbb " + std::to_string(p.tbb_threads);
+}
+
+bool Better(double score, double best) {
+  return std::isfinite(score) && (!std::isfinite(best) || score > best);
+}
+
+// The resume rule (train/fingerprint.h) for a checkpoint about to be resumed or read.
+Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
+                           const std::string& config_fp, const std::string& dataset_fp,
+                           const std::string& dataset) {
+  const CheckpointState& s = r.state();
+  if (s.task != task) {
+    return InvalidArgument(r.dir() + ": checkpoint of another task (" + s.task + ", not " + task +
+                           "); start over with --overwrite or use another run_dir");
+  }
+  if (s.dataset_fingerprint != dataset_fp) {
+    return InvalidArgument(r.dir() + ": checkpoint of another dataset (its manifest differs from " +
+                           dataset + "/manifest.json); resume on the dataset it was trained on, "
+                           "or start over with --overwrite");
+  }
+  if (s.config_fingerprint != config_fp) {
+    return InvalidArgument(r.dir() + ": checkpoint of another config (another model or training: "
+                           "a model.* or train.* setting other than train.epochs differs from "
+                           "this run's); resume with the run's config.yaml, or start over with "
+                           "--overwrite");
+  }
+  return Status::Ok();
+}
+
+class Runner : public StepSink {
+ public:
+  Runner(Task& task, const TrainOptions& options)
+      : task_(task), s_(task.settings()), options_(options), store_(s_.run_dir),
+        progress_(s_.progress, task.unit(), s_.epochs) {}
+
+  Status Run();
+  void EpochStart(uint64_t units_before) override;
+  bool StepDone(uint64_t units, double loss_sum, bool last) override;
+
+ private:
+  Status PrepareRunDir();
+  Status StartOver();
+  Result<std::optional<CheckpointReader>> FindResume();
+  void WarnConditions(const CheckpointState& old) const;
+  std::map<std::string, std::string> Conditions() const;
+  void PrintHeader() const;
+  Status RunEpochs();
+  Status RunEpoch(uint64_t epoch, bool& done);
+  Status Validate(uint64_t epoch, JsonObject& line, bool& stop);
+  Status Checkpoint(uint64_t epoch, uint64_t step, bool best);
+  bool StopRequested() const;
+  Status Finish();
+
+  Task& task_;
+  const RunSettings& s_;
+  TrainOptions options_;
+  CheckpointStore store_;
+  ProgressBar progress_;
+  RunDirLock lock_;
+  ThreadPlan plan_;
+  std::unique_ptr<ThreadPlanHandle> threads_;
+  std::string config_fp_, dataset_fp_;
+  Clock::time_point start_ = Clock::now();
+  uint64_t start_epoch_ = 0, start_step_ = 0;
+  uint64_t epoch_ = 0, step_ = 0;  // the step being trained (errors)
+  int64_t steps_run_ = 0;
+  Status diverged_;
+  double best_score_ = std::numeric_limits<double>::quiet_NaN();
+  std::string best_name_;
+  uint32_t since_best_ = 0;
+  std::string latest_;  // the last checkpoint this run wrote
+  bool interrupted_ = false, early_stopped_ = false;
+  uint64_t units_ = 0, epochs_trained_ = 0;
+  double train_s_ = 0, checkpoint_s_ = 0, eval_s_ = 0;
+};
+
+Status Runner::PrepareRunDir() {
+  SLUICE_ASSIGN_OR_RETURN(lock_, RunDirLock::Acquire(s_.run_dir));
+  std::error_code ec;
+  fs::create_directories(store_.dir(), ec);
+  if (ec) return IoError("create " + store_.dir() + ": " + ec.message());
+  SLUICE_RETURN_IF_ERROR(store_.RemoveTemporaries());
+  if (options_.overwrite) return StartOver();
+  if (!options_.resume && !store_.Empty()) {
+    return InvalidArgument("run directory " + s_.run_dir + " holds checkpoints of an earlier run "
+                           "(latest " + store_.Latest().value() + "): pass --resume to continue it "
+                           "or --overwrite to start over");
+  }
+  return Status::Ok();
+}
+
+// --overwrite: what an earlier run left (checkpoints, tables, metrics, summary, config) goes.
+Status Runner::StartOver() {
+  SLUICE_RETURN_IF_ERROR(store_.RemoveAll());
+  std::error_code ec;
+  for (const char* name : {"tables", "metrics.jsonl", "summary.txt", "summary.json", "config.yaml"}) {
+    fs::remove_all(s_.run_dir + "/" + name, ec);
+    if (ec) return IoError("--overwrite: remove " + s_.run_dir + "/" + name + ": " + ec.message());
+  }
+  fs::create_directories(store_.dir(), ec);
+  if (ec) return IoError("create " + store_.dir() + ": " + ec.message());
+  return Status::Ok();
+}
+
+Result<std::optional<CheckpointReader>> Runner::FindResume() {
+  if (!options_.resume) return std::optional<CheckpointReader>();
+  Result<std::string> latest = store_.Latest();
+  if (!latest.ok()) {
+    std::printf("resume: %s; starting from the beginning\n", latest.status().message().c_str());
+    return std::optional<CheckpointReader>();
+  }
+  SLUICE_ASSIGN_OR_RETURN(CheckpointReader r, store_.Open(*latest));
+  SLUICE_RETURN_IF_ERROR(CheckCheckpointFits(r, s_.task, config_fp_, dataset_fp_, s_.dataset));
+  return std::optional<CheckpointReader>(std::move(r));
+}
+
+std::map<std::string, std::string> Runner::Conditions() const {
+  std::map<std::string, std::string> c = task_.Conditions();
+  c["threads"] = ThreadsCondition(plan_);
+  return c;
+}
+
+void Runner::WarnConditions(const CheckpointState& old) const {
+  for (const auto& [key, value] : Conditions()) {
+    auto it = old.conditions.find(key);
+    if (it == old.conditions.end() || it->second == value) continue;
+    std::printf("warning: resuming with %s %s where the checkpoint had %s: the run goes on, but it "
+                "is no longer bitwise equal to an uninterrupted one\n",
+                key.c_str(), value.c_str(), it->second.c_str());
+  }
+}
+
+void Runner::PrintHeader() const {
+  std::printf("%s\n  %s\n  memory: %s\n", task_.Describe().c_str(), plan_.ToString().c_str(),
+              task_.MemoryPlan().c_str());
+  std::fflush(stdout);
+}
+
+Status Runner::Run() {
+  SLUICE_RETURN_IF_ERROR(PrepareRunDir());
+  plan_ = MakeThreadPlan(s_.threads, OnlineCores());
+  threads_ = ApplyThreadPlan(plan_);
+  ApplyTorchThreads(plan_);
+  SLUICE_RETURN_IF_ERROR(task_.Open(Task::Purpose::kTrain));
+  config_fp_ = task_.ConfigFingerprint();
+  SLUICE_ASSIGN_OR_RETURN(dataset_fp_, DatasetFingerprint(s_.dataset));
+  SLUICE_ASSIGN_OR_RETURN(std::optional<CheckpointReader> resumed, FindResume());
+  if (resumed) {
+    SLUICE_RETURN_IF_ERROR(task_.LoadState(*resumed));
+    const CheckpointState& st = resumed->state();
+    start_epoch_ = st.epoch, start_step_ = st.step;
+    best_score_ = st.best_score, best_name_ = st.best_checkpoint, since_best_ = st.since_best;
+  } else {
+    std::error_code ec;  // a fresh run: no metrics or checkpoint pointers of an earlier one
+    for (const char* name : {"metrics.jsonl", "checkpoints/latest", "checkpoints/best"}) {
+      fs::remove(s_.run_dir + "/" + name, ec);
+    }
+  }
+  // Written once the checkpoint (if any) is known to belong to this config: a refused resume
+  // leaves the run directory as it was.
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/config.yaml", task_.ConfigYaml()));
+  SLUICE_RETURN_IF_ERROR(task_.PrepareTraining(resumed ? &*resumed : nullptr));
+  if (resumed) WarnConditions(resumed->state());
+  PrintHeader();
+  InterruptScope interrupts;
+  SLUICE_RETURN_IF_ERROR(RunEpochs());
+  return Finish();
+}
+
+void Runner::EpochStart(uint64_t units_before) {
+  progress_.BeginEpoch(epoch_, task_.EpochUnits(), units_before);
+}
+
+bool Runner::StepDone(uint64_t units, double loss_sum, bool last) {
+  progress_.Step(units, loss_sum, last);
+  CrashPoint("step");
+  ++steps_run_;
+  const uint64_t step = step_++;
+  if (!std::isfinite(loss_sum) && diverged_.ok()) {
+    diverged_ = FailedPrecondition(
+        "training diverged: the loss is " + std::string(std::isnan(loss_sum) ? "nan" : "infinite") +
+        " at epoch " + std::to_string(epoch_ + 1) + ", step " + std::to_string(step) + " (" +
+        (latest_.empty() ? "no checkpoint written by this run" : "last checkpoint " + latest_) +
+        "); lower the learning rates or check the data for extreme values");
+  }
+  return !diverged_.ok() || StopRequested();
+}
+
+bool Runner::StopRequested() const {
+  return InterruptScope::Received() != 0 ||
+         (options_.stop_after_steps >= 0 && steps_run_ >= options_.stop_after_steps);
+}
+
+Status Runner::RunEpochs() {
+  for (uint64_t epoch = start_epoch_; epoch < static_cast<uint64_t>(s_.epochs); ++epoch) {
+    bool done = false;
+    SLUICE_RETURN_IF_ERROR(RunEpoch(epoch, done));
+    if (done) break;
+  }
+  // A run that trained nothing (no epochs left) still leaves a checkpoint to evaluate.
+  if (!interrupted_ && store_.Empty()) return Checkpoint(start_epoch_, start_step_, false);
+  return Status::Ok();
+}
+
+Status Runner::RunEpoch(uint64_t epoch, bool& done) {
+  const uint64_t first = epoch == start_epoch_ ? start_step_ : 0;
+  epoch_ = epoch, step_ = first;
+  const uint64_t units_before = units_;
+  const auto epoch_start = Clock::now();
+  progress_.BeginEpoch(epoch, task_.EpochUnits(), 0);
+  SLUICE_ASSIGN_OR_RETURN(EpochOutcome out, task_.TrainEpoch(epoch, first, *this));
+  SLUICE_RETURN_IF_ERROR(diverged_);
+  const double epoch_s = Since(epoch_start);
+  train_s_ += epoch_s;
+  const double loss_sum = progress_.loss_sum();
+  const uint64_t units = progress_.trained();
+  units_ = units_before + units;
+  if (out.stopped) {
+    SLUICE_RETURN_IF_ERROR(Checkpoint(epoch, out.next_step, false));
+    std::printf("interrupted in epoch %llu: checkpoint %s written; `--resume` continues\n",
+                static_cast<unsigned long long>(epoch + 1), latest_.c_str());
+    interrupted_ = done = true;
+    return Status::Ok();
+  }
+  ++epochs_trained_;
+  const double loss = loss_sum / std::max<double>(1.0, static_cast<double>(units));
+  const double rate = static_cast<double>(units) / std::max(epoch_s, 1e-9);
+  JsonObject line;
+  line.Add("epoch", epoch + 1).Add("loss", loss).Add("epoch_s", epoch_s);
+  line.Add(std::string(task_.unit()) + "_per_s", rate);
+  std::printf("epoch %llu: loss %.4f, %.2f s, %s %s/s", static_cast<unsigned long long>(epoch + 1),
+              loss, epoch_s, FormatCount(rate).c_str(), task_.unit());
+  const bool last = epoch + 1 == static_cast<uint64_t>(s_.epochs);
+  bool stop = false;
+  SLUICE_RETURN_IF_ERROR(Validate(epoch, line, stop));
+  std::printf("\n");
+  std::fflush(stdout);
+  SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
+  const bool more = !last && !stop;
+  const bool interrupt = more && StopRequested();
+  const bool cadence = s_.checkpoint_every > 0 && (epoch + 1) % s_.checkpoint_every == 0;
+  if (latest_ != CheckpointName(epoch + 1, 0) && (!more || interrupt || cadence)) {
+    SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0, false));
+  }
+  if (stop) {
+    std::printf("early stop: %d validations without a better score\n", s_.patience);
+    early_stopped_ = done = true;
+  } else if (interrupt) {
+    std::printf("interrupted after epoch %llu: checkpoint %s written; `--resume` continues\n",
+                static_cast<unsigned long long>(epoch + 1), latest_.c_str());
+    interrupted_ = done = true;
+  }
+  return Status::Ok();
+}
+
+Status Runner::Validate(uint64_t epoch, JsonObject& line, bool& stop) {
+  const bool last = epoch + 1 == static_cast<uint64_t>(s_.epochs);
+  const std::string split = task_.ValidationSplit();
+  if (s_.eval_every <= 0 || split.empty() || ((epoch + 1) % s_.eval_every != 0 && !last)) {
+    return Status::Ok();
+  }
+  const auto start = Clock::now();
+  SLUICE_ASSIGN_OR_RETURN(Metrics m, task_.Evaluate(split));
+  eval_s_ += Since(start);
+  line.AddRaw(split, m.json);
+  std::printf(", %s %s", split.c_str(), m.text.c_str());
+  if (Better(m.score, best_score_)) {
+    best_score_ = m.score;
+    since_best_ = 0;
+    return Checkpoint(epoch + 1, 0, /*best=*/true);
+  }
+  stop = s_.patience > 0 && ++since_best_ >= static_cast<uint32_t>(s_.patience);
+  return Status::Ok();
+}
+
+Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
+  const auto start = Clock::now();
+  const std::string name = CheckpointName(epoch, step);
+  if (best) best_name_ = name;
+  CheckpointState st;
+  st.task = s_.task;
+  st.epoch = epoch, st.step = step, st.seed = s_.seed;
+  st.config_fingerprint = config_fp_, st.dataset_fingerprint = dataset_fp_;
+  st.conditions = Conditions();
+  st.best_score = best_score_, st.best_checkpoint = best_name_, st.since_best = since_best_;
+  SLUICE_RETURN_IF_ERROR(store_.Write(
+      name, st, [this](CheckpointWriter& w) { return task_.Save(w); }, best));
+  latest_ = name;
+  checkpoint_s_ += Since(start);
+  return Status::Ok();
+}
+
+Status Runner::Finish() {
+  RunSummary sum;
+  const std::string unit = task_.unit();
+  const double rate = static_cast<double>(units_) / std::max(train_s_, 1e-9);
+  sum.Line("run " + s_.run_dir);
+  sum.Line("trained " + std::to_string(units_) + " " + unit + " in " + FormatSeconds(train_s_) +
+           " s (" + FormatCount(rate) + " " + unit + "/s)");
+  task_.Summarize(sum);
+  sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s, evaluation " +
+           FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(Since(start_)) + " s");
+  sum.Line(plan_.ToString());
+  sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()));
+  sum.Set("", "task", s_.task), sum.Set("", "run_dir", s_.run_dir), sum.Set("", "unit", unit);
+  sum.Set("", "units_trained", units_), sum.Set("", "epochs_trained", epochs_trained_);
+  sum.Set("", "train_s", train_s_), sum.Set("", "units_per_s", rate);
+  sum.Set("", "checkpoint_s", checkpoint_s_), sum.Set("", "eval_s", eval_s_);
+  sum.Set("", "wall_s", Since(start_)), sum.Set("", "peak_rss_bytes", PeakRssBytes());
+  sum.Set("", "interrupted", interrupted_), sum.Set("", "early_stopped", early_stopped_);
+  sum.Set("", "latest_checkpoint", latest_), sum.Set("", "best_checkpoint", best_name_);
+  sum.Set("", "best_score", best_score_);
+  sum.Set("threads", "cores", plan_.cores), sum.Set("threads", "total", plan_.total);
+  sum.Set("threads", "compute", plan_.compute_threads), sum.Set("threads", "blas", plan_.blas_threads);
+  sum.Set("threads", "tbb", plan_.tbb_threads);
+  std::printf("%s", sum.Text().c_str());
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/summary.txt", sum.Text()));
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/summary.json", sum.Json()));
+  if (interrupted_) {
+    return Aborted("interrupted: checkpoint " + latest_ + " written in " + s_.run_dir +
+                   "; `sluice train ... --resume` continues");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Train(Task& task, const TrainOptions& options) {
+  if (options.resume && options.overwrite) {
+    return InvalidArgument("train: --resume and --overwrite exclude each other");
+  }
+  Runner runner(task, options);
+  return runner.Run();
+}
+
+int InterruptExitCode() {
+  const int sig = InterruptScope::Received();
+  return ExitCodeForSignal(sig != 0 ? sig : SIGINT);
+}
+
+Result<std::string> OpenTrained(Task& task, const std::string& which) {
+  const RunSettings& s = task.settings();
+  CheckpointStore store(s.run_dir);
+  SLUICE_ASSIGN_OR_RETURN(std::string name, store.Resolve(which));
+  SLUICE_RETURN_IF_ERROR(task.Open(Task::Purpose::kRead));
+  SLUICE_ASSIGN_OR_RETURN(CheckpointReader r, store.Open(name));
+  SLUICE_ASSIGN_OR_RETURN(std::string dataset_fp, DatasetFingerprint(s.dataset));
+  SLUICE_RETURN_IF_ERROR(CheckCheckpointFits(r, s.task, task.ConfigFingerprint(), dataset_fp,
+                                             s.dataset));
+  SLUICE_RETURN_IF_ERROR(task.LoadState(r));
+  SLUICE_RETURN_IF_ERROR(task.PrepareReading(r));
+  return name;
+}
+
+}  // namespace sluice

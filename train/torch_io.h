@@ -1,0 +1,43 @@
+#pragma once
+// libtorch objects in checkpoints: saved through a CheckpointWriter (so they are fsynced and
+// checksummed like every other file), loaded with libtorch's exceptions turned into one line
+// naming the file.
+
+#include <torch/torch.h>
+
+#include <sstream>
+#include <string>
+
+#include "common/status.h"
+#include "train/checkpoint_store.h"
+
+namespace sluice {
+
+// The first line of a libtorch error (the rest is a C++ stack trace).
+std::string FirstLine(const std::string& text);
+
+// Saves a tensor, module or optimizer as `name`.
+template <typename T>
+Status SaveTorch(CheckpointWriter& writer, const std::string& name, const T& value) {
+  std::ostringstream out;
+  try {
+    torch::save(value, out);
+  } catch (const std::exception& e) {
+    return IoError("checkpoint: serialise " + name + ": " + FirstLine(e.what()));
+  }
+  return writer.WriteString(name, out.str());
+}
+
+// Loads `name` of a checkpoint into a tensor, module or optimizer.
+template <typename T>
+Status LoadTorch(const CheckpointReader& checkpoint, const std::string& name, T& value) {
+  SLUICE_ASSIGN_OR_RETURN(std::string path, checkpoint.PathOf(name));
+  try {
+    torch::load(value, path);
+  } catch (const std::exception& e) {
+    return Corruption(path + ": cannot be loaded (" + FirstLine(e.what()) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice
