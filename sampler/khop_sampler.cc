@@ -104,65 +104,87 @@ void KHopSampler::AddNew(std::span<const int64_t> samples, std::vector<int64_t>&
   });
 }
 
-SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const SampleKey& key) {
+std::vector<int64_t> KHopSampler::SeedLayer(std::span<const int64_t> seeds, uint64_t call) {
+  std::vector<int64_t> layer;
+  for (int64_t v : seeds) {
+    SLUICE_CHECK(v >= 0 && static_cast<uint64_t>(v) < graph_.num_nodes(),
+                 "k-hop sampler: seed %lld out of range [0, %llu)", static_cast<long long>(v),
+                 static_cast<unsigned long long>(graph_.num_nodes()));
+    if ((slot_[v].local & ~kLow32) == call) continue;
+    slot_[v].local = call | layer.size();
+    layer.push_back(v);
+  }
+  return layer;
+}
+
+std::vector<uint64_t> KHopSampler::DrawHop(const int64_t* nodes, uint64_t frontier, size_t hop,
+                                           const SampleKey& key, std::vector<int64_t>& samples) {
   const CsrGraph& graph = graph_;
-  const KHopOptions& options = options_;
+  const int fanout = options_.fanouts[hop];
+  const bool replace = options_.replace;
+  const Key hop_key = khop::HopKey(key.seed, key.epoch, key.step, hop + 1);
+  // Sample sizes (degree lookups are cache misses: in parallel), then their prefix sum.
+  std::vector<uint64_t> offsets(frontier + 1, 0);
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 2048), [&](const auto& r) {
+    for (uint64_t i = r.begin(); i < r.end(); ++i) {
+      offsets[i + 1] = khop::SampleSize(graph.degree(nodes[i]), fanout, replace);
+    }
+  });
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  const uint64_t base = samples.size();
+  samples.resize(base + offsets[frontier]);
+  int64_t* out = samples.data() + base;
+  std::span<const int64_t> all = graph.all_neighbors();
+  // Draw positions for node i, prefetch them, and resolve node i - kAhead's.
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 256), [&](const auto& r) {
+    auto resolve = [&](uint64_t i) {
+      for (uint64_t j = offsets[i]; j < offsets[i + 1]; ++j) out[j] = all[out[j]];
+    };
+    for (uint64_t i = r.begin(); i < r.end(); ++i) {
+      int64_t* mine = out + offsets[i];
+      const uint64_t count = offsets[i + 1] - offsets[i];
+      khop::DrawPositions(graph.offset(nodes[i]), graph.degree(nodes[i]), nodes[i], fanout,
+                          replace, hop_key, mine, count);
+      for (uint64_t j = 0; j < count; ++j) __builtin_prefetch(&all[mine[j]]);
+      if (i >= r.begin() + kAhead) resolve(i - kAhead);
+    }
+    for (uint64_t i = r.end() - std::min<uint64_t>(kAhead, r.size()); i < r.end(); ++i) {
+      resolve(i);
+    }
+  });
+  return offsets;
+}
+
+void KHopSampler::LocalIndices(const std::vector<int64_t>& samples, uint64_t base,
+                               std::vector<int64_t>& local) {
+  local.resize(samples.size());
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(base, samples.size(), 4096), [&](const auto& r) {
+    for (uint64_t i = r.begin(); i < r.end(); ++i) {
+      if (i + kPrefetch < r.end()) __builtin_prefetch(&slot_[samples[i + kPrefetch]]);
+      local[i] = static_cast<int64_t>(slot_[samples[i]].local & kLow32);
+    }
+  });
+}
+
+SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const SampleKey& key) {
   if (++call_ == 0) {  // the stamp wrapped: clear it once every 2^32 calls
     for (NodeSlot& n : slot_) n.local = 0;
     call_ = 1;
   }
   const uint64_t call = static_cast<uint64_t>(call_) << 32;
   SampledSubgraph s;
-  s.layers.reserve(options.fanouts.size() + 1);
-  s.blocks.reserve(options.fanouts.size());
-  std::vector<int64_t> layer;
-  for (int64_t v : seeds) {
-    SLUICE_CHECK(v >= 0 && static_cast<uint64_t>(v) < graph.num_nodes(),
-                 "k-hop sampler: seed %lld out of range [0, %llu)", static_cast<long long>(v),
-                 static_cast<unsigned long long>(graph.num_nodes()));
-    if ((slot_[v].local & ~kLow32) == call) continue;
-    slot_[v].local = call | layer.size();
-    layer.push_back(v);
-  }
+  s.layers.reserve(options_.fanouts.size() + 1);
+  s.blocks.reserve(options_.fanouts.size());
+  std::vector<int64_t> layer = SeedLayer(seeds, call);
   s.layers.push_back(layer);
-  std::span<const int64_t> all = graph.all_neighbors();
   std::vector<uint64_t> sample_begin;  // by local index; samples are contiguous in that order
   std::vector<int64_t> samples, samples_local;
   uint64_t expanded = 0;  // layer[0, expanded) already have samples
-  for (size_t h = 0; h < options.fanouts.size(); ++h) {
-    const bool last = h + 1 == options.fanouts.size();
-    const int fanout = options.fanouts[h];
-    const Key hop_key = khop::HopKey(key.seed, key.epoch, key.step, h + 1);
+  for (size_t h = 0; h < options_.fanouts.size(); ++h) {
+    const bool last = h + 1 == options_.fanouts.size();
     const uint64_t frontier = layer.size() - expanded;
-    const int64_t* nodes = layer.data() + expanded;
-    // Sample sizes (degree lookups are cache misses: in parallel), then their prefix sum.
-    std::vector<uint64_t> offsets(frontier + 1, 0);
-    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 2048), [&](const auto& r) {
-      for (uint64_t i = r.begin(); i < r.end(); ++i) {
-        offsets[i + 1] = khop::SampleSize(graph.degree(nodes[i]), fanout, options.replace);
-      }
-    });
-    std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
     const uint64_t base = samples.size();
-    samples.resize(base + offsets[frontier]);
-    int64_t* out = samples.data() + base;
-    // Draw positions for node i, prefetch them, and resolve node i - kAhead's.
-    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 256), [&](const auto& r) {
-      auto resolve = [&](uint64_t i) {
-        for (uint64_t j = offsets[i]; j < offsets[i + 1]; ++j) out[j] = all[out[j]];
-      };
-      for (uint64_t i = r.begin(); i < r.end(); ++i) {
-        int64_t* mine = out + offsets[i];
-        const uint64_t count = offsets[i + 1] - offsets[i];
-        khop::DrawPositions(graph.offset(nodes[i]), graph.degree(nodes[i]), nodes[i], fanout,
-                            options.replace, hop_key, mine, count);
-        for (uint64_t j = 0; j < count; ++j) __builtin_prefetch(&all[mine[j]]);
-        if (i >= r.begin() + kAhead) resolve(i - kAhead);
-      }
-      for (uint64_t i = r.end() - std::min<uint64_t>(kAhead, r.size()); i < r.end(); ++i) {
-        resolve(i);
-      }
-    });
+    const std::vector<uint64_t> offsets = DrawHop(layer.data() + expanded, frontier, h, key, samples);
     for (uint64_t i = 0; i < frontier; ++i) sample_begin.push_back(base + offsets[i]);
     // New nodes in first-occurrence order (frontier order, then draw order).
     const uint64_t dst_count = layer.size();
@@ -170,16 +192,7 @@ SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const Sample
     expanded = dst_count;
     // Local indices of this hop's draws, computed once. The samples of layer h-1's nodes are
     // contiguous and in local order, so the block is a prefix of the samples.
-    samples_local.resize(samples.size());
-    tbb::parallel_for(tbb::blocked_range<uint64_t>(base, samples.size(), 4096),
-                      [&](const auto& r) {
-                        for (uint64_t i = r.begin(); i < r.end(); ++i) {
-                          if (i + kPrefetch < r.end()) {
-                            __builtin_prefetch(&slot_[samples[i + kPrefetch]]);
-                          }
-                          samples_local[i] = static_cast<int64_t>(slot_[samples[i]].local & kLow32);
-                        }
-                      });
+    LocalIndices(samples, base, samples_local);
     SampledBlock block;
     block.num_dst = dst_count;
     block.num_src = layer.size();
@@ -188,13 +201,11 @@ SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const Sample
     block.offsets.push_back(samples.size());
     if (last) {
       block.src_local = std::move(samples_local);
-    } else {
-      block.src_local.assign(samples_local.begin(), samples_local.end());
-    }
-    s.blocks.push_back(std::move(block));
-    if (last) {
+      s.blocks.push_back(std::move(block));
       s.layers.push_back(std::move(layer));
     } else {
+      block.src_local.assign(samples_local.begin(), samples_local.end());
+      s.blocks.push_back(std::move(block));
       s.layers.push_back(layer);
     }
   }

@@ -55,6 +55,14 @@ class KHopSampler {
   // Appends the nodes of samples[base, end) not yet in `layer` in first-occurrence order
   // (parallel: an atomic min of the first position per node, then a ranked scatter).
   void AddNew(std::span<const int64_t> samples, std::vector<int64_t>& layer);
+  // The seeds, deduplicated in first-occurrence order (stamped with this call).
+  std::vector<int64_t> SeedLayer(std::span<const int64_t> seeds, uint64_t call);
+  // Draws hop `hop`'s neighbours of nodes[0, frontier) and appends them to `samples`; returns
+  // the per-node offsets of the draws (relative to the samples' previous end).
+  std::vector<uint64_t> DrawHop(const int64_t* nodes, uint64_t frontier, size_t hop,
+                                const SampleKey& key, std::vector<int64_t>& samples);
+  // Local indices of samples[base, end) into `local` (resized to the samples).
+  void LocalIndices(const std::vector<int64_t>& samples, uint64_t base, std::vector<int64_t>& local);
 
   const CsrGraph& graph_;
   KHopOptions options_;

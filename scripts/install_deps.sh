@@ -7,7 +7,7 @@
 set -euo pipefail
 
 lean=(
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git universal-ctags
   libtorch-dev liburing-dev librocksdb-dev libtbb-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread zlib1g-dev
   python3 python3-numpy python3-scipy python3-pytest

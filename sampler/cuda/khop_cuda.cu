@@ -204,6 +204,95 @@ struct CudaKHopSampler::Impl {
     SLUICE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return layer_size + added;
   }
+
+  // Checks and uploads a call's seeds, and stamps the call; returns the seed layer's size.
+  Result<uint64_t> Begin(std::span<const int64_t> ids) {
+    for (int64_t v : ids) {
+      if (v < 0 || static_cast<uint64_t>(v) >= num_nodes) {
+        return OutOfRange("cuda k-hop sampler: seed " + std::to_string(v) + " out of range [0, " +
+                          std::to_string(num_nodes) + ")");
+      }
+    }
+    if (++call == 0) {
+      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(local.get(), 0, num_nodes * sizeof(uint64_t), stream));
+      call = 1;
+    }
+    SLUICE_RETURN_IF_ERROR(seeds.Reserve(ids.size() + 1, 0, stream));
+    if (!ids.empty()) {
+      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(seeds.get(), ids.data(), ids.size() * sizeof(int64_t),
+                                                  cudaMemcpyHostToDevice, stream));
+    }
+    SLUICE_RETURN_IF_ERROR(layer.Reserve(ids.size() + 1, 0, stream));
+    return AddNew(seeds.get(), ids.size(), 0);
+  }
+
+  // Draws hop h's neighbours of layer[expanded, expanded + frontier) into draws[total, ...);
+  // host_offsets gets each node's first draw (relative to `total`). Returns the hop's draws.
+  Result<uint64_t> DrawHop(size_t h, uint64_t expanded, uint64_t frontier, uint64_t total,
+                           const SampleKey& key, std::vector<uint64_t>& host_offsets) {
+    const int fanout = options.fanouts[h];
+    const bool replace = options.replace;
+    SLUICE_RETURN_IF_ERROR(sizes.Reserve(frontier + 1, 0, stream));
+    SLUICE_RETURN_IF_ERROR(offsets.Reserve(frontier + 1, 0, stream));
+    host_offsets.assign(frontier + 1, 0);
+    if (frontier == 0) return uint64_t{0};
+    const int64_t* nodes = layer.get() + expanded;
+    SizesKernel<<<Blocks(frontier), kThreads, 0, stream>>>(graph_offsets.get(), nodes, frontier,
+                                                           fanout, replace, sizes.get());
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(offsets.get(), 0, sizeof(uint64_t), stream));
+    size_t bytes = 0;
+    SLUICE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveSum(nullptr, bytes, sizes.get(),
+                                                              offsets.get() + 1, frontier, stream));
+    SLUICE_RETURN_IF_ERROR(Scratch(bytes));
+    SLUICE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveSum(
+        scan_scratch.get(), bytes, sizes.get(), offsets.get() + 1, frontier, stream));
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_offsets.data(), offsets.get(),
+                                                (frontier + 1) * sizeof(uint64_t),
+                                                cudaMemcpyDeviceToHost, stream));
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    const uint64_t hop_draws = host_offsets[frontier];
+    SLUICE_RETURN_IF_ERROR(draws.Reserve(total + hop_draws + 1, total, stream));
+    SLUICE_RETURN_IF_ERROR(draws_local.Reserve(total + hop_draws + 1, total, stream));
+    DrawKernel<<<Blocks(frontier), kThreads, 0, stream>>>(
+        graph_offsets.get(), neighbors.get(), nodes, frontier, offsets.get(), fanout, replace,
+        khop::HopKey(key.seed, key.epoch, key.step, h + 1), draws.get() + total);
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return hop_draws;
+  }
+
+  // Copies the final layer and all local indices back; layers and blocks are prefixes.
+  Result<SampledSubgraph> CopyBack(const std::vector<uint64_t>& layer_sizes,
+                                   const std::vector<uint64_t>& sample_begin,
+                                   const std::vector<uint64_t>& block_ends) {
+    const uint64_t layer_size = layer_sizes.back();
+    const uint64_t total = block_ends.empty() ? 0 : block_ends.back();
+    std::vector<int64_t> host_layer(layer_size), host_local(total);
+    if (layer_size > 0) {
+      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_layer.data(), layer.get(),
+                                                  layer_size * sizeof(int64_t),
+                                                  cudaMemcpyDeviceToHost, stream));
+    }
+    if (total > 0) {
+      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_local.data(), draws_local.get(),
+                                                  total * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                                  stream));
+    }
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    SampledSubgraph out;
+    for (uint64_t size : layer_sizes) {
+      out.layers.emplace_back(host_layer.begin(), host_layer.begin() + size);
+    }
+    for (size_t h = 0; h < block_ends.size(); ++h) {
+      SampledBlock b;
+      b.num_dst = layer_sizes[h];
+      b.num_src = layer_sizes[h + 1];
+      b.offsets.assign(sample_begin.begin(), sample_begin.begin() + b.num_dst);
+      b.offsets.push_back(block_ends[h]);
+      b.src_local.assign(host_local.begin(), host_local.begin() + block_ends[h]);
+      out.blocks.push_back(std::move(b));
+    }
+    return out;
+  }
 };
 
 bool CudaDeviceAvailable(std::string* why) {
@@ -262,70 +351,21 @@ Result<std::unique_ptr<CudaKHopSampler>> CudaKHopSampler::Create(const CsrGraph&
 Result<SampledSubgraph> CudaKHopSampler::Sample(std::span<const int64_t> seeds,
                                                 const SampleKey& key) {
   Impl& s = *impl_;
-  cudaStream_t stream = s.stream;
   SLUICE_CUDA_RETURN_IF_ERROR(cudaSetDevice(s.device));
-  for (int64_t v : seeds) {
-    if (v < 0 || static_cast<uint64_t>(v) >= s.num_nodes) {
-      return OutOfRange("cuda k-hop sampler: seed " + std::to_string(v) + " out of range [0, " +
-                        std::to_string(s.num_nodes) + ")");
-    }
-  }
-  if (++s.call == 0) {
-    SLUICE_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(s.local.get(), 0, s.num_nodes * sizeof(uint64_t), stream));
-    s.call = 1;
-  }
-  SLUICE_RETURN_IF_ERROR(s.seeds.Reserve(seeds.size() + 1, 0, stream));
-  if (!seeds.empty()) {
-    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.seeds.get(), seeds.data(),
-                                                seeds.size() * sizeof(int64_t),
-                                                cudaMemcpyHostToDevice, stream));
-  }
-  SLUICE_RETURN_IF_ERROR(s.layer.Reserve(seeds.size() + 1, 0, stream));
-  SLUICE_ASSIGN_OR_RETURN(uint64_t layer_size, s.AddNew(s.seeds.get(), seeds.size(), 0));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t layer_size, s.Begin(seeds));
   std::vector<uint64_t> layer_sizes = {layer_size};
-  std::vector<uint64_t> sample_begin, block_ends;
-  std::vector<uint64_t> host_offsets;
+  std::vector<uint64_t> sample_begin, block_ends, host_offsets;
   uint64_t total = 0;     // draws so far
   uint64_t expanded = 0;  // layer[0, expanded) already drew
   for (size_t h = 0; h < s.options.fanouts.size(); ++h) {
-    const int fanout = s.options.fanouts[h];
-    const bool replace = s.options.replace;
     const uint64_t frontier = layer_size - expanded;
-    SLUICE_RETURN_IF_ERROR(s.sizes.Reserve(frontier + 1, 0, stream));
-    SLUICE_RETURN_IF_ERROR(s.offsets.Reserve(frontier + 1, 0, stream));
-    uint64_t hop_draws = 0;
-    host_offsets.assign(frontier + 1, 0);
-    if (frontier > 0) {
-      const int64_t* nodes = s.layer.get() + expanded;
-      SizesKernel<<<Blocks(frontier), kThreads, 0, stream>>>(s.graph_offsets.get(), nodes,
-                                                             frontier, fanout, replace,
-                                                             s.sizes.get());
-      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.offsets.get(), 0, sizeof(uint64_t), stream));
-      size_t bytes = 0;
-      SLUICE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveSum(
-          nullptr, bytes, s.sizes.get(), s.offsets.get() + 1, frontier, stream));
-      SLUICE_RETURN_IF_ERROR(s.Scratch(bytes));
-      SLUICE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveSum(
-          s.scan_scratch.get(), bytes, s.sizes.get(), s.offsets.get() + 1, frontier, stream));
-      SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_offsets.data(), s.offsets.get(),
-                                                  (frontier + 1) * sizeof(uint64_t),
-                                                  cudaMemcpyDeviceToHost, stream));
-      SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      hop_draws = host_offsets[frontier];
-      SLUICE_RETURN_IF_ERROR(s.draws.Reserve(total + hop_draws + 1, total, stream));
-      SLUICE_RETURN_IF_ERROR(s.draws_local.Reserve(total + hop_draws + 1, total, stream));
-      DrawKernel<<<Blocks(frontier), kThreads, 0, stream>>>(
-          s.graph_offsets.get(), s.neighbors.get(), s.layer.get() + expanded, frontier,
-          s.offsets.get(), fanout, replace,
-          khop::HopKey(key.seed, key.epoch, key.step, h + 1), s.draws.get() + total);
-      SLUICE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    }
+    SLUICE_ASSIGN_OR_RETURN(const uint64_t hop_draws,
+                            s.DrawHop(h, expanded, frontier, total, key, host_offsets));
     for (uint64_t i = 0; i < frontier; ++i) sample_begin.push_back(total + host_offsets[i]);
     const uint64_t dst_count = layer_size;
     SLUICE_ASSIGN_OR_RETURN(layer_size, s.AddNew(s.draws.get() + total, hop_draws, layer_size));
     if (hop_draws > 0) {
-      LocalKernel<<<Blocks(hop_draws), kThreads, 0, stream>>>(
+      LocalKernel<<<Blocks(hop_draws), kThreads, 0, s.stream>>>(
           s.draws.get() + total, hop_draws, s.local.get(), s.draws_local.get() + total);
       SLUICE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
@@ -334,31 +374,7 @@ Result<SampledSubgraph> CudaKHopSampler::Sample(std::span<const int64_t> seeds,
     layer_sizes.push_back(layer_size);
     block_ends.push_back(total);
   }
-  // Copy the final layer and all local indices back; layers and blocks are prefixes.
-  std::vector<int64_t> layer(layer_size), draws_local(total);
-  if (layer_size > 0) {
-    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(layer.data(), s.layer.get(),
-                                                layer_size * sizeof(int64_t),
-                                                cudaMemcpyDeviceToHost, stream));
-  }
-  if (total > 0) {
-    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draws_local.data(), s.draws_local.get(),
-                                                total * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                                                stream));
-  }
-  SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  SampledSubgraph out;
-  for (uint64_t size : layer_sizes) out.layers.emplace_back(layer.begin(), layer.begin() + size);
-  for (size_t h = 0; h < block_ends.size(); ++h) {
-    SampledBlock b;
-    b.num_dst = layer_sizes[h];
-    b.num_src = layer_sizes[h + 1];
-    b.offsets.assign(sample_begin.begin(), sample_begin.begin() + b.num_dst);
-    b.offsets.push_back(block_ends[h]);
-    b.src_local.assign(draws_local.begin(), draws_local.begin() + block_ends[h]);
-    out.blocks.push_back(std::move(b));
-  }
-  return out;
+  return s.CopyBack(layer_sizes, sample_begin, block_ends);
 }
 
 }  // namespace sluice
