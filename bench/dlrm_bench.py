@@ -23,7 +23,6 @@
 import argparse
 import json
 import pathlib
-import re
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
+# The fields of a run's summary.json this script reads (tests/e2e/test_run_lifecycle.py checks
+# that sluice writes every one).
+SUMMARY_FIELDS = ["peak_rss_bytes", "cache.distinct_rows_per_step", "cache.hit_rate",
+                  "cache.loads_per_step", "cache.write_backs_per_step", "cache.rows_read_per_step",
+                  "cache.capacity_rows", "memory.write_back_buffer_rows"]
+
+
 def train(binary, config, run_dir, sets):
+    """Trains a fresh run; returns its metrics.jsonl rows and its summary.json."""
     args = [str(binary), "train", str(config), "--set", f"run_dir={run_dir}", "--set", "progress=false"]
     for s in sets:
         args += ["--set", s]
@@ -43,35 +50,24 @@ def train(binary, config, run_dir, sets):
     if out.returncode != 0:
         sys.exit(f"dlrm_bench: {config} {' '.join(sets)} failed: {out.stderr.strip()}")
     rows = [json.loads(l) for l in (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return rows, out.stdout
+    return rows, json.loads((pathlib.Path(run_dir) / "summary.json").read_text())
 
 
-def number(text: str) -> float:
-    """'12.3k' -> 12300"""
-    m = re.fullmatch(r"([0-9.]+)([kMG]?)", text)
-    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+def parse_summary(summary: dict) -> dict:
+    """The figures the tables print, from summary.json (no cache section in memory)."""
+    s = {"rss": summary["peak_rss_bytes"], "cache_rows": 0,
+         "buffer_rows": summary["memory"]["write_back_buffer_rows"]}
+    cache = summary.get("cache")
+    if cache:
+        s.update(distinct=cache["distinct_rows_per_step"], hit=100 * cache["hit_rate"],
+                 loads=cache["loads_per_step"], writes=cache["write_backs_per_step"],
+                 reads=cache["rows_read_per_step"], cache_rows=cache["capacity_rows"])
+    return s
 
 
 def bytes_of(text: str) -> float:
     v, unit = text.split()
     return float(v) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
-
-
-def parse_summary(stdout: str) -> dict:
-    s = {}
-    m = re.search(r"cache: (\d+) steps, ([0-9.]+[kMG]?) distinct rows per step, hit rate ([0-9.]+)%, "
-                  r"loads \d+ \(([0-9.]+[kMG]?) per step\), write-backs \d+ \(([0-9.]+[kMG]?) per step\), "
-                  r"rows read from disk \d+ \(([0-9.]+[kMG]?) per step", stdout)
-    if m:
-        s.update(distinct=number(m.group(2)), hit=float(m.group(3)), loads=number(m.group(4)),
-                 writes=number(m.group(5)), reads=number(m.group(6)))
-    m = re.search(r"peak RSS ([0-9.]+ [KMG]?i?B)", stdout)
-    s["rss"] = bytes_of(m.group(1)) if m else float("nan")
-    m = re.search(r"cache ([0-9.]+[kMG]?) rows", stdout)
-    s["cache_rows"] = number(m.group(1)) if m else 0
-    m = re.search(r"write-back buffer ([0-9.]+[kMG]?) rows", stdout)
-    s["buffer_rows"] = number(m.group(1)) if m else 0
-    return s
 
 
 def bench_planted(args, tmp):
@@ -108,9 +104,9 @@ def bench_planted(args, tmp):
             # Same cache size as LRU's (which has no window ring and so more rows): loads compared alike.
             sets = [f"storage.cache_rows={int(info['row file, LRU']['cache_rows'])}" if x == "storage.cache_rows=LRU"
                     else x for x in sets]
-            rows, stdout = train(args.bin, ROOT / "configs/clicks_planted.yaml", run_dir, base + sets)
+            rows, summary = train(args.bin, ROOT / "configs/clicks_planted.yaml", run_dir, base + sets)
             rate[name].append(rows[-1]["samples_per_s"])
-            info[name] = parse_summary(stdout)
+            info[name] = parse_summary(summary)
             print(f"round {r + 1}: {name}: {rows[-1]['samples_per_s']:,.0f} samples/s", file=sys.stderr)
             subprocess.run(["rm", "-rf", str(run_dir)])
     budget = bytes_of(args.budget.replace("MiB", " MiB").replace("GiB", " GiB"))
@@ -227,7 +223,7 @@ def bench_movielens(args, tmp):
 
 def bench_quality(args, tmp):
     manifest = json.loads((pathlib.Path(args.quality) / "manifest.json").read_text())
-    rows, stdout = train(args.bin, ROOT / "configs/clicks_planted.yaml", pathlib.Path(tmp) / "q",
+    rows, _ = train(args.bin, ROOT / "configs/clicks_planted.yaml", pathlib.Path(tmp) / "q",
                          [f"dataset={args.quality}", f"threads.compute={args.threads}"])
     last = rows[-1]
     print(f"\nPlanted click log {args.quality}: one epoch out of core "

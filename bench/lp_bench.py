@@ -26,7 +26,13 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+# The fields of a run's summary.json this script reads (tests/e2e/test_run_lifecycle.py checks
+# that sluice writes every one).
+SUMMARY_FIELDS = ["peak_rss_bytes", "prefetcher.partition_loads"]
+
+
 def train(binary, config, run_dir, sets):
+    """Trains a fresh run; returns its metrics.jsonl rows and its summary.json."""
     args = [str(binary), "train", str(ROOT / "configs" / config), "--set", f"run_dir={run_dir}",
             "--set", "progress=false", "--set", "eval.every=0"]
     for s in sets:
@@ -35,7 +41,7 @@ def train(binary, config, run_dir, sets):
     if out.returncode != 0:
         sys.exit(f"lp_bench: {config} failed: {out.stderr.strip()}")
     rows = [json.loads(l) for l in (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return rows, out.stdout
+    return rows, json.loads((pathlib.Path(run_dir) / "summary.json").read_text())
 
 
 def main() -> int:
@@ -75,15 +81,17 @@ def main() -> int:
     if not configs:
         p.error("give --fb15k, --g20m and/or --g100m")
     times = {name: [] for name, *_ in configs}
-    edges = {}
+    edges, rss, loads = {}, {}, {}
     with tempfile.TemporaryDirectory(dir=ROOT / "runs" if (ROOT / "runs").exists() else None) as tmp:
         for r in range(args.rounds):
             for i, (name, config, sets, _) in enumerate(configs):
                 run_dir = pathlib.Path(tmp) / f"{i}-{r}"
-                rows, _ = train(args.bin, config, run_dir, sets)
+                rows, summary = train(args.bin, config, run_dir, sets)
                 last = rows[-1]  # the last epoch (warm)
                 times[name].append(last["epoch_s"])
                 edges[name] = last["edges_per_s"] * last["epoch_s"]
+                rss.setdefault(name, []).append(summary["peak_rss_bytes"])
+                loads[name] = summary["prefetcher"]["partition_loads"] / len(rows)
                 print(f"round {r + 1}: {name}: {last['epoch_s']:.2f} s", file=sys.stderr)
             for a, b in pairs:
                 same = filecmp.cmp(pathlib.Path(tmp) / f"{a}-{r}/tables/nodes.bin",
@@ -92,11 +100,13 @@ def main() -> int:
                 if not same:
                     sys.exit("lp_bench: the out-of-core table differs from the in-memory one")
     print(f"\nlink prediction, medians of {args.rounds} rounds (epoch time of the last epoch)\n")
-    print("| configuration | epoch s | edges/s | Marius epoch s | vs Marius |\n|---|---:|---:|---:|---:|")
+    print("| configuration | epoch s | edges/s | Marius epoch s | vs Marius | partition loads/epoch | peak RSS |\n"
+          "|---|---:|---:|---:|---:|---:|---:|")
     for name, _, _, marius in configs:
         m = statistics.median(times[name])
         vs = f"{marius} | {marius / m:.2f}x" if marius else "- | -"
-        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {vs} |")
+        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {vs} | {loads[name]:.0f} | "
+              f"{statistics.median(rss[name]) / 2**20:,.0f} MiB |")
     for a, b in pairs:
         ooc = statistics.median(times[configs[a][0]])
         mem = statistics.median(times[configs[b][0]])

@@ -16,6 +16,7 @@ if [[ ! -f data/demo-graph/manifest.json ]]; then
     --valid-frac 0.005 --test-frac 0.005
   rm -f data/demo-graph.tsv
 fi
-./build/release/train/sluice train configs/demo_generated.yaml "$@"
+# A demo run starts over each time (--overwrite); a real run would use --resume to continue.
+./build/release/train/sluice train configs/demo_generated.yaml --overwrite "$@"
 ./build/release/train/sluice eval runs/demo --split test
 "$(sluice_python)" scripts/plot_metrics.py runs/demo || echo "(no plot: python3-matplotlib is missing)"

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <mutex>
@@ -33,6 +34,16 @@ void WarnBufferedOnce(const std::string& path) {
     SLUICE_LOG(kWarning, "%s: the filesystem refuses O_DIRECT; using buffered io for files here",
                DirName(path).c_str());
   }
+}
+
+std::atomic<bool> g_record_syncs{false};
+std::mutex g_syncs_mu;
+std::vector<std::string>* g_syncs = new std::vector<std::string>;  // lives for the process
+
+void NoteSync(const std::string& path) {
+  if (!g_record_syncs.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_syncs_mu);
+  g_syncs->push_back(path);
 }
 
 int Flags(OpenMode mode) {
@@ -108,7 +119,19 @@ Status File::Allocate(uint64_t size_bytes) {
 
 Status File::Sync() {
   if (::fsync(fd_) != 0) return ErrnoStatus("fsync " + path_, errno);
+  NoteSync(path_);
   return Status::Ok();
+}
+
+void RecordSyncsForTesting(bool enabled) {
+  std::lock_guard<std::mutex> lock(g_syncs_mu);
+  g_syncs->clear();
+  g_record_syncs.store(enabled);
+}
+
+std::vector<std::string> SyncedPathsForTesting() {
+  std::lock_guard<std::mutex> lock(g_syncs_mu);
+  return *g_syncs;
 }
 
 Result<bool> ProbeDirectIo(const std::string& dir) {
@@ -130,6 +153,7 @@ Status SyncDirectory(const std::string& dir) {
   int err = errno;
   ::close(fd);
   if (rc != 0 && err != EINVAL) return ErrnoStatus("fsync directory " + dir, err);
+  NoteSync(dir);
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -81,6 +82,11 @@ Result<FileDigest> DigestFile(const std::string& path);
 Result<FileDigest> CopyFileDurable(const std::string& from, const std::string& to);
 // Writes `bytes` to `path` (created or truncated), fsyncs it, and returns its digest.
 Result<FileDigest> WriteFileDurable(const std::string& path, std::span<const std::byte> bytes);
+
+// Tests: while enabled, File::Sync and SyncDirectory append the path they made durable, in
+// order, to a list that SyncedPathsForTesting returns (enabling clears it).
+void RecordSyncsForTesting(bool enabled);
+std::vector<std::string> SyncedPathsForTesting();
 
 // Plain synchronous helpers that finish short transfers and retry EINTR; errors name path,
 // offset and length. For metadata and small files; bulk io goes through IoExecutor.

@@ -121,3 +121,25 @@ def test_info_on_a_directory_that_is_not_a_dataset(sluice_bin, tmp_path):
     proc = run(sluice_bin, "info", str(tmp_path))
     assert proc.returncode != 0
     assert "not a sluice dataset?" in one_error_line(proc)
+
+
+def test_command_line_errors_are_one_line_like_every_other_error(sluice_bin):
+    proc = run(sluice_bin, "trian", "x.yaml")
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert "unknown command 'trian'" in line and "did you mean 'train'?" in line, line
+    proc = run(sluice_bin, "train", "x.yaml", "--bogus")
+    assert proc.returncode == 2
+    assert "--bogus" in one_error_line(proc)
+    proc = run(sluice_bin, "eval")
+    assert proc.returncode == 2
+    assert "RUN_DIR" in one_error_line(proc)
+    proc = run(sluice_bin)
+    assert proc.returncode == 2
+    one_error_line(proc)
+
+
+def test_eval_of_a_directory_that_is_no_run_is_one_line(sluice_bin, tmp_path):
+    proc = run(sluice_bin, "eval", str(tmp_path))
+    assert proc.returncode != 0
+    assert "not a run directory (no config.yaml)" in one_error_line(proc)

@@ -1,0 +1,242 @@
+#include "train/checkpoint_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "storage/file.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_ = fs::temp_directory_path() /
+           ("ckpt-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(run_);
+    fs::create_directories(run_ / "checkpoints");
+    fs::create_directories(run_ / "src");
+    std::ofstream(run_ / "src/table.bin", std::ios::binary) << std::string(100000, 'x');
+  }
+  void TearDown() override { fs::remove_all(run_); }
+
+  CheckpointState State(uint64_t epoch, uint64_t step) {
+    CheckpointState s;
+    s.task = "link_prediction";
+    s.epoch = epoch, s.step = step, s.seed = 7;
+    s.config_fingerprint = "0badcafe", s.dataset_fingerprint = "12345678";
+    s.conditions["threads"] = "total 2";
+    s.best_score = std::numeric_limits<double>::quiet_NaN();
+    return s;
+  }
+  // A checkpoint with a copied table and a written file.
+  Status Write(CheckpointStore& store, uint64_t epoch, bool best = false) {
+    return store.Write(CheckpointName(epoch, 0), State(epoch, 0), [&](CheckpointWriter& w) {
+      SLUICE_RETURN_IF_ERROR(w.CopyIn((run_ / "src/table.bin").string(), "nodes.bin"));
+      return w.WriteString("dense.pt", "dense state of epoch " + std::to_string(epoch));
+    }, best);
+  }
+  void Corrupt(const fs::path& path, uint64_t offset) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(static_cast<std::streamoff>(offset));
+    c = static_cast<char>(c ^ 0x01);
+    f.write(&c, 1);
+  }
+
+  fs::path run_;
+};
+
+TEST_F(CheckpointStoreTest, RecordsEveryFilesSizeAndCrcAndReadsTheStateBack) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const CheckpointState& s = r->state();
+  EXPECT_EQ(s.format, kCheckpointFormat);
+  EXPECT_EQ(s.task, "link_prediction");
+  EXPECT_EQ(s.epoch, 1u);
+  EXPECT_EQ(s.seed, 7u);
+  EXPECT_EQ(s.config_fingerprint, "0badcafe");
+  EXPECT_EQ(s.conditions.at("threads"), "total 2");
+  EXPECT_TRUE(std::isnan(s.best_score));
+  ASSERT_EQ(s.files.size(), 2u);
+  EXPECT_EQ(s.files[0].path, "nodes.bin");
+  EXPECT_EQ(s.files[0].bytes, 100000u);
+  auto digest = DigestFile((run_ / "src/table.bin").string());
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(s.files[0].crc32, digest->crc32);
+  EXPECT_TRUE(r->Has("dense.pt"));
+  EXPECT_FALSE(r->Has("kv"));
+  EXPECT_FALSE(r->PathOf("kv").ok());
+  EXPECT_EQ(store.Latest().value(), "epoch-1-step-0");
+}
+
+TEST_F(CheckpointStoreTest, DataFilesAreSyncedBeforeTheStateFileAndTheRename) {
+  CheckpointStore store(run_.string());
+  RecordSyncsForTesting(true);
+  ASSERT_TRUE(Write(store, 2).ok());
+  std::vector<std::string> synced = SyncedPathsForTesting();
+  RecordSyncsForTesting(false);
+  auto at = [&](const std::string& suffix) -> ptrdiff_t {
+    for (size_t i = 0; i < synced.size(); ++i) {
+      if (synced[i].size() >= suffix.size() &&
+          synced[i].compare(synced[i].size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return static_cast<ptrdiff_t>(i);
+      }
+    }
+    return -1;
+  };
+  const ptrdiff_t table = at("epoch-2-step-0.tmp/nodes.bin");
+  const ptrdiff_t dense = at("epoch-2-step-0.tmp/dense.pt");
+  const ptrdiff_t state = at("epoch-2-step-0.tmp/state.json");
+  const ptrdiff_t dir = at("epoch-2-step-0.tmp");
+  const ptrdiff_t parent = at("/checkpoints");
+  ASSERT_GE(table, 0);
+  ASSERT_GE(dense, 0);
+  ASSERT_GE(state, 0);
+  EXPECT_LT(table, state);
+  EXPECT_LT(dense, state);
+  EXPECT_LT(state, dir);
+  EXPECT_LT(dir, parent);  // the rename is made durable after the checkpoint's contents
+}
+
+TEST_F(CheckpointStoreTest, ATruncatedFileIsOneLineNamingIt) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  fs::resize_file(run_ / "checkpoints/epoch-1-step-0/nodes.bin", 1000);
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("epoch-1-step-0/nodes.bin"), std::string::npos) << m;
+  EXPECT_NE(m.find("100000 bytes"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+TEST_F(CheckpointStoreTest, AFlippedBitIsFoundByItsCrc) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  Corrupt(run_ / "checkpoints/epoch-1-step-0/nodes.bin", 77777);
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nodes.bin: checksum mismatch"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(CheckpointStoreTest, AMissingFileIsNamed) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  fs::remove(run_ / "checkpoints/epoch-1-step-0/dense.pt");
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dense.pt: missing"), std::string::npos);
+}
+
+TEST_F(CheckpointStoreTest, AnOlderFormatIsRefusedInOneLine) {
+  fs::create_directories(run_ / "checkpoints/epoch-1-step-0");
+  std::ofstream(run_ / "checkpoints/epoch-1-step-0/state.json")
+      << "{\"epoch\": 1, \"step\": 0, \"seed\": 1, \"config\": \"x\", \"dataset\": \"y\"}\n";
+  CheckpointStore store(run_.string());
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("older format"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("state.json"), std::string::npos);
+  std::ofstream(run_ / "checkpoints/epoch-1-step-0/state.json") << "{\"format\": 2, \"epo";
+  r = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unreadable checkpoint state"), std::string::npos);
+}
+
+TEST_F(CheckpointStoreTest, KeepsTheTwoNewestAndTheBest) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  ASSERT_TRUE(Write(store, 2, /*best=*/true).ok());
+  ASSERT_TRUE(Write(store, 3).ok());
+  ASSERT_TRUE(Write(store, 4).ok());
+  EXPECT_EQ(store.List(), (std::vector<std::string>{"epoch-2-step-0", "epoch-3-step-0",
+                                                     "epoch-4-step-0"}));
+  ASSERT_TRUE(Write(store, 5, /*best=*/true).ok());
+  EXPECT_EQ(store.List(), (std::vector<std::string>{"epoch-4-step-0", "epoch-5-step-0"}));
+  EXPECT_EQ(store.Best().value(), "epoch-5-step-0");
+}
+
+TEST_F(CheckpointStoreTest, ResolvesDefaultBestLatestAndNames) {
+  CheckpointStore store(run_.string());
+  EXPECT_FALSE(store.Resolve("default").ok());
+  ASSERT_TRUE(Write(store, 1).ok());
+  EXPECT_EQ(store.Resolve("default").value(), "epoch-1-step-0");  // no best: latest
+  EXPECT_FALSE(store.Resolve("best").ok());
+  ASSERT_TRUE(Write(store, 2, /*best=*/true).ok());
+  ASSERT_TRUE(Write(store, 3).ok());
+  EXPECT_EQ(store.Resolve("default").value(), "epoch-2-step-0");
+  EXPECT_EQ(store.Resolve("best").value(), "epoch-2-step-0");
+  EXPECT_EQ(store.Resolve("latest").value(), "epoch-3-step-0");
+  EXPECT_EQ(store.Resolve("epoch-3-step-0").value(), "epoch-3-step-0");
+  auto gone = store.Resolve("epoch-9-step-0");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find("it has: "), std::string::npos);
+  EXPECT_NE(gone.status().message().find("epoch-3-step-0"), std::string::npos);
+}
+
+TEST_F(CheckpointStoreTest, LatestFallsBackToTheNewestWhenItsPointerIsStale) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  ASSERT_TRUE(Write(store, 2).ok());
+  fs::remove_all(run_ / "checkpoints/epoch-2-step-0");  // a crash between remove and rename
+  EXPECT_EQ(store.Latest().value(), "epoch-1-step-0");
+}
+
+TEST_F(CheckpointStoreTest, LeftoversOfInterruptedWritesAreRemoved) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  fs::create_directories(run_ / "checkpoints/epoch-2-step-0.tmp");
+  std::ofstream(run_ / "checkpoints/latest.tmp-123") << "x";
+  EXPECT_EQ(store.List(), std::vector<std::string>{"epoch-1-step-0"});
+  ASSERT_TRUE(store.RemoveTemporaries().ok());
+  EXPECT_FALSE(fs::exists(run_ / "checkpoints/epoch-2-step-0.tmp"));
+  EXPECT_FALSE(fs::exists(run_ / "checkpoints/latest.tmp-123"));
+  EXPECT_TRUE(fs::exists(run_ / "checkpoints/epoch-1-step-0/state.json"));
+}
+
+TEST_F(CheckpointStoreTest, RecordsADirectoryTreeFileByFile) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(store.Write("epoch-1-step-0", State(1, 0), [](CheckpointWriter& w) {
+    fs::create_directories(w.PathOf("kv/sub"));
+    std::ofstream(w.PathOf("kv/CURRENT")) << "MANIFEST-1\n";
+    std::ofstream(w.PathOf("kv/sub/000001.sst")) << std::string(5000, 's');
+    return w.Record("kv");
+  }, false).ok());
+  auto r = store.Open("epoch-1-step-0");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->Has("kv"));
+  EXPECT_EQ(r->state().files.size(), 2u);
+  Corrupt(run_ / "checkpoints/epoch-1-step-0/kv/sub/000001.sst", 10);
+  auto bad = store.Open("epoch-1-step-0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kv/sub/000001.sst"), std::string::npos);
+}
+
+TEST_F(CheckpointStoreTest, AFailingWriterLeavesNoCheckpoint) {
+  CheckpointStore store(run_.string());
+  ASSERT_TRUE(Write(store, 1).ok());
+  Status s = store.Write("epoch-2-step-0", State(2, 0), [](CheckpointWriter&) {
+    return IoError("disk full");
+  }, false);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(store.List(), std::vector<std::string>{"epoch-1-step-0"});
+  EXPECT_EQ(store.Latest().value(), "epoch-1-step-0");
+}
+
+}  // namespace
+}  // namespace sluice

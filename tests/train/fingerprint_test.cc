@@ -1,0 +1,49 @@
+#include "train/fingerprint.h"
+
+#include <gtest/gtest.h>
+
+#include "train/dlrm/dlrm_config.h"
+#include "train/lp/lp_config.h"
+
+namespace sluice {
+namespace {
+
+TEST(FingerprintTest, CoversTaskModelAndTrainButTheEpochCount) {
+  EXPECT_TRUE(InConfigFingerprint("task"));
+  EXPECT_TRUE(InConfigFingerprint("model.dim"));
+  EXPECT_TRUE(InConfigFingerprint("train.lr"));
+  EXPECT_TRUE(InConfigFingerprint("train.seed"));
+  for (const char* out : {"train.epochs", "dataset", "run_dir", "progress", "checkpoint_every",
+                          "eval.every", "eval.patience", "storage.budget", "storage.mode",
+                          "io.queue_depth", "threads.total"}) {
+    EXPECT_FALSE(InConfigFingerprint(out)) << out;
+  }
+}
+
+template <typename Config>
+std::string FingerprintWith(const std::vector<std::string>& overrides) {
+  Config c;
+  EXPECT_TRUE(LoadConfig("", overrides, c).ok());
+  return ConfigFingerprint(c);
+}
+
+TEST(FingerprintTest, ChangesWithWhatShapesTheTrajectoryOnly) {
+  const std::string base = FingerprintWith<LpConfig>({});
+  for (const char* same : {"train.epochs=99", "storage.budget=8GiB", "threads.total=1",
+                           "eval.every=3", "run_dir=/elsewhere", "dataset=/moved", "io.queue_depth=8",
+                           "storage.mode=in_memory", "checkpoint_every=5", "progress=false"}) {
+    EXPECT_EQ(FingerprintWith<LpConfig>({same}), base) << same;
+  }
+  for (const char* other : {"train.lr=0.2", "model.dim=8", "train.seed=2", "model.reciprocal=true",
+                            "train.ordering=beta"}) {
+    EXPECT_NE(FingerprintWith<LpConfig>({other}), base) << other;
+  }
+  const std::string dlrm = FingerprintWith<DlrmConfig>({});
+  EXPECT_NE(FingerprintWith<DlrmConfig>({"train.lr=0.2"}), dlrm);
+  EXPECT_NE(FingerprintWith<DlrmConfig>({"model.table_rows=10"}), dlrm);
+  EXPECT_EQ(FingerprintWith<DlrmConfig>({"storage.backend=rocksdb"}), dlrm);
+  EXPECT_EQ(FingerprintWith<DlrmConfig>({"train.epochs=7"}), dlrm);
+}
+
+}  // namespace
+}  // namespace sluice
