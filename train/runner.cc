@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/crash_point.h"
 #include "common/json.h"
 #include "common/units.h"
@@ -23,11 +24,7 @@ namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 std::string ThreadsCondition(const ThreadPlan& p) {
   return "total " + std::to_string(p.total) + ", compute " + std::to_string(p.compute_threads) +
@@ -244,7 +241,7 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   progress_.BeginEpoch(epoch, task_.EpochUnits(), 0);
   SLUICE_ASSIGN_OR_RETURN(EpochOutcome out, task_.TrainEpoch(epoch, first, *this));
   SLUICE_RETURN_IF_ERROR(diverged_);
-  const double epoch_s = Since(epoch_start);
+  const double epoch_s = SecondsSince(epoch_start);
   train_s_ += epoch_s;
   const double loss_sum = progress_.loss_sum();
   const uint64_t units = progress_.trained();
@@ -295,7 +292,7 @@ Status Runner::Validate(uint64_t epoch, JsonObject& line, bool& stop) {
   }
   const auto start = Clock::now();
   SLUICE_ASSIGN_OR_RETURN(Metrics m, task_.Evaluate(split));
-  eval_s_ += Since(start);
+  eval_s_ += SecondsSince(start);
   line.AddRaw(split, m.json);
   std::printf(", %s %s", split.c_str(), m.text.c_str());
   if (Better(m.score, best_score_)) {
@@ -320,7 +317,7 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   SLUICE_RETURN_IF_ERROR(store_.Write(
       name, st, [this](CheckpointWriter& w) { return task_.Save(w); }, best));
   latest_ = name;
-  checkpoint_s_ += Since(start);
+  checkpoint_s_ += SecondsSince(start);
   return Status::Ok();
 }
 
@@ -333,14 +330,14 @@ Status Runner::Finish() {
            " s (" + FormatCount(rate) + " " + unit + "/s)");
   task_.Summarize(sum);
   sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s, evaluation " +
-           FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(Since(start_)) + " s");
+           FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(SecondsSince(start_)) + " s");
   sum.Line(plan_.ToString());
   sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()));
   sum.Set("", "task", s_.task), sum.Set("", "run_dir", s_.run_dir), sum.Set("", "unit", unit);
   sum.Set("", "units_trained", units_), sum.Set("", "epochs_trained", epochs_trained_);
   sum.Set("", "train_s", train_s_), sum.Set("", "units_per_s", rate);
   sum.Set("", "checkpoint_s", checkpoint_s_), sum.Set("", "eval_s", eval_s_);
-  sum.Set("", "wall_s", Since(start_)), sum.Set("", "peak_rss_bytes", PeakRssBytes());
+  sum.Set("", "wall_s", SecondsSince(start_)), sum.Set("", "peak_rss_bytes", PeakRssBytes());
   sum.Set("", "interrupted", interrupted_), sum.Set("", "early_stopped", early_stopped_);
   sum.Set("", "latest_checkpoint", latest_), sum.Set("", "best_checkpoint", best_name_);
   sum.Set("", "best_score", best_score_);

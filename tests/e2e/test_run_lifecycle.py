@@ -290,7 +290,8 @@ def test_a_non_finite_dense_feature_is_one_line_naming_the_record(sluice_bin, da
     cfg = write_config("dlrm", tmp_path / "c.yaml", bad, tmp_path / "r", mode="in_memory")
     out = run(sluice_bin, "train", str(cfg))
     assert out.returncode == 2
-    assert "samples.train record 777: dense feature 1 is nan" in one_line(out)
+    line = one_line(out)
+    assert "samples.train record 777: dense feature 1 is nan" in line and "samples/train.bin" in line, line
 
 
 def test_a_diverging_loss_stops_the_run_naming_the_step(sluice_bin, datasets, tmp_path):

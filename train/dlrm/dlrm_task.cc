@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/clock.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/fingerprint.h"
 #include "train/run_dir.h"
@@ -16,25 +17,12 @@ namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 }  // namespace
 
 DlrmTask::DlrmTask(DlrmConfig config) : cfg_(std::move(config)) {
-  settings_.task = cfg_.task;
-  settings_.dataset = cfg_.dataset;
-  settings_.run_dir = cfg_.run_dir;
-  settings_.epochs = cfg_.train.epochs;
-  settings_.checkpoint_every = cfg_.checkpoint_every;
-  settings_.progress = cfg_.progress;
-  settings_.eval_every = cfg_.eval.every;
-  settings_.patience = cfg_.eval.patience;
-  settings_.seed = cfg_.train.seed;
-  settings_.threads = cfg_.threads;
+  settings_ = RunSettingsOf(cfg_);
   in_memory_ = cfg_.storage.mode == "in_memory";
   rocksdb_ = !in_memory_ && cfg_.storage.backend == "rocksdb";
   tables_dir_ = cfg_.run_dir + "/tables";
@@ -247,9 +235,11 @@ Status DlrmTask::ReadBatch(const RowBatch& b, const std::string& split, torch::T
     for (uint32_t k = 0; k < rec_.dense; ++k) {
       const float v = dp[i * rec_.dense + k];
       if (!std::isfinite(v)) {
+        auto file = dataset_.File("samples." + split);
         return InvalidArgument(where + ": dense feature " + std::to_string(k) + " is " +
-                               (std::isnan(v) ? "nan" : "infinite") +
-                               " (fix the data; sluice_prep writes only finite values)");
+                               (std::isnan(v) ? "nan" : "infinite") + " (in " +
+                               (file.ok() ? dataset_.PathOf(**file) : split) +
+                               "; fix the data: sluice_prep writes only finite values)");
       }
     }
   }
@@ -277,14 +267,14 @@ Result<double> DlrmTask::TrainStep(RowBatch& b) {
   const int64_t n = b.samples, u = static_cast<int64_t>(b.unique.size());
   const int64_t d = tables_->width(), tables = tables_->tables();
   torch::Tensor emb = GatherRows(b).requires_grad_(true);
-  time_.gather_s += Since(start);
+  time_.gather_s += SecondsSince(start);
   start = Clock::now();
   torch::Tensor logits = net_->forward(dense, emb);
   torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits, labels);
   opt_->zero_grad();
   loss.backward();
   opt_->step();
-  time_.compute_s += Since(start);
+  time_.compute_s += SecondsSince(start);
   start = Clock::now();
   torch::Tensor g = emb.grad().reshape({n * tables, d}).contiguous();
   const float* gp = g.data_ptr<float>();
@@ -296,7 +286,7 @@ Result<double> DlrmTask::TrainStep(RowBatch& b) {
   }
   UpdateRows(tables_->optimizer(), reinterpret_cast<float* const*>(b.rows.data()), sums.data(), 0,
              u, d, static_cast<float>(cfg_.train.lr));
-  time_.update_s += Since(start);
+  time_.update_s += SecondsSince(start);
   return loss.item<double>();
 }
 
@@ -330,7 +320,7 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, St
     Status st;
     auto w = Clock::now();
     RowBatch* b = p->WaitReady(s - first, st);
-    time_.wait_s += Since(w);
+    time_.wait_s += SecondsSince(w);
     if (b == nullptr) {
       (void)FinishPass(*p);
       return st;

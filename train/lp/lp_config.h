@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/thread_plan.h"
 #include "storage/io_session.h"
+#include "train/run_config.h"
 
 namespace sluice {
 
@@ -146,17 +147,7 @@ struct LpConfig {
   void VisitFields(V& v) {
     v.Field("task", task, "link_prediction (or recommendation: see configs/movielens_dlrm.yaml)",
             OneOf({"link_prediction"}));
-    v.Field("dataset", dataset, "dataset directory (written by scripts/sluice_prep.py)");
-    v.Field("run_dir", run_dir, "run directory: tables, checkpoints, metrics, summary");
-    v.Field("checkpoint_every", checkpoint_every, "checkpoint every N epochs (0: at the end only)",
-            InRange(0, 100000));
-    v.Field("progress", progress, "print a progress bar on stderr");
-    v.Section("model", model, "the model");
-    v.Section("train", train, "training");
-    v.Section("eval", eval, "evaluation");
-    v.Section("storage", storage, "where the tables live");
-    v.Section("threads", threads, "thread plan");
-    v.Section("io", io, "io layer");
+    VisitRunFields(v, *this);
   }
 };
 

@@ -5,16 +5,13 @@
 #include <chrono>
 #include <memory>
 
+#include "common/clock.h"
 #include "storage/io_session.h"
 
 namespace sluice {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 constexpr uint32_t kNoState = ~uint32_t{0};
 
@@ -84,7 +81,7 @@ Status LpEpoch::WaitBlocks(uint64_t s) {
   if (prefetcher_ == nullptr) return Status::Ok();
   auto w = Clock::now();
   Status ready = prefetcher_->WaitReady(s - first_);
-  ctx_.stats.wait_s += Since(w);
+  ctx_.stats.wait_s += SecondsSince(w);
   if (!ready.ok()) return ready;
   for (BlockId b : states_[steps_[s].state].blocks) block_base_[b] = ctx_.cache->block_data(b);
   return Status::Ok();
@@ -104,7 +101,7 @@ Status LpEpoch::EnterState(uint64_t s) {
     read = ctx_.schedule.LoadStateEdges(epoch_, states_[state], state_edges_);
   }
   reading_state_ = kNoState;
-  ctx_.stats.edges_s += Since(r);
+  ctx_.stats.edges_s += SecondsSince(r);
   if (!read.ok()) return read;
   loaded_state_ = state;
   uint64_t t = s + 1;
@@ -130,7 +127,7 @@ LpSampled LpEpoch::TakeSample(uint64_t s) {
     sampled = ctx_.stepper.Sample(steps_[s], state_edges_, ctx_.schedule, epoch_, s,
                                   states_[steps_[s].state].blocks);
   }
-  ctx_.stats.sample_s += Since(w);
+  ctx_.stats.sample_s += SecondsSince(w);
   sampling_next_ = s + 1 < steps_.size() && steps_[s + 1].state == steps_[s].state;
   if (sampling_next_) {
     ahead_.run([this, s] {

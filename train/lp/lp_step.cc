@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/clock.h"
 #include "sampler/negatives.h"
 #include "sampler/random.h"
 #include "train/row_optimizers.h"
@@ -14,11 +15,7 @@
 namespace sluice {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 torch::Tensor IndexTensor(std::vector<int64_t>& v) {
   return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
@@ -97,7 +94,7 @@ LpSampled LpStepper::Sample(const LpStep& step, const StateEdges& edges,
     out.head_neg = negatives.Sample({tc.seed, epoch, 2 * index + 1}, out.chunks, out.per_chunk);
   }
   UniqueIds(out);
-  times_.sampler_busy_s += Since(t0);
+  times_.sampler_busy_s += SecondsSince(t0);
   return out;
 }
 
@@ -307,7 +304,7 @@ double LpStepper::Train(LpSampled& sampled, const std::vector<std::byte*>& block
     AdagradRows(rows.data(), gp, range.begin(), range.end(), d, lr);
   });
   rel_opt_->step();
-  times_.update_s += Since(t3);
+  times_.update_s += SecondsSince(t3);
   return g.loss;
 }
 

@@ -87,16 +87,7 @@ class LpTask : public Task {
 };
 
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
-  settings_.task = cfg_.task;
-  settings_.dataset = cfg_.dataset;
-  settings_.run_dir = cfg_.run_dir;
-  settings_.epochs = cfg_.train.epochs;
-  settings_.checkpoint_every = cfg_.checkpoint_every;
-  settings_.progress = cfg_.progress;
-  settings_.eval_every = cfg_.eval.every;
-  settings_.patience = cfg_.eval.patience;
-  settings_.seed = cfg_.train.seed;
-  settings_.threads = cfg_.threads;
+  settings_ = RunSettingsOf(cfg_);
   table_path_ = cfg_.run_dir + "/tables/nodes.bin";
   in_memory_ = cfg_.storage.mode == "in_memory";
 }

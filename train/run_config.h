@@ -1,0 +1,44 @@
+#pragma once
+// What every task's config shares, listed once: the top-level keys after `task` (dataset,
+// run_dir, checkpoint_every, progress and the model/train/eval/storage/threads/io sections),
+// and the RunSettings the runner reads from them. A task's config struct calls
+// VisitRunFields from its VisitFields; its train section has `epochs` and `seed`, its eval
+// section `every` and `patience`.
+
+#include "common/config.h"
+#include "train/task.h"
+
+namespace sluice {
+
+template <class V, class Config>
+void VisitRunFields(V& v, Config& c) {
+  v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");
+  v.Field("run_dir", c.run_dir, "run directory: tables, checkpoints, metrics, summary");
+  v.Field("checkpoint_every", c.checkpoint_every, "checkpoint every N epochs (0: at the end only)",
+          InRange(0, 100000));
+  v.Field("progress", c.progress, "print a progress bar on stderr");
+  v.Section("model", c.model, "the model");
+  v.Section("train", c.train, "training");
+  v.Section("eval", c.eval, "evaluation");
+  v.Section("storage", c.storage, "where the tables live");
+  v.Section("threads", c.threads, "thread plan");
+  v.Section("io", c.io, "io layer");
+}
+
+template <class Config>
+RunSettings RunSettingsOf(const Config& c) {
+  RunSettings s;
+  s.task = c.task;
+  s.dataset = c.dataset;
+  s.run_dir = c.run_dir;
+  s.epochs = c.train.epochs;
+  s.checkpoint_every = c.checkpoint_every;
+  s.progress = c.progress;
+  s.eval_every = c.eval.every;
+  s.patience = c.eval.patience;
+  s.seed = c.train.seed;
+  s.threads = c.threads;
+  return s;
+}
+
+}  // namespace sluice
