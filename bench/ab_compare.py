@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Does a change cost speed? Alternates two checkouts' benchmarks (A B A B ...) and reports each
-pair's ratio and the median ratio per configuration (> 1: the new checkout is slower).
+"""Does a change cost speed? Alternates two checkouts' benchmarks (A B, B A, A B, ...) and reports
+each pair's ratio and the median ratio per configuration (> 1: the new checkout is slower).
 
 Each checkout runs its own bench/ scripts with its own binary (build/release/train/sluice), so
 a change to the scripts themselves is compared too. The benchmarks are the ones the training
@@ -95,8 +95,14 @@ def main() -> int:
         for bench, script, higher_better in benches:
             base, new = args.base.resolve(), args.new.resolve()
             shared = args.scripts == "new" and bench != "sampler"  # (its C++ bench is per checkout)
-            a = run_one(base, script, new if shared else base)
-            b = run_one(new, script, new)
+            # A B in odd pairs, B A in even ones: whatever the first run leaves behind (dirty
+            # pages, a warm cache, heat) falls on both alike.
+            if pair % 2 == 0:
+                a = run_one(base, script, new if shared else base)
+                b = run_one(new, script, new)
+            else:
+                b = run_one(new, script, new)
+                a = run_one(base, script, new if shared else base)
             for config in sorted(set(a) & set(b)):
                 r = a[config] / b[config] if higher_better else b[config] / a[config]
                 ratios.setdefault((bench, config), []).append(r)
