@@ -1,17 +1,13 @@
 #include "prefetch/row_prefetcher.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/crash_point.h"
 
 namespace sluice {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 uint64_t HashKey(const RowKey& k) {
   uint64_t x = k.id ^ (uint64_t{k.table} * 0x9E3779B97F4A7C15ull);
@@ -63,223 +59,172 @@ void MemoryRows::ForEach(const std::function<void(const RowKey&, std::byte*)>& f
   for (const auto& [key, i] : index_) f(key, chunks_[i / kChunkRows].get() + (i % kChunkRows) * row_bytes_);
 }
 
-RowPrefetcher::RowPrefetcher(RowCache* cache, std::byte* arena, uint32_t row_bytes,
-                             RowBacking* backing, RowPrefetcherOptions options, Source source)
-    : cache_(cache),
-      arena_(arena),
-      row_bytes_(row_bytes),
-      backing_(backing),
-      options_(std::move(options)),
-      source_(std::move(source)) {
-  window_ = cache_->options().window_steps;
-  SLUICE_CHECK(cache_->options().protect_steps >= options_.run_ahead,
-               "the row cache must protect the steps io runs ahead");
-}
-
-RowPrefetcher::RowPrefetcher(MemoryRows* memory, RowPrefetcherOptions options, Source source)
-    : memory_(memory), options_(std::move(options)), source_(std::move(source)) {}
-
-RowPrefetcher::~RowPrefetcher() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void RowPrefetcher::Start() {
-  ring_.resize(window_ + options_.run_ahead + 2);
-  thread_ = std::thread([this] { Run(); });
-}
-
-void RowPrefetcher::Run() {
-  Status s;
-  if (cache_ != nullptr) {
-    // A ring belongs to the thread that submits to it (io_uring's single-issuer rule).
-    auto session = IoSession::Create(options_.io);
-    if (session.ok()) {
-      io_session_ = std::move(*session);
-    } else {
-      s = session.status();
-    }
-  }
-  if (s.ok()) s = RunSteps();
-  io_session_.reset();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!s.ok() && error_.ok()) error_ = s;
-  finished_ = true;
-  cv_.notify_all();
-}
-
-// Reads step t from the source into its ring entry and finds its distinct rows.
-Status RowPrefetcher::Fill(uint64_t t, bool& more) {
-  auto start = std::chrono::steady_clock::now();
-  RowBatch& b = ring_[t % ring_.size()];
-  b.step = t;
-  b.samples = 0;
-  b.records.clear();
-  b.keys.clear();
-  SLUICE_ASSIGN_OR_RETURN(more, source_(t, b));
-  if (!more) return Status::Ok();
+void RowDeduper::Dedupe(RowBatch& b) {
   const size_t n = b.keys.size();
   uint64_t size = 64;
   while (size < 2 * n) size *= 2;
-  if (dedupe_slot_.size() < size) {
-    dedupe_slot_.assign(size, 0);
-    dedupe_stamp_.assign(size, 0);
+  if (slot_.size() < size) {
+    slot_.assign(size, 0);
+    stamp_.assign(size, 0);
   }
   const uint64_t mask = size - 1;
-  ++stamp_;
+  ++call_;
   b.unique.clear();
   b.inverse.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const RowKey& k = b.keys[i];
     for (uint64_t h = HashKey(k) & mask;; h = (h + 1) & mask) {
-      if (dedupe_stamp_[h] != stamp_) {
-        dedupe_stamp_[h] = stamp_;
-        dedupe_slot_[h] = static_cast<uint32_t>(b.unique.size());
+      if (stamp_[h] != call_) {
+        stamp_[h] = call_;
+        slot_[h] = static_cast<uint32_t>(b.unique.size());
         b.inverse[i] = static_cast<uint32_t>(b.unique.size());
         b.unique.push_back(k);
         break;
       }
-      if (b.unique[dedupe_slot_[h]] == k) {
-        b.inverse[i] = dedupe_slot_[h];
+      if (b.unique[slot_[h]] == k) {
+        b.inverse[i] = slot_[h];
         break;
       }
     }
   }
-  if (cache_ != nullptr) cache_->Append(b.unique);
-  read_.busy_s += Since(start);
-  return Status::Ok();
 }
 
-Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b) {
-  auto start = std::chrono::steady_clock::now();
-  b.rows.resize(b.unique.size());
-  if (memory_ != nullptr) {
-    for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = memory_->Row(b.unique[i]);
-    plan_.busy_s += Since(start);
-    return Status::Ok();
-  }
-  RowStepPlan& plan = plan_scratch_;
-  SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
-  plan_.busy_s += Since(start);
-  // Wait until the rows this step evicts are final: compute has passed t - run_ahead, or has
-  // stopped for good (Stop). A planned step's io always runs: the cache already counts its
-  // evictions as done, so skipping their write-backs would lose updates.
-  start = std::chrono::steady_clock::now();
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return stop_ || computed_ + options_.run_ahead >= t; });
-  }
-  io_.wait_s += Since(start);
-  start = std::chrono::steady_clock::now();
-  const size_t rb = row_bytes_;
-  if (!plan.write_keys.empty()) {
-    staging_.resize(plan.write_keys.size() * rb);
-    for (size_t i = 0; i < plan.write_keys.size(); ++i) {
-      std::memcpy(staging_.data() + i * rb, arena_ + uint64_t{plan.write_slots[i]} * rb, rb);
-    }
-    SLUICE_RETURN_IF_ERROR(backing_->Write(*io_session_, plan.write_keys, staging_.data()));
-    rows_written_ += plan.write_keys.size();
-    CrashPoint("write_back");  // tests: a kill -9 between a step's write-backs and its loads
-  }
-  if (!plan.load_keys.empty()) {
-    staging_.resize(plan.load_keys.size() * rb);
-    SLUICE_RETURN_IF_ERROR(backing_->Read(*io_session_, plan.load_keys, staging_.data()));
-    for (size_t i = 0; i < plan.load_keys.size(); ++i) {
-      std::memcpy(arena_ + uint64_t{plan.load_slots[i]} * rb, staging_.data() + i * rb, rb);
-    }
-    rows_loaded_ += plan.load_keys.size();
-  }
-  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * rb;
-  io_.busy_s += Since(start);
-  return Status::Ok();
+RowPrefetcher::RowPrefetcher(RowCache* cache, std::byte* arena, uint32_t row_bytes,
+                             RowBacking* backing, RowPrefetcherOptions options, RunAheadRing* ring,
+                             uint32_t stage, BatchOf batch_of)
+    : cache_(cache), arena_(arena), row_bytes_(row_bytes), backing_(backing),
+      options_(std::move(options)), ring_(ring), stage_(stage), batch_of_(std::move(batch_of)) {
+  window_ = cache_->options().window_steps;
+  SLUICE_CHECK(cache_->options().protect_steps >= options_.run_ahead,
+               "the row cache must protect the steps io runs ahead");
+  SLUICE_CHECK(ring_->capacity() >= window_ + options_.run_ahead + 2,
+               "the ring must hold the window and the steps in flight");
 }
 
-Status RowPrefetcher::RunSteps() {
-  uint64_t filled = 0;
-  bool more = true;
-  const uint64_t ring = ring_.size();
-  for (uint64_t t = 0;; ++t) {
-    // Read ahead to the end of step t's window; a ring entry is reused only once its step
-    // computed (the window is shorter than the ring, so this waits only in memory mode).
-    while (more && filled <= t + window_) {
-      {
-        auto start = std::chrono::steady_clock::now();
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || filled < computed_ + ring; });
-        if (stop_) return Aborted("prefetcher stopped");
-        read_.wait_s += Since(start);
+RowPrefetcher::RowPrefetcher(MemoryRows* memory, RowPrefetcherOptions options, RunAheadRing* ring,
+                             uint32_t stage, BatchOf batch_of)
+    : memory_(memory), options_(std::move(options)), ring_(ring), stage_(stage),
+      batch_of_(std::move(batch_of)) {}
+
+RowPrefetcher::~RowPrefetcher() {
+  if (thread_.joinable()) {
+    ring_->Abort(Aborted("row prefetcher destroyed while running"));
+    thread_.join();
+  }
+}
+
+void RowPrefetcher::Start() {
+  thread_ = std::thread([this] {
+    if (cache_ != nullptr) {
+      // A ring belongs to the thread that submits to it (io_uring's single-issuer rule).
+      auto session = IoSession::Create(options_.io);
+      if (session.ok()) {
+        io_session_ = std::move(*session);
+      } else {
+        status_ = session.status();
       }
-      SLUICE_RETURN_IF_ERROR(Fill(filled, more));
-      if (more) ++filled;
     }
-    if (t >= filled) {
-      std::lock_guard<std::mutex> lock(mu_);
-      total_steps_ = filled;
-      cv_.notify_all();
-      return Status::Ok();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return Aborted("prefetcher stopped");
-    }
-    SLUICE_RETURN_IF_ERROR(RunIo(t, ring_[t % ring]));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ready_ = t + 1;
-      cv_.notify_all();
-    }
-    if (backing_ != nullptr) {  // the backing's own read-ahead, once step t is on its way
-      const auto start = std::chrono::steady_clock::now();
-      SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, t));
-      io_.busy_s += Since(start);
-    }
-  }
+    if (status_.ok()) status_ = RunSteps();
+    io_session_.reset();
+    if (!status_.ok()) ring_->Abort(status_);
+  });
 }
 
-RowBatch* RowPrefetcher::WaitReady(uint64_t t, Status& status) {
-  auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return ready_ > t || !error_.ok() || finished_ || stop_; });
-  compute_wait_s_ += Since(start);
-  if (ready_ > t) {
-    status = Status::Ok();
-    return &ring_[t % ring_.size()];
-  }
-  if (!error_.ok()) {
-    status = error_;
-  } else if (stop_) {
-    status = Aborted("prefetcher stopped");
-  } else {
-    status = OutOfRange("step " + std::to_string(t) + " does not exist (the source ended at " +
-                        std::to_string(total_steps_) + " steps)");
-  }
-  return nullptr;
-}
-
-void RowPrefetcher::Computed(uint64_t t) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (t + 1 > computed_) computed_ = t + 1;
-  cv_.notify_all();
-}
-
-Status RowPrefetcher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+Status RowPrefetcher::Join() {
   if (thread_.joinable()) thread_.join();
   if (cache_ != nullptr) {
     cache_->DropWindow();
     cache_->ReleaseProtected();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!error_.ok() && error_.code() != StatusCode::kAborted) return error_;
+  return status_;
+}
+
+RingWait RowPrefetcher::AppendUntil(uint64_t until, uint64_t& appended) {
+  while (appended <= until) {
+    const auto start = SteadyClock::now();
+    const RingWait w = ring_->WaitPublished(stage_ - 1, appended);
+    plan_.wait_s += SecondsSince(start);
+    if (w != RingWait::kOk) return w;
+    if (cache_ != nullptr) cache_->Append(batch_of_(appended).unique);
+    ++appended;
+  }
+  return RingWait::kOk;
+}
+
+Status RowPrefetcher::WriteBacks(const RowStepPlan& plan) {
+  if (plan.write_keys.empty()) return Status::Ok();
+  const size_t rb = row_bytes_;
+  staging_.resize(plan.write_keys.size() * rb);
+  for (size_t i = 0; i < plan.write_keys.size(); ++i) {
+    std::memcpy(staging_.data() + i * rb, arena_ + uint64_t{plan.write_slots[i]} * rb, rb);
+  }
+  SLUICE_RETURN_IF_ERROR(backing_->Write(*io_session_, plan.write_keys, staging_.data()));
+  rows_written_ += plan.write_keys.size();
+  CrashPoint("write_back");  // tests: a kill -9 between a step's write-backs and its loads
   return Status::Ok();
+}
+
+Status RowPrefetcher::Loads(const RowStepPlan& plan) {
+  if (plan.load_keys.empty()) return Status::Ok();
+  const size_t rb = row_bytes_;
+  staging_.resize(plan.load_keys.size() * rb);
+  SLUICE_RETURN_IF_ERROR(backing_->Read(*io_session_, plan.load_keys, staging_.data()));
+  for (size_t i = 0; i < plan.load_keys.size(); ++i) {
+    std::memcpy(arena_ + uint64_t{plan.load_slots[i]} * rb, staging_.data() + i * rb, rb);
+  }
+  rows_loaded_ += plan.load_keys.size();
+  return Status::Ok();
+}
+
+Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b, bool& stopped) {
+  auto start = SteadyClock::now();
+  b.rows.resize(b.unique.size());
+  if (memory_ != nullptr) {
+    for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = memory_->Row(b.unique[i]);
+    plan_.busy_s += SecondsSince(start);
+    return Status::Ok();
+  }
+  RowStepPlan& plan = plan_scratch_;
+  SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
+  plan_.busy_s += SecondsSince(start);
+  // Wait until the rows this step evicts are final: compute has passed t - run_ahead, or has
+  // stopped for good. A planned step's io always runs (unless the pass was aborted): the cache
+  // already counts its evictions as done, so skipping their write-backs would lose updates.
+  start = SteadyClock::now();
+  const RingWait w = ring_->WaitComputed(t > options_.run_ahead ? t - options_.run_ahead : 0);
+  io_.wait_s += SecondsSince(start);
+  if (w == RingWait::kAborted) return Aborted("pass aborted");
+  stopped = w == RingWait::kStopped;
+  start = SteadyClock::now();
+  SLUICE_RETURN_IF_ERROR(WriteBacks(plan));
+  SLUICE_RETURN_IF_ERROR(Loads(plan));
+  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  io_.busy_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status RowPrefetcher::RunSteps() {
+  uint64_t appended = 0;
+  for (uint64_t t = 0;; ++t) {
+    // The window: the steps up to t + window are known to the planner before step t is planned.
+    const RingWait w = AppendUntil(t + window_, appended);
+    if (w == RingWait::kStopped || w == RingWait::kAborted) return Status::Ok();
+    if (t >= appended) {
+      ring_->End(stage_, appended);
+      return Status::Ok();
+    }
+    bool stopped = false;
+    Status s = RunIo(t, batch_of_(t), stopped);
+    if (s.code() == StatusCode::kAborted) return Status::Ok();
+    SLUICE_RETURN_IF_ERROR(s);
+    if (stopped) return Status::Ok();
+    ring_->Publish(stage_, t);
+    if (backing_ != nullptr) {  // the backing's own read-ahead, once step t is on its way
+      const auto start = SteadyClock::now();
+      SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, t));
+      io_.busy_s += SecondsSince(start);
+    }
+  }
 }
 
 Status FlushRowCache(RowCache& cache, const std::byte* arena, uint32_t row_bytes,

@@ -1,13 +1,13 @@
 #pragma once
-// RowPrefetcher: the pipeline's read -> dedupe -> plan -> io stages for row-granular training
-// (recommendation models: every step needs a few thousand rows of many tables).
+// Row-granular pipelines (recommendation models, node features): every step needs a few
+// thousand rows of one or more tables.
 //
-// One thread reads step after step from a source (the sample file, read sequentially ahead),
-// finds each step's distinct rows in first-occurrence order, appends them to the row cache's
-// lookahead window, plans each step and runs its io: write-backs of evicted dirty rows first,
-// then loads (a row absent from the backing store gets its initial value). Compute calls
-// WaitReady(t), reads and updates the step's rows through the pointers it gets, and calls
-// Computed(t).
+// RowPrefetcher is the planner + io stage (stage 1 of a RunAheadRing; the sampler stage 0
+// fills each step's RowBatch: records, keys, and its distinct rows in first-occurrence order).
+// It appends each step's distinct rows to the row cache's lookahead window `window` steps
+// ahead, plans the step, and runs its io: write-backs of evicted dirty rows first, then loads
+// (a row absent from the backing store gets its initial value); then it publishes the step
+// with every row's address. Compute reads and updates the rows through those addresses.
 //
 // Why it is exact: a step's plan only evicts rows last used at least run_ahead + 1 steps
 // earlier, and its io is issued only once compute has finished those steps, so a write-back
@@ -15,17 +15,14 @@
 // write-backs finish before loads start, and steps' io runs in order on one thread, so a row
 // written back is on disk before it can be read again.
 //
-// In memory (no cache, no io) the same thread resolves rows to their place in RAM, so the two
-// modes feed compute the same batches in the same order.
-//
-// Bounded: at most window + run_ahead + 2 steps exist at once (a ring). Every stage records busy
-// and wait time; an error stops the pipeline and WaitReady returns it.
+// In memory (no cache, no io) the same stage resolves rows to their place in RAM, so the two
+// modes feed compute the same batches in the same order. The ring's capacity bounds the steps
+// that exist at once (window + run_ahead + 2). Records busy and wait time.
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -33,12 +30,13 @@
 #include "cache/row_cache.h"
 #include "common/aligned_buffer.h"
 #include "common/status.h"
-#include "prefetch/block_prefetcher.h"
+#include "prefetch/run_ahead_ring.h"
 #include "storage/io_session.h"
 
 namespace sluice {
 
-// Where rows live when they are not cached: a row file, a RocksDB table.
+// Where rows live when they are not cached: a row file, a RocksDB table, RAM, a dataset array
+// (prefetch/row_backings.h).
 class RowBacking {
  public:
   virtual ~RowBacking() = default;
@@ -66,6 +64,7 @@ class MemoryRows {
   bool dense() const { return !offsets_.empty(); }
   uint64_t rows() const { return dense() ? offsets_.back() : index_.size(); }
   uint64_t bytes() const;
+  uint32_t row_bytes() const { return row_bytes_; }
   // Calls f(key, row) for every row (dense: all, in order; hashed: the created ones).
   void ForEach(const std::function<void(const RowKey&, std::byte*)>& f);
 
@@ -84,15 +83,27 @@ class MemoryRows {
   std::vector<std::unique_ptr<std::byte[]>> chunks_;
 };
 
-// One step as compute sees it.
+// One step's rows as compute sees them.
 struct RowBatch {
   uint64_t step = 0;
   uint32_t samples = 0;
-  std::vector<std::byte> records;  // source: the step's sample records
-  std::vector<RowKey> keys;        // source: each sample's row per table, sample-major
+  std::vector<std::byte> records;  // the step's sample records (when the source has any)
+  std::vector<RowKey> keys;        // each use's row (DLRM: sample-major, a row per table)
   std::vector<RowKey> unique;      // distinct keys, in first-occurrence order
   std::vector<uint32_t> inverse;   // per key: its index in `unique`
   std::vector<std::byte*> rows;    // per distinct key: its row (valid until Computed)
+};
+
+// Finds a batch's distinct rows (open addressing, stamped per call: no clearing, no
+// allocation once grown). One thread.
+class RowDeduper {
+ public:
+  void Dedupe(RowBatch& batch);
+
+ private:
+  std::vector<uint32_t> slot_;
+  std::vector<uint64_t> stamp_;
+  uint64_t call_ = 0;
 };
 
 struct RowPrefetcherOptions {
@@ -103,41 +114,39 @@ struct RowPrefetcherOptions {
 
 class RowPrefetcher {
  public:
-  // Fills batch.records, batch.samples and batch.keys for step t; false when no steps remain.
-  using Source = std::function<Result<bool>(uint64_t t, RowBatch& batch)>;
+  // Step t's batch (its slot in the sampler stage).
+  using BatchOf = std::function<RowBatch&(uint64_t t)>;
 
   // Out of core: rows pass through `cache` (its arena of cache->capacity_rows() rows of
-  // row_bytes at `arena`) from and to `backing`.
+  // row_bytes at `arena`) from and to `backing`. Publishes as `stage` of `ring`, after step t
+  // was published by stage - 1 (every pointer must outlive the stage).
   RowPrefetcher(RowCache* cache, std::byte* arena, uint32_t row_bytes, RowBacking* backing,
-                RowPrefetcherOptions options, Source source);
+                RowPrefetcherOptions options, RunAheadRing* ring, uint32_t stage, BatchOf batch_of);
   // In memory.
-  RowPrefetcher(MemoryRows* memory, RowPrefetcherOptions options, Source source);
+  RowPrefetcher(MemoryRows* memory, RowPrefetcherOptions options, RunAheadRing* ring,
+                uint32_t stage, BatchOf batch_of);
+  // Aborts the ring if the stage still runs, then joins.
   ~RowPrefetcher();
   RowPrefetcher(const RowPrefetcher&) = delete;
   RowPrefetcher& operator=(const RowPrefetcher&) = delete;
 
   void Start();
-  // Blocks until step t's rows are in place; nullptr with `status` set when the source ended
-  // before t or the pipeline failed.
-  RowBatch* WaitReady(uint64_t t, Status& status);
-  void Computed(uint64_t t);
-  // Stops after the step being planned (if any; its io completes, so the cache stays
-  // consistent); the cache's window and protection are reset, so the cache may serve another
-  // pass. Call only once compute has stopped for good. Returns the pipeline's error, if any.
-  Status Stop();
+  // Waits for the thread (the ring ended, stopped or aborted); resets the cache's window and
+  // protection so it may serve another pass; returns the stage's own error.
+  Status Join();
 
-  StageTime read_time() const { return read_; }    // source + dedupe
   StageTime plan_time() const { return plan_; }
   StageTime io_time() const { return io_; }
-  double compute_wait_s() const { return compute_wait_s_; }
   uint64_t rows_loaded() const { return rows_loaded_; }
   uint64_t rows_written() const { return rows_written_; }
 
  private:
-  void Run();
   Status RunSteps();
-  Status Fill(uint64_t t, bool& more);
-  Status RunIo(uint64_t t, RowBatch& batch);
+  // Appends the steps up to `until` to the cache's window; false when the pass ended there.
+  RingWait AppendUntil(uint64_t until, uint64_t& appended);
+  Status RunIo(uint64_t t, RowBatch& batch, bool& stopped);
+  Status WriteBacks(const RowStepPlan& plan);
+  Status Loads(const RowStepPlan& plan);
 
   RowCache* cache_ = nullptr;
   std::byte* arena_ = nullptr;
@@ -145,28 +154,16 @@ class RowPrefetcher {
   RowBacking* backing_ = nullptr;
   MemoryRows* memory_ = nullptr;
   RowPrefetcherOptions options_;
-  Source source_;
+  RunAheadRing* ring_;
+  uint32_t stage_;
+  BatchOf batch_of_;
   uint32_t window_ = 0;
-  std::vector<RowBatch> ring_;
   std::unique_ptr<IoSession> io_session_;
   RowStepPlan plan_scratch_;
   std::vector<std::byte> staging_;
-  // Dedupe scratch: open addressing over key indices, stamped per step.
-  std::vector<uint32_t> dedupe_slot_;
-  std::vector<uint64_t> dedupe_stamp_;
-  uint64_t stamp_ = 0;
-
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t ready_ = 0;     // steps [0, ready_) are in place
-  uint64_t computed_ = 0;  // steps [0, computed_) have computed
-  uint64_t total_steps_ = ~uint64_t{0};
-  bool stop_ = false;
-  bool finished_ = false;
-  Status error_;
-  StageTime read_, plan_, io_;
-  double compute_wait_s_ = 0;
+  Status status_;  // the thread's result, read after Join
+  StageTime plan_, io_;
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
 };
 

@@ -73,6 +73,9 @@ struct IoRequest {
   uint32_t length_bytes = 0;
   std::byte* buffer = nullptr;
   Status status;  // set by the executor
+  // Reads only: when non-zero, the file may end after this many bytes of the request (an
+  // unpadded file's last aligned extent under O_DIRECT); the rest of the buffer is undefined.
+  uint32_t min_bytes = 0;
 };
 
 // A non-owning reference to a callable (no allocation), for the executor's callbacks.

@@ -101,6 +101,33 @@ Result<std::unique_ptr<RowFile>> RowFile::Open(const std::string& path, uint32_t
   return std::unique_ptr<RowFile>(new RowFile(std::move(file), row_bytes, num_rows, options));
 }
 
+Result<std::unique_ptr<RowFile>> RowFile::OpenArray(const std::string& path, uint32_t row_bytes,
+                                                    uint64_t num_rows,
+                                                    const RowFileOptions& options) {
+  if (row_bytes == 0) return InvalidArgument("array " + path + ": row width must be > 0");
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, options.direct));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t size, file.SizeBytes());
+  if (size != num_rows * row_bytes) {
+    return Corruption("array " + path + " is " + std::to_string(size) + " bytes; " +
+                      std::to_string(num_rows) + " rows of " + std::to_string(row_bytes) +
+                      " bytes need " + std::to_string(num_rows * row_bytes) +
+                      (size < num_rows * row_bytes ? " (truncated?)" : ""));
+  }
+  std::unique_ptr<RowFile> f(new RowFile(std::move(file), row_bytes, num_rows, options));
+  f->array_ = true;
+  return f;
+}
+
+IoRequest RowFile::ReadRequest(uint64_t offset, uint32_t length, std::byte* buffer) const {
+  IoRequest r{IoKind::kRead, &file_, offset, length, buffer, {}};
+  if (array_) {
+    const uint64_t end = uint64_t{row_bytes_} * num_rows_;
+    r.min_bytes = static_cast<uint32_t>(std::min<uint64_t>(length, end > offset ? end - offset : 0));
+    if (r.min_bytes == length) r.min_bytes = 0;  // the whole extent is in the file
+  }
+  return r;
+}
+
 Status RowFile::CheckIds(std::span<const uint64_t> ids) const {
   for (uint64_t id : ids) {
     if (id >= num_rows_) {
@@ -194,8 +221,7 @@ Status RowFile::ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte
   const auto& extents = io.extents();
   auto prepare = [&](size_t index, uint32_t slot) {
     IoRequest& r = io.slot_request(slot);
-    r = IoRequest{IoKind::kRead, &file_, extents[index].offset_bytes,
-                  extents[index].length_bytes, io.slot_buffer(slot), {}};
+    r = ReadRequest(extents[index].offset_bytes, extents[index].length_bytes, io.slot_buffer(slot));
     return &r;
   };
   auto complete = [&](size_t index, uint32_t, IoRequest& r) {
@@ -222,8 +248,7 @@ Status RowFile::ReadRange(IoSession& io, uint64_t first_row, uint64_t count,
   const auto& extents = io.extents();
   auto prepare = [&](size_t index, uint32_t slot) {
     IoRequest& r = io.slot_request(slot);
-    r = IoRequest{IoKind::kRead, &file_, extents[index].offset_bytes,
-                  extents[index].length_bytes, io.slot_buffer(slot), {}};
+    r = ReadRequest(extents[index].offset_bytes, extents[index].length_bytes, io.slot_buffer(slot));
     return &r;
   };
   auto complete = [&](size_t, uint32_t, IoRequest& r) {

@@ -41,6 +41,10 @@ class RowFile {
   static Result<std::unique_ptr<RowFile>> Open(const std::string& path, uint32_t row_bytes,
                                                uint64_t num_rows, bool writable,
                                                const RowFileOptions& options);
+  // Opens an array of a dataset read-only: exactly num_rows * row_bytes bytes, not padded (as
+  // numpy writes it). Reads of its last extent stop at the file's end.
+  static Result<std::unique_ptr<RowFile>> OpenArray(const std::string& path, uint32_t row_bytes,
+                                                    uint64_t num_rows, const RowFileOptions& options);
   // The file's size: num_rows * row_bytes rounded up to kDirectAlignBytes.
   static uint64_t FileBytes(uint32_t row_bytes, uint64_t num_rows);
 
@@ -79,6 +83,8 @@ class RowFile {
   class StripeLock;
 
   RowFile(File file, uint32_t row_bytes, uint64_t num_rows, const RowFileOptions& options);
+  // A read request of extent [offset, offset + length) (an array's last one may stop at its end).
+  IoRequest ReadRequest(uint64_t offset, uint32_t length, std::byte* buffer) const;
   // The part of row `id` inside extent `e` (rows may straddle two extents).
   struct Span {
     uint32_t row_offset;     // from the row's first byte
@@ -103,6 +109,7 @@ class RowFile {
   uint32_t row_bytes_;
   uint64_t num_rows_;
   RowFileOptions options_;
+  bool array_ = false;  // unpadded (OpenArray): read-only, may end inside its last extent
   mutable std::array<std::shared_mutex, kStripes> stripes_;
 };
 

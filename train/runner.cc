@@ -332,7 +332,10 @@ Status Runner::Finish() {
   sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s, evaluation " +
            FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(SecondsSince(start_)) + " s");
   sum.Line(plan_.ToString());
-  sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()));
+  const uint64_t predicted = task_.PredictedPeakBytes();
+  sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()) +
+           (predicted ? " (the plan predicted " + FormatBytes(predicted) + ")" : ""));
+  sum.Set("", "predicted_peak_bytes", predicted);
   sum.Set("", "task", s_.task), sum.Set("", "run_dir", s_.run_dir), sum.Set("", "unit", unit);
   sum.Set("", "units_trained", units_), sum.Set("", "epochs_trained", epochs_trained_);
   sum.Set("", "train_s", train_s_), sum.Set("", "units_per_s", rate);

@@ -112,6 +112,9 @@ class Task {
   virtual void Summarize(RunSummary& summary) const = 0;
   // The memory part of the summary's last line ("peak RSS" is appended by the runner).
   virtual std::string MemorySummary() const = 0;
+  // What the memory plan predicts the process will peak at (0: no prediction); the summary
+  // prints it beside the measured peak.
+  virtual uint64_t PredictedPeakBytes() const { return 0; }
 
   // Writes the model's embeddings (.npy with the original-id maps) into `dir`, which exists
   // and is empty (the caller renames it into place).

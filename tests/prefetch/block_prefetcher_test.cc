@@ -62,15 +62,16 @@ void RunAndCompare(uint32_t run_ahead, PlannerKind kind, uint64_t seed) {
   po.run_ahead = run_ahead;
   po.window_steps = 40;
   po.io.backend = "pread";
+  RunAheadRing ring(1, 1);
   BlockPrefetcher prefetcher(&cache, po, [&](uint64_t t, std::vector<BlockId>& blocks) {
     if (t >= steps.blocks.size()) return false;
     blocks = steps.blocks[t];
     return true;
-  });
-  ASSERT_TRUE(prefetcher.Start().ok());
+  }, &ring, 0);
+  prefetcher.Start();
   const uint64_t block_bytes = cache.block_bytes();
   for (uint64_t t = 0; t < steps.blocks.size(); ++t) {
-    Status ready = prefetcher.WaitReady(t);
+    Status ready = ring.WaitReady(t);
     ASSERT_TRUE(ready.ok()) << ready.ToString();
     for (BlockId b : steps.blocks[t]) {
       std::byte* data = cache.block_data(b);
@@ -81,9 +82,11 @@ void RunAndCompare(uint32_t run_ahead, PlannerKind kind, uint64_t seed) {
       std::memcpy(&model[b * block_bytes], data, block_bytes);
       cache.MarkDirty(b);
     }
-    prefetcher.Computed(t);
+    ring.Computed(t);
   }
-  ASSERT_TRUE(prefetcher.Stop().ok());
+  EXPECT_EQ(ring.WaitReady(steps.blocks.size()).code(), StatusCode::kOutOfRange);
+  ring.Stop();
+  ASSERT_TRUE(prefetcher.Join().ok());
   ASSERT_TRUE(prefetcher.FlushDirty().ok());
   std::vector<std::byte> disk(model.size());
   ASSERT_TRUE((*table)->ReadRange(*init, 0, kRows, disk.data()).ok());
@@ -111,20 +114,22 @@ TEST(BlockPrefetcherTest, AbortUnblocksAWaitingComputeThread) {
   PrefetcherOptions po;
   po.io.backend = "pread";
   po.run_ahead = 0;
+  RunAheadRing ring(1, 1);
   BlockPrefetcher prefetcher(&cache, po, [](uint64_t t, std::vector<BlockId>& blocks) {
     blocks = {static_cast<BlockId>(t % 8)};
     return true;  // an endless source
-  });
-  ASSERT_TRUE(prefetcher.Start().ok());
-  ASSERT_TRUE(prefetcher.WaitReady(0).ok());
+  }, &ring, 0);
+  prefetcher.Start();
+  ASSERT_TRUE(ring.WaitReady(0).ok());
   // Step 1's io waits for step 0 to compute, which never happens: Abort must end the wait.
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    prefetcher.Abort();
+    ring.Abort(Aborted("stopped by the test"));
   });
-  Status s = prefetcher.WaitReady(5);
+  Status s = ring.WaitReady(5);
   aborter.join();
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_TRUE(prefetcher.Join().ok());
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
-// RowPrefetcher: Zipf-skewed steps run through the read/plan/io thread while this thread
-// computes: every row it gets holds exactly what a plain in-RAM model says, it updates them,
+// RowPrefetcher, as RowPipeline runs it (a sampler stage reading and deduplicating, the
+// prefetcher planning and loading): Zipf-skewed steps run ahead while this thread computes: every row it gets holds exactly what a plain in-RAM model says, it updates them,
 // and after a flush the backing store equals the model. Oracle and LRU, run-ahead 0/1/4, a
 // slow backing store (so io really runs ahead), and the in-memory mode. A failing source ends
 // the pipeline with its error. Runs under TSan (torch-free).
 
-#include "prefetch/row_prefetcher.h"
+#include "prefetch/row_pipeline.h"
 
 #include <chrono>
 #include <cstring>
@@ -56,7 +56,7 @@ class MapBacking : public RowBacking {
 };
 
 // Step t: `samples` samples of kTables Zipf-ish ids each.
-RowPrefetcher::Source ZipfSource(uint64_t steps, uint32_t samples, int fail_at = -1) {
+RowPipeline<RowBatch>::Fill ZipfSource(uint64_t steps, uint32_t samples, int fail_at = -1) {
   return [=](uint64_t t, RowBatch& b) -> Result<bool> {
     if (static_cast<int>(t) == fail_at) return IoError("sample file: read failed at step " + std::to_string(t));
     if (t >= steps) return false;
@@ -81,7 +81,7 @@ struct Model {
 };
 
 // Runs `steps` steps; compute checks and updates every row; returns the model.
-void Drive(RowPrefetcher& p, uint64_t steps, Model& model) {
+void Drive(RowPipeline<RowBatch>& p, uint64_t steps, Model& model) {
   p.Start();
   for (uint64_t t = 0; t < steps; ++t) {
     Status s;
@@ -132,7 +132,8 @@ void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead) {
   po.io.backend = "pread";
   // Two passes over the same cache (two epochs), the second continuing from the first's rows.
   for (int pass = 0; pass < 2; ++pass) {
-    RowPrefetcher p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(steps, samples));
+    RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(steps, samples),
+                            &RowPipeline<RowBatch>::Identity);
     Drive(p, steps, model);
     if (::testing::Test::HasFatalFailure()) return;
   }
@@ -165,7 +166,8 @@ TEST(RowPrefetcher, InMemoryMatchesModel) {
     MemoryRows rows(kRowBytes, offsets, InitRow);
     Model model;
     RowPrefetcherOptions po;
-    RowPrefetcher p(&rows, po, ZipfSource(60, 30));
+    RowPipeline<RowBatch> p(&rows, po, ZipfSource(60, 30),
+                            &RowPipeline<RowBatch>::Identity);
     Drive(p, 60, model);
   }
 }
@@ -181,7 +183,8 @@ TEST(RowPrefetcher, SourceErrorEndsThePipeline) {
   RowPrefetcherOptions po;
   po.run_ahead = 1;
   po.io.backend = "pread";
-  RowPrefetcher p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 30, 5));
+  RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 30, 5),
+                            &RowPipeline<RowBatch>::Identity);
   p.Start();
   Status s;
   uint64_t t = 0;
@@ -215,7 +218,8 @@ TEST(RowPrefetcher, StopMidwayLosesNoUpdate) {
     RowPrefetcherOptions po;
     po.run_ahead = 4;
     po.io.backend = "pread";
-    RowPrefetcher p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 40));
+    RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 40),
+                            &RowPipeline<RowBatch>::Identity);
     p.Start();
     for (int t = 0; t < stop_after; ++t) {
       Status s;

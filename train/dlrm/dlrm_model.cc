@@ -3,8 +3,12 @@
 namespace sluice {
 
 DlrmNetImpl::DlrmNetImpl(int dense, int tables, int dim, bool linear_term,
-                         const std::vector<int>& bottom_layers, const std::vector<int>& top_layers)
-    : has_dense(dense > 0), linear(linear_term), dim_(dim) {
+                         const std::vector<int>& bottom_layers, const std::vector<int>& top_layers,
+                         int64_t batch_samples)
+    : has_dense(dense > 0), linear(linear_term), dim_(dim), batch(batch_samples) {
+  layer_widths = static_cast<uint64_t>(dim);
+  for (int w : bottom_layers) layer_widths += static_cast<uint64_t>(w);
+  for (int w : top_layers) layer_widths += static_cast<uint64_t>(w);
   if (has_dense) {
     int in = dense;
     for (int h : bottom_layers) {
@@ -45,6 +49,22 @@ torch::Tensor DlrmNetImpl::forward(const torch::Tensor& dense, const torch::Tens
   torch::Tensor logit = top->forward(torch::cat({x, z}, 1)).reshape({b});
   if (linear) logit = logit + rows.select(2, dim_).sum(1);  // each row's first-order weight
   return logit;
+}
+
+torch::Tensor DlrmNetImpl::Logits(const ModelInput& in) {
+  const torch::Tensor& uses = in.tables.at(0).uses;
+  const int64_t b = in.dense.size(0);
+  return forward(in.dense, uses.view({b, features - 1, uses.size(1)}));
+}
+
+torch::Tensor DlrmNetImpl::Loss(const ModelInput& in) {
+  return torch::binary_cross_entropy_with_logits(Logits(in), in.labels);
+}
+
+uint64_t DlrmNetImpl::StepBytes() const {
+  const auto f = static_cast<uint64_t>(features);
+  const uint64_t width = static_cast<uint64_t>(dim_) + (linear ? 1 : 0);
+  return static_cast<uint64_t>(batch) * ((f - 1) * width * 4 * 6 + f * f * 4 * 3 + layer_widths * 4 * 4);
 }
 
 }  // namespace sluice

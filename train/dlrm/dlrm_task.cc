@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/fingerprint.h"
+#include "train/model_step.h"
 #include "train/run_dir.h"
 #include "train/torch_io.h"
 
@@ -76,7 +77,7 @@ Status DlrmTask::Open(Purpose purpose) {
   tables_.emplace(std::move(tables));
   torch::manual_seed(cfg_.train.seed);
   net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
-                 cfg_.model.linear, cfg_.model.bottom, cfg_.model.top);
+                 cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch);
   const double lr = cfg_.train.dense_lr;
   if (cfg_.train.dense_optimizer == "sgd") {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
@@ -126,8 +127,8 @@ Status DlrmTask::PrepareTraining(const CheckpointReader* resumed) {
   if (resumed != nullptr && !in_memory_) SLUICE_RETURN_IF_ERROR(RestoreTables(resumed->dir()));
   SLUICE_RETURN_IF_ERROR(SetUpStorage(resumed == nullptr, ""));
   if (resumed != nullptr && in_memory_) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(resumed->dir()));
-  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset_.File("samples.train"));
-  SLUICE_ASSIGN_OR_RETURN(samples_, File::Open(dataset_.PathOf(*f), OpenMode::kRead, false));
+  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
+  train_source_.emplace(std::move(source));
   return Status::Ok();
 }
 
@@ -142,19 +143,21 @@ std::string DlrmTask::Describe() const {
          " dims, " + std::to_string(rec_.dense) + " dense features, " + cfg_.train.optimizer;
 }
 
+Result<RecordSource> DlrmTask::Source(const std::string& split, uint64_t max_records) const {
+  const DlrmTables* map = &*tables_;
+  const uint64_t max_steps = split == "train" ? cfg_.train.max_steps : 0;
+  return RecordSource::Open(dataset_, split, static_cast<uint64_t>(cfg_.train.batch), max_records,
+                            max_steps,
+                            [map](uint32_t table, uint64_t raw) { return map->MapId(table, raw); });
+}
+
 Result<uint64_t> DlrmTask::SampleDistinctRowsPerStep() {
-  const uint64_t n = NumSamples("train");
-  if (n == 0) return uint64_t{0};
-  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset_.File("samples.train"));
-  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(dataset_.PathOf(*f), OpenMode::kRead, false));
-  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
-  const uint64_t steps = std::min<uint64_t>((n + batch - 1) / batch, 8);
-  auto source = MakeSource(&file, n, 0, steps);
+  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
   RowBatch b;
   std::vector<RowKey> keys;
   uint64_t most = 0;
-  for (uint64_t t = 0; t < steps; ++t) {
-    SLUICE_ASSIGN_OR_RETURN(bool more, source(t, b));
+  for (uint64_t t = 0; t < std::min<uint64_t>(source.steps(), 8); ++t) {
+    SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
     if (!more) break;
     keys = b.keys;
     std::sort(keys.begin(), keys.end(), [](const RowKey& x, const RowKey& y) {
@@ -166,50 +169,28 @@ Result<uint64_t> DlrmTask::SampleDistinctRowsPerStep() {
   return most;
 }
 
-RowPrefetcher::Source DlrmTask::MakeSource(const File* samples, uint64_t n, uint64_t first_step,
-                                           uint64_t steps) {
-  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
-  const uint32_t rb = rec_.bytes();
-  const uint32_t tables = tables_->tables();
-  const DlrmTables* map = &*tables_;
-  return [samples, n, first_step, steps, batch, rb, tables, map](uint64_t t, RowBatch& b) -> Result<bool> {
-    const uint64_t step = first_step + t;
-    if (step >= steps) return false;
-    const uint64_t lo = step * batch, count = std::min(batch, n - lo);
-    b.records.resize(count * rb);
-    SLUICE_RETURN_IF_ERROR(PreadFull(*samples, b.records.data(), b.records.size(), lo * rb));
-    b.samples = static_cast<uint32_t>(count);
-    b.keys.resize(count * tables);
-    for (uint64_t i = 0; i < count; ++i) {
-      const std::byte* r = b.records.data() + i * rb;
-      for (uint32_t f = 0; f < tables; ++f) {
-        uint64_t raw;
-        std::memcpy(&raw, r + 8 * f, 8);
-        b.keys[i * tables + f] = map->MapId(f, raw);
-      }
-    }
-    return true;
-  };
-}
-
-std::unique_ptr<RowPrefetcher> DlrmTask::MakePrefetcher(RowPrefetcher::Source source, bool writes) {
+std::unique_ptr<DlrmTask::Pipeline> DlrmTask::MakePipeline(const RecordSource* source,
+                                                          uint64_t first_step, bool writes) {
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead_;
   po.writes = writes;
   po.io = cfg_.io;
-  if (in_memory_) return std::make_unique<RowPrefetcher>(memory_.get(), po, std::move(source));
-  return std::make_unique<RowPrefetcher>(cache_.get(), arena_.data(), tables_->row_bytes(),
-                                         backing_.get(), po, std::move(source));
+  auto fill = [source, first_step](uint64_t t, RowBatch& b) { return source->Fill(first_step + t, b); };
+  if (in_memory_) return std::make_unique<Pipeline>(memory_.get(), po, fill, &Pipeline::Identity);
+  return std::make_unique<Pipeline>(cache_.get(), arena_.data(), tables_->row_bytes(), backing_.get(),
+                                    po, fill, &Pipeline::Identity);
 }
 
-Status DlrmTask::FinishPass(RowPrefetcher& p) {
+Status DlrmTask::FinishPass(Pipeline& p) {
   Status s = p.Stop();
   if (auto* rf = dynamic_cast<RowFileBacking*>(backing_.get())) rf->StopPreload();
   read_time_.busy_s += p.read_time().busy_s;
   read_time_.wait_s += p.read_time().wait_s;
   plan_time_.busy_s += p.plan_time().busy_s;
+  plan_time_.wait_s += p.plan_time().wait_s;
   io_time_.busy_s += p.io_time().busy_s;
   io_time_.wait_s += p.io_time().wait_s;
+  time_.wait_s += p.compute_wait_s();
   rows_loaded_ += p.rows_loaded();
   rows_written_ += p.rows_written();
   return s;
@@ -246,62 +227,49 @@ Status DlrmTask::ReadBatch(const RowBatch& b, const std::string& split, torch::T
   return Status::Ok();
 }
 
-// The step's distinct rows (first-occurrence order) gathered per use: [samples, tables, width].
-torch::Tensor DlrmTask::GatherRows(const RowBatch& b) {
-  const int64_t n = b.samples, u = static_cast<int64_t>(b.unique.size());
-  const int64_t d = tables_->width(), tables = tables_->tables();
-  torch::Tensor rows = torch::empty({u, d});
-  float* rp = rows.data_ptr<float>();
-  for (int64_t j = 0; j < u; ++j) std::memcpy(rp + j * d, b.rows[j], d * 4);
-  inverse_scratch_.assign(b.inverse.begin(), b.inverse.end());
-  torch::Tensor inv = torch::from_blob(inverse_scratch_.data(), {n * tables}, torch::kInt64);
-  return rows.index_select(0, inv).reshape({n, tables, d});
+Result<ModelInput> DlrmTask::StepInput(const RowBatch& b, const std::string& split, bool training) {
+  ModelInput in;
+  SLUICE_RETURN_IF_ERROR(ReadBatch(b, split, in.dense, in.labels));
+  inverse_.assign(b.inverse.begin(), b.inverse.end());
+  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  in.tables.push_back(GatherUses(rows, {inverse_}, tables_->width(), training));
+  in.key = {cfg_.train.seed, 0, b.step};
+  in.training = training;
+  return in;
 }
 
-// Runs forward and backward, sums each row's gradients in sample order, and updates the rows in
-// place.
+// Runs forward and backward through the model seam, sums each row's gradients in sample
+// order, and updates the rows in place.
 Result<double> DlrmTask::TrainStep(RowBatch& b) {
-  auto start = Clock::now();
-  torch::Tensor dense, labels;
-  SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
-  const int64_t n = b.samples, u = static_cast<int64_t>(b.unique.size());
-  const int64_t d = tables_->width(), tables = tables_->tables();
-  torch::Tensor emb = GatherRows(b).requires_grad_(true);
+  auto start = SteadyClock::now();
+  SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(b, "train", /*training=*/true));
   time_.gather_s += SecondsSince(start);
-  start = Clock::now();
-  torch::Tensor logits = net_->forward(dense, emb);
-  torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits, labels);
+  start = SteadyClock::now();
   opt_->zero_grad();
-  loss.backward();
+  SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
   opt_->step();
   time_.compute_s += SecondsSince(start);
-  start = Clock::now();
-  torch::Tensor g = emb.grad().reshape({n * tables, d}).contiguous();
-  const float* gp = g.data_ptr<float>();
-  std::vector<float> sums(static_cast<size_t>(u * d), 0.0f);
-  for (int64_t i = 0; i < n * tables; ++i) {
-    float* __restrict s = sums.data() + int64_t{b.inverse[i]} * d;
-    const float* __restrict gi = gp + i * d;
-    for (int64_t j = 0; j < d; ++j) s[j] += gi[j];
-  }
-  UpdateRows(tables_->optimizer(), reinterpret_cast<float* const*>(b.rows.data()), sums.data(), 0,
-             u, d, static_cast<float>(cfg_.train.lr));
+  start = SteadyClock::now();
+  const int64_t u = static_cast<int64_t>(b.unique.size()), d = tables_->width();
+  const torch::Tensor sums = SumRowGrads({inverse_}, g.use_grads[0], u, d);
+  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  ApplyRowOptimizer(tables_->optimizer(), rows, sums, d, static_cast<float>(cfg_.train.lr));
   time_.update_s += SecondsSince(start);
-  return loss.item<double>();
+  return g.loss;
 }
 
-void DlrmTask::StartPreload(uint64_t first_step, uint64_t steps) {
+void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {
   auto* rf = dynamic_cast<RowFileBacking*>(backing_.get());
   if (rf == nullptr || plan_.preload_rows == 0) return;
-  auto source = MakeSource(&samples_, NumSamples("train"), first_step, steps);
-  auto scratch = std::make_shared<RowBatch>();  // shared: the preloader copies the function
+  // Shared: the preloader copies the function, and the scratch must outlive every copy.
+  auto scratch = std::make_shared<RowBatch>();
   const std::vector<uint64_t>* offsets = &tables_->offsets();
   RowPreloaderOptions po;
   po.capacity_rows = plan_.preload_rows;
   po.horizon_steps = static_cast<uint32_t>(cfg_.storage.preload_horizon);
   rf->StartPreload(
-      [offsets, source, scratch](uint64_t t, std::vector<uint64_t>& rows) -> Result<bool> {
-        SLUICE_ASSIGN_OR_RETURN(const bool more, source(t, *scratch));
+      [offsets, source, first_step, scratch](uint64_t t, std::vector<uint64_t>& rows) -> Result<bool> {
+        SLUICE_ASSIGN_OR_RETURN(const bool more, source->Fill(first_step + t, *scratch));
         if (more) {
           for (const RowKey& k : scratch->keys) rows.push_back((*offsets)[k.table] + k.id);
         }
@@ -311,22 +279,18 @@ void DlrmTask::StartPreload(uint64_t first_step, uint64_t steps) {
 }
 
 Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, StepSink& sink) {
-  const uint64_t steps = StepsPerEpoch();
-  StartPreload(first, steps);
-  auto p = MakePrefetcher(MakeSource(&samples_, NumSamples("train"), first, steps), /*writes=*/true);
+  const RecordSource* source = &*train_source_;
+  const uint64_t steps = source->steps();
+  StartPreload(source, first);
+  auto p = MakePipeline(source, first, /*writes=*/true);
   p->Start();
-  sink.EpochStart(std::min(NumSamples("train"), first * static_cast<uint64_t>(cfg_.train.batch)));
+  sink.EpochStart(source->RecordsBefore(first));
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
-    auto w = Clock::now();
     RowBatch* b = p->WaitReady(s - first, st);
-    time_.wait_s += SecondsSince(w);
-    if (b == nullptr) {
-      (void)FinishPass(*p);
-      return st;
-    }
-    Result<double> loss = TrainStep(*b);
+    Result<double> loss = b != nullptr ? TrainStep(*b) : Result<double>(st);
     if (!loss.ok()) {
+      p->Abort(loss.status());
       (void)FinishPass(*p);
       return loss.status();
     }
@@ -346,33 +310,27 @@ Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t
                                               std::vector<float>* scores_out,
                                               std::vector<float>* labels_out) {
   torch::NoGradGuard no_grad;
-  uint64_t n = NumSamples(split);
-  if (n == 0) return NotFound("dataset " + cfg_.dataset + " has no samples." + split);
-  if (max_samples > 0) n = std::min(n, max_samples);
-  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset_.File("samples." + split));
-  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(dataset_.PathOf(*f), OpenMode::kRead, false));
-  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
-  const uint64_t steps = (n + batch - 1) / batch;
-  auto p = MakePrefetcher(MakeSource(&file, n, 0, steps), /*writes=*/false);
+  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source(split, max_samples));
+  auto p = MakePipeline(&source, 0, /*writes=*/false);
   p->Start();
   std::vector<float> scores, labels;
-  scores.reserve(n);
-  labels.reserve(n);
-  for (uint64_t t = 0; t < steps; ++t) {
+  scores.reserve(source.records());
+  labels.reserve(source.records());
+  for (uint64_t t = 0; t < source.steps(); ++t) {
     Status s;
     RowBatch* b = p->WaitReady(t, s);
-    torch::Tensor dense, lab;
-    if (b != nullptr) s = ReadBatch(*b, split, dense, lab);
-    if (!s.ok()) {
+    Result<ModelInput> in = b != nullptr ? StepInput(*b, split, false) : Result<ModelInput>(s);
+    if (!in.ok()) {
+      p->Abort(in.status());
       (void)FinishPass(*p);
-      return s;
+      return in.status();
     }
-    torch::Tensor prob = torch::sigmoid(net_->forward(dense, GatherRows(*b)));
+    torch::Tensor prob = torch::sigmoid(net_->Logits(*in));
     p->Computed(t);
     const float* pp = prob.data_ptr<float>();
-    const float* lp = lab.data_ptr<float>();
-    scores.insert(scores.end(), pp, pp + b->samples);
-    labels.insert(labels.end(), lp, lp + b->samples);
+    const float* lp = in->labels.data_ptr<float>();
+    scores.insert(scores.end(), pp, pp + prob.size(0));
+    labels.insert(labels.end(), lp, lp + prob.size(0));
   }
   SLUICE_RETURN_IF_ERROR(FinishPass(*p));
   DlrmMetrics m = ClickMetrics(scores, labels);

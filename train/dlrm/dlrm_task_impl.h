@@ -11,14 +11,16 @@
 
 #include "cache/row_cache.h"
 #include "common/aligned_buffer.h"
+#include "prefetch/memory_plan.h"
+#include "prefetch/record_source.h"
+#include "prefetch/row_backings.h"
+#include "prefetch/row_pipeline.h"
 #include "prefetch/row_prefetcher.h"
 #include "storage/dataset.h"
 #include "storage/file.h"
 #include "storage/kv_table.h"
 #include "storage/row_file.h"
-#include "train/dlrm/dlrm_backings.h"
 #include "train/dlrm/dlrm_config.h"
-#include "train/dlrm/dlrm_memory_plan.h"
 #include "train/dlrm/dlrm_metrics.h"
 #include "train/dlrm/dlrm_model.h"
 #include "train/dlrm/dlrm_tables.h"
@@ -46,6 +48,7 @@ class DlrmTask : public Task {
   Result<Metrics> Evaluate(const std::string& split) override;
   Status Save(CheckpointWriter& writer) override;
   void Summarize(RunSummary& summary) const override;
+  uint64_t PredictedPeakBytes() const override { return plan_.predicted_bytes; }
   std::string MemorySummary() const override { return memory_plan_; }
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
@@ -63,20 +66,21 @@ class DlrmTask : public Task {
   // checkpoint directory whose tables are read, never written).
   Status SetUpStorage(bool fresh, const std::string& rows_from);
   Status SetUpInMemory(const std::string& rows_from);
-  Result<DlrmPlanInput> PlanInput();
+  Result<RowPlanInput> PlanInput();
   Status OpenBacking(bool fresh, const std::string& rows_from);
   std::string DescribePlan() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
   Status CreateRowFile(const std::string& path);
-  RowPrefetcher::Source MakeSource(const File* samples, uint64_t n, uint64_t first_step,
-                                   uint64_t steps);
-  std::unique_ptr<RowPrefetcher> MakePrefetcher(RowPrefetcher::Source source, bool writes);
-  void StartPreload(uint64_t first_step, uint64_t steps);
-  Status FinishPass(RowPrefetcher& p);
+  Result<RecordSource> Source(const std::string& split, uint64_t max_records) const;
+  using Pipeline = RowPipeline<RowBatch>;
+  std::unique_ptr<Pipeline> MakePipeline(const RecordSource* source, uint64_t first_step, bool writes);
+  void StartPreload(const RecordSource* source, uint64_t first_step);
+  Status FinishPass(Pipeline& p);
   Status ReadBatch(const RowBatch& b, const std::string& split, torch::Tensor& dense,
                    torch::Tensor& labels) const;
-  torch::Tensor GatherRows(const RowBatch& b);
+  // The model input of a step: its dense features, labels and every use's row.
+  Result<ModelInput> StepInput(const RowBatch& b, const std::string& split, bool training);
   Result<double> TrainStep(RowBatch& b);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
                                       std::vector<float>* scores, std::vector<float>* labels);
@@ -102,11 +106,12 @@ class DlrmTask : public Task {
   std::unique_ptr<RowBacking> backing_;
   std::unique_ptr<RowCache> cache_;
   AlignedBuffer arena_;
-  DlrmMemoryPlan plan_;
+  RowMemoryPlan plan_;
+  std::optional<RecordSource> train_source_;  // while training
+  std::vector<int64_t> inverse_;              // the step's uses, widened for the seam
   uint32_t run_ahead_ = 0;
   std::string memory_plan_;
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
-  File samples_;            // the train split's records, while training
   // Model.
   DlrmNet net_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> opt_;
@@ -114,7 +119,6 @@ class DlrmTask : public Task {
   TimeSplit time_;
   StageTime read_time_, plan_time_, io_time_;
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
-  std::vector<int64_t> inverse_scratch_;
 };
 
 }  // namespace sluice

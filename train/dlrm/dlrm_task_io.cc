@@ -29,6 +29,7 @@ Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
   memory_ = std::make_unique<MemoryRows>(tables_->row_bytes(), tables_->offsets(), Init());
   if (!rows_from.empty()) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(rows_from));
   run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
+  plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + net_->StepBytes() + memory_->bytes();
   memory_plan_ = "in memory: " +
                  std::string(tables_->raw_ids()
                                  ? "rows created on first use"
@@ -37,19 +38,15 @@ Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
   return Status::Ok();
 }
 
-Result<DlrmPlanInput> DlrmTask::PlanInput() {
+Result<RowPlanInput> DlrmTask::PlanInput() {
   const DlrmStorageConfig& sc = cfg_.storage;
-  DlrmPlanInput in;
+  RowPlanInput in;
   in.budget_bytes = sc.budget.value;
-  in.batch = static_cast<uint64_t>(cfg_.train.batch);
-  in.tables = tables_->tables();
-  in.width = tables_->width();
+  in.model_bytes = net_->StateBytes();
+  in.step_bytes = net_->StepBytes();
+  in.keys_per_step = static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
+  in.step_record_bytes = static_cast<uint64_t>(cfg_.train.batch) * rec_.bytes();
   in.row_bytes = tables_->row_bytes();
-  in.record_bytes = rec_.bytes();
-  for (const auto& p : net_->parameters()) in.dense_params += static_cast<uint64_t>(p.numel());
-  in.layer_widths = tables_->dim();
-  for (int w : cfg_.model.bottom) in.layer_widths += static_cast<uint64_t>(w);
-  for (int w : cfg_.model.top) in.layer_widths += static_cast<uint64_t>(w);
   in.total_rows = tables_->total_rows();
   in.raw_ids = tables_->raw_ids();
   in.rocksdb = rocksdb_;
@@ -71,8 +68,8 @@ Result<DlrmPlanInput> DlrmTask::PlanInput() {
 Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   if (in_memory_) return SetUpInMemory(rows_from);
   fs::create_directories(tables_dir_);
-  SLUICE_ASSIGN_OR_RETURN(DlrmPlanInput in, PlanInput());
-  SLUICE_ASSIGN_OR_RETURN(plan_, PlanDlrmMemory(in));
+  SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
+  SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
   run_ahead_ = plan_.run_ahead;
   RowCacheOptions co;
   co.kind = in.oracle ? PlannerKind::kOracle : PlannerKind::kLru;
@@ -116,7 +113,7 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
 }
 
 std::string DlrmTask::DescribePlan() const {
-  const DlrmMemoryPlan& p = plan_;
+  const RowMemoryPlan& p = plan_;
   const uint64_t budget = cfg_.storage.budget.value;
   const uint64_t table_bytes = tables_->total_rows() * tables_->row_bytes();
   std::string s = "out of core (" + cfg_.storage.backend + "), budget " + FormatBytes(budget) +
@@ -130,8 +127,8 @@ std::string DlrmTask::DescribePlan() const {
     s += "read-ahead " + FormatCount(static_cast<double>(p.preload_rows)) + " rows over " +
          std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
   }
-  s += "runtime " + FormatBytes(kDlrmBaseBytes) + ", dense model " + FormatBytes(p.dense_bytes) +
-       ", activations " + FormatBytes(p.activation_bytes) + ", pipeline " +
+  s += "runtime " + FormatBytes(kRuntimeBytes) + ", dense model " + FormatBytes(net_->StateBytes()) +
+       ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + cfg_.storage.planner + " window " +
        std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
   if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);

@@ -1,141 +1,92 @@
 #include "train/lp/lp_epoch.h"
 
-#include <tbb/task_group.h>
-
-#include <chrono>
 #include <memory>
+#include <vector>
 
 #include "common/clock.h"
+#include "prefetch/block_pipeline.h"
 #include "storage/io_session.h"
 
 namespace sluice {
 namespace {
-
-using Clock = SteadyClock;
 
 constexpr uint32_t kNoState = ~uint32_t{0};
 
 class LpEpoch {
  public:
   LpEpoch(LpEpochContext& ctx, uint64_t epoch, uint64_t first_step)
-      : ctx_(ctx), epoch_(epoch), first_(first_step),
+      : ctx_(ctx), epoch_(epoch), first_(first_step), reader_(&ctx.schedule, epoch),
         block_base_(ctx.layout.num_blocks(), nullptr) {}
-  ~LpEpoch() {
-    ahead_.wait();
-    edges_ahead_.wait();
-  }
 
   Status Start();
   Result<EpochOutcome> Run(StepSink& sink);
 
  private:
-  Status WaitBlocks(uint64_t s);
-  Status EnterState(uint64_t s);
-  LpSampled TakeSample(uint64_t s);
+  Result<bool> Fill(uint64_t t, LinkBatch& batch);
   Status Finish(bool stopped);
-  Status Fail(Status s) {
-    if (prefetcher_ != nullptr) prefetcher_->Abort();
-    return s;
-  }
 
   LpEpochContext& ctx_;
   const uint64_t epoch_, first_;
-  std::vector<LpState> states_;
-  std::vector<LpStep> steps_;
+  std::vector<EdgeState> states_;
+  std::vector<EdgeStep> steps_;
+  EdgeReader reader_;                  // the sampler stage's
+  StateEdges edges_;                   // the sampler stage's: its current state's edges
+  uint32_t loaded_state_ = kNoState;   // the sampler stage's
   std::vector<std::byte*> block_base_;
-  std::unique_ptr<BlockPrefetcher> prefetcher_;
-  StateEdges state_edges_, next_edges_;  // the current buffer state's, and the next one's
-  uint32_t loaded_state_ = kNoState, reading_state_ = kNoState;
-  Status ahead_status_;
-  bool sampling_next_ = false;
-  LpSampled next_;
-  tbb::task_group ahead_, edges_ahead_;
+  std::unique_ptr<BlockPipeline<LinkBatch>> pipe_;
 };
+
+// The sampler stage: step first + t's samples, its state's edges read (ahead, usually) when the
+// state begins, and the next state's read started.
+Result<bool> LpEpoch::Fill(uint64_t t, LinkBatch& batch) {
+  const uint64_t s = first_ + t;
+  if (s >= steps_.size()) return false;
+  const EdgeStep& step = steps_[s];
+  if (step.state != loaded_state_) {
+    SLUICE_RETURN_IF_ERROR(reader_.Take(step.state, states_[step.state], edges_));
+    loaded_state_ = step.state;
+    uint64_t next = s + 1;
+    while (next < steps_.size() && steps_[next].state == step.state) ++next;
+    if (next < steps_.size()) reader_.Prefetch(steps_[next].state, &states_[steps_[next].state]);
+  }
+  const EdgeSchedule& sc = ctx_.schedule;
+  const bool held = !edges_.src.empty();  // the partition schedule's state edges
+  const EdgeColumns columns{held ? edges_.src.data() : sc.src().data(),
+                            held ? edges_.rel.data() : sc.rel().data(),
+                            held ? edges_.dst.data() : sc.dst().data(), edges_.order.data()};
+  ctx_.sampler.Sample(columns, step.begin, step.end, epoch_, s, sc.NodeRanges(states_[step.state]),
+                      batch);
+  return true;
+}
 
 Status LpEpoch::Start() {
   steps_ = ctx_.schedule.EpochSteps(epoch_, states_);
   const uint32_t p = ctx_.layout.num_blocks();
+  PrefetcherOptions po;
+  uint32_t run_ahead = 0;
   if (ctx_.cache == nullptr) {
     for (BlockId b = 0; b < p; ++b) {
       block_base_[b] = ctx_.memory_table + uint64_t{b} * ctx_.layout.block_bytes();
     }
-    return Status::Ok();
+  } else {
+    const LpStorageConfig& sc = ctx_.config.storage;
+    SLUICE_ASSIGN_OR_RETURN(po.planner, ParsePlannerKind(sc.planner));
+    run_ahead = EffectiveRunAhead(steps_, states_, p, ctx_.slots, static_cast<uint32_t>(sc.run_ahead));
+    po.run_ahead = run_ahead;
+    po.io = ctx_.config.io;
+    po.window_steps = 4096;
   }
-  const LpStorageConfig& sc = ctx_.config.storage;
-  PrefetcherOptions po;
-  SLUICE_ASSIGN_OR_RETURN(po.planner, ParsePlannerKind(sc.planner));
-  po.run_ahead = EffectiveRunAhead(steps_, states_, p, ctx_.slots, static_cast<uint32_t>(sc.run_ahead));
-  po.io = ctx_.config.io;
-  po.window_steps = 4096;
-  prefetcher_ = std::make_unique<BlockPrefetcher>(
-      ctx_.cache, po, [this](uint64_t t, std::vector<BlockId>& blocks) {
+  pipe_ = std::make_unique<BlockPipeline<LinkBatch>>(
+      ctx_.cache, po, LpRingCapacity(run_ahead),
+      [this](uint64_t t, LinkBatch& b) { return Fill(t, b); },
+      [this](uint64_t t, std::vector<BlockId>& blocks) {
         if (t + first_ >= steps_.size()) return false;
-        const LpState& st = states_[steps_[t + first_].state];
+        const EdgeState& st = states_[steps_[t + first_].state];
         blocks.insert(blocks.end(), st.blocks.begin(), st.blocks.end());
         return true;
       });
-  return prefetcher_->Start();
-}
-
-Status LpEpoch::WaitBlocks(uint64_t s) {
-  if (prefetcher_ == nullptr) return Status::Ok();
-  auto w = Clock::now();
-  Status ready = prefetcher_->WaitReady(s - first_);
-  ctx_.stats.wait_s += SecondsSince(w);
-  if (!ready.ok()) return ready;
-  for (BlockId b : states_[steps_[s].state].blocks) block_base_[b] = ctx_.cache->block_data(b);
+  pipe_->Start();
   return Status::Ok();
-}
-
-// A new buffer state: its edges (read ahead, usually), and the next state's read on another
-// worker while this one trains.
-Status LpEpoch::EnterState(uint64_t s) {
-  const uint32_t state = steps_[s].state;
-  auto r = Clock::now();
-  Status read;
-  if (reading_state_ == state) {
-    edges_ahead_.wait();
-    read = ahead_status_;
-    std::swap(state_edges_, next_edges_);
-  } else {
-    read = ctx_.schedule.LoadStateEdges(epoch_, states_[state], state_edges_);
-  }
-  reading_state_ = kNoState;
-  ctx_.stats.edges_s += SecondsSince(r);
-  if (!read.ok()) return read;
-  loaded_state_ = state;
-  uint64_t t = s + 1;
-  while (t < steps_.size() && steps_[t].state == state) ++t;
-  if (t < steps_.size()) {
-    reading_state_ = steps_[t].state;
-    edges_ahead_.run([this, next_state = reading_state_] {
-      ahead_status_ = ctx_.schedule.LoadStateEdges(epoch_, states_[next_state], next_edges_);
-    });
-  }
-  return Status::Ok();
-}
-
-// Step s's sample (taken a step ahead, usually); the next step's sampling starts on another
-// worker (not across a change of buffer state).
-LpSampled LpEpoch::TakeSample(uint64_t s) {
-  LpSampled sampled;
-  auto w = Clock::now();
-  if (sampling_next_) {
-    ahead_.wait();
-    sampled = std::move(next_);
-  } else {
-    sampled = ctx_.stepper.Sample(steps_[s], state_edges_, ctx_.schedule, epoch_, s,
-                                  states_[steps_[s].state].blocks);
-  }
-  ctx_.stats.sample_s += SecondsSince(w);
-  sampling_next_ = s + 1 < steps_.size() && steps_[s + 1].state == steps_[s].state;
-  if (sampling_next_) {
-    ahead_.run([this, s] {
-      next_ = ctx_.stepper.Sample(steps_[s + 1], state_edges_, ctx_.schedule, epoch_, s + 1,
-                                  states_[steps_[s + 1].state].blocks);
-    });
-  }
-  return sampled;
 }
 
 Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
@@ -143,20 +94,19 @@ Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
   for (uint64_t i = 0; i < first_ && i < steps_.size(); ++i) before += steps_[i].end - steps_[i].begin;
   sink.EpochStart(before);
   for (uint64_t s = first_; s < steps_.size(); ++s) {
-    const LpStep& step = steps_[s];
-    if (Status w = WaitBlocks(s); !w.ok()) return Fail(w);
-    if (step.state != loaded_state_) {
-      if (Status e = EnterState(s); !e.ok()) return Fail(e);
+    const EdgeStep& step = steps_[s];
+    SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, pipe_->WaitReady(s - first_));
+    if (ctx_.cache != nullptr) {
+      for (BlockId b : states_[step.state].blocks) block_base_[b] = ctx_.cache->block_data(b);
     }
-    LpSampled sampled = TakeSample(s);
     const uint64_t edges = step.end - step.begin;
-    const double loss = ctx_.stepper.Train(sampled, block_base_) * static_cast<double>(edges);
-    if (prefetcher_ != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(const double loss, ctx_.stepper.Train(*batch, block_base_, epoch_, s));
+    if (ctx_.cache != nullptr) {
       for (BlockId b : states_[step.state].blocks) ctx_.cache->MarkDirty(b);
-      prefetcher_->Computed(s - first_);
     }
+    pipe_->Computed(s - first_);
     const bool last = s + 1 == steps_.size();
-    if (sink.StepDone(edges, loss, last) && !last) {
+    if (sink.StepDone(edges, loss * static_cast<double>(edges), last) && !last) {
       SLUICE_RETURN_IF_ERROR(Finish(/*stopped=*/true));
       return EpochOutcome{true, s + 1};
     }
@@ -166,17 +116,21 @@ Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
 }
 
 Status LpEpoch::Finish(bool stopped) {
-  ahead_.wait();
-  edges_ahead_.wait();
-  if (prefetcher_ == nullptr) return Status::Ok();
-  SLUICE_RETURN_IF_ERROR(prefetcher_->Stop());
-  const PlanStats& ps = prefetcher_->plan_stats();
+  SLUICE_RETURN_IF_ERROR(pipe_->Stop());
   LpEpochStats& st = ctx_.stats;
-  st.plan.steps += ps.steps, st.plan.accesses += ps.accesses, st.plan.loads += ps.loads;
-  st.plan.evictions += ps.evictions, st.plan.write_backs += ps.write_backs;
-  st.plan_time.busy_s += prefetcher_->plan_time().busy_s;
-  st.io_time.busy_s += prefetcher_->io_time().busy_s;
-  st.io_time.wait_s += prefetcher_->io_time().wait_s;
+  st.wait_s += pipe_->compute_wait_s();
+  st.sampler.busy_s += pipe_->sampler_time().busy_s;
+  st.sampler.wait_s += pipe_->sampler_time().wait_s;
+  st.edges.busy_s += reader_.time().busy_s;
+  st.edges.wait_s += reader_.time().wait_s;
+  const BlockPrefetcher* pf = pipe_->prefetcher();
+  if (pf == nullptr) return Status::Ok();
+  const PlanStats& ps = pf->plan_stats();
+  st.plan_stats.steps += ps.steps, st.plan_stats.accesses += ps.accesses;
+  st.plan_stats.loads += ps.loads, st.plan_stats.evictions += ps.evictions;
+  st.plan_stats.write_backs += ps.write_backs;
+  st.plan.busy_s += pf->plan_time().busy_s, st.plan.wait_s += pf->plan_time().wait_s;
+  st.io.busy_s += pf->io_time().busy_s, st.io.wait_s += pf->io_time().wait_s;
   if (stopped) return Status::Ok();
   // The next epoch's planner starts from an empty cache.
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(ctx_.config.io));

@@ -5,7 +5,7 @@
 
 #include "common/json.h"
 #include "sampler/random.h"
-#include "train/lp/lp_schedule.h"
+#include "prefetch/edge_schedule.h"
 
 namespace sluice {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "sampler/random.h"
 #include "train/lp/softmax_rows.h"
 
 namespace sluice {
@@ -416,6 +417,111 @@ double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& g
   double total = 0;
   for (double v : partial) total += v;
   return w * total;
+}
+
+LinkModel::LinkModel(const LpConfig& config, uint64_t num_relations)
+    : config_(config), decoder_(config.model.decoder) {
+  torch::Tensor r = torch::empty({static_cast<int64_t>(num_relations), config.model.dim});
+  auto a = r.accessor<float, 2>();
+  const Key k = Key(config.train.seed).With(0x7AB1E).With(1);  // a pure function of the seed
+  for (int64_t i = 0; i < a.size(0); ++i) {
+    for (int64_t j = 0; j < a.size(1); ++j) {
+      // DistMult/ComplEx relations start near one so early products are not vanishingly small.
+      const double u = 2.0 * k.With(i).Unit(j) - 1.0;
+      a[i][j] = static_cast<float>(config.model.decoder == "transe" ? u * config.model.init_scale
+                                                                    : 1.0 + 0.1 * u);
+    }
+  }
+  relations_ = register_parameter("relations", r);
+}
+
+double LinkModel::Scale(int64_t queries) const {
+  return 1.0 / static_cast<double>(queries * (config_.model.reciprocal ? 1 : 2));
+}
+
+LinkModel::Views LinkModel::Split(const ModelInput& in) const {
+  Views v;
+  v.q = in.sizes.at("queries");
+  v.chunks = in.sizes.at("chunks");
+  v.per_chunk = in.sizes.at("per_chunk");
+  const torch::Tensor& uses = in.tables.at(0).uses;
+  const int64_t d = uses.size(1), negs = v.chunks * v.per_chunk;
+  v.batch.h = uses.narrow(0, 0, v.q);
+  v.batch.t = uses.narrow(0, v.q, v.q);
+  v.batch.tail_neg = uses.narrow(0, 2 * v.q, negs).view({v.chunks, v.per_chunk, d});
+  if (in.sizes.at("head_negatives") != 0) {
+    v.batch.head_neg = uses.narrow(0, 2 * v.q + negs, negs).view({v.chunks, v.per_chunk, d});
+  }
+  v.relation_ids = in.ids.at("relation");
+  return v;
+}
+
+torch::Tensor LinkModel::Loss(const ModelInput& in) {
+  const LpTrainConfig& tc = config_.train;
+  Views v = Split(in);
+  const LpBatch& b = v.batch;
+  torch::Tensor r = relations_.index_select(0, v.relation_ids);
+  torch::Tensor tq = decoder_.TailQuery(b.h, r);
+  torch::Tensor pos = decoder_.Score(tq, b.t);
+  torch::Tensor hq = b.head_neg.defined() ? decoder_.HeadQuery(r, b.t) : torch::Tensor();
+  torch::Tensor loss = torch::zeros({});
+  for (int64_t c = 0; c < v.chunks; ++c) {
+    const int64_t lo = v.q * c / v.chunks, hi = v.q * (c + 1) / v.chunks;
+    torch::Tensor p = pos.slice(0, lo, hi);
+    loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(tq.slice(0, lo, hi), b.tail_neg[c]));
+    if (hq.defined()) {
+      loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]));
+    }
+  }
+  const double scale = Scale(v.q);
+  loss = loss * scale;
+  if (tc.regularizer != "none" && tc.regularization > 0) {
+    const double w = tc.regularization * scale * (config_.model.reciprocal ? 1 : 2);
+    if (tc.regularizer == "l2") {
+      loss = loss + w * (b.h.pow(2).sum() + b.t.pow(2).sum() + r.pow(2).sum());
+    } else {
+      loss = loss + w * (b.h.abs().pow(3).sum() + b.t.abs().pow(3).sum() + r.abs().pow(3).sum());
+    }
+  }
+  return loss;
+}
+
+bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
+  if (!fused()) return false;
+  const LpTrainConfig& tc = config_.train;
+  Views v = Split(in);
+  const int64_t d = config_.model.dim;
+  const double scale = Scale(v.q);
+  v.batch.r = relations_.detach().index_select(0, v.relation_ids);
+  LpGrads g = BilinearLossAndGrads(config_.model.decoder, tc.loss, tc.margin, v.batch, scale);
+  out.loss = g.loss * scale;
+  if (tc.regularizer != "none" && tc.regularization > 0) {
+    const double w = tc.regularization * scale * (config_.model.reciprocal ? 1 : 2);
+    const bool n3 = tc.regularizer == "n3";
+    out.loss += AddRowPenalty(n3, w, v.batch.h, g.h);
+    out.loss += AddRowPenalty(n3, w, v.batch.t, g.t);
+    out.loss += AddRowPenalty(n3, w, v.batch.r, g.r);
+  }
+  // The relations' gradient: each query's added into its relation's row, in query order.
+  torch::Tensor rel_grad = torch::zeros_like(relations_);
+  float* rg = rel_grad.data_ptr<float>();
+  const torch::Tensor gr = g.r.contiguous();
+  const float* src = gr.data_ptr<float>();
+  const int64_t* ids = v.relation_ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < v.q; ++i) {
+    for (int64_t j = 0; j < d; ++j) rg[ids[i] * d + j] += src[i * d + j];
+  }
+  relations_.mutable_grad() = rel_grad;
+  out.use_grads = {{g.h, g.t, g.tail_neg}};
+  if (g.head_neg.defined()) out.use_grads[0].push_back(g.head_neg);
+  return true;
+}
+
+uint64_t LinkModel::StepBytes() const {
+  const uint64_t queries = static_cast<uint64_t>(config_.train.batch) * (config_.model.reciprocal ? 2 : 1);
+  const uint64_t sides = config_.model.reciprocal ? 1 : 2;
+  return queries * static_cast<uint64_t>(config_.train.negatives) * 16 * sides +
+         queries * static_cast<uint64_t>(config_.model.dim) * 4 * 16;
 }
 
 }  // namespace sluice

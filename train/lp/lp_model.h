@@ -9,6 +9,9 @@
 
 #include <string>
 
+#include "train/lp/lp_config.h"
+#include "train/model.h"
+
 namespace sluice {
 
 class LpDecoder {
@@ -60,5 +63,44 @@ torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor
 // blocks of rows on the TBB workers; returns the penalty, summed per block of 256 rows and then
 // over blocks in order, so the bits do not depend on the thread count.
 double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& gx);
+
+// The link-prediction model behind the model seam (train/model.h): relation embeddings (its
+// parameter; they start as a pure function of the seed) and a decoder over the node rows.
+//
+// Its input: table 0's uses are the step's heads [q], tails [q], tail negatives [C * n] and,
+// unless only tails are corrupted, head negatives [C * n], laid end to end; ids["relation"]
+// holds each query's relation; sizes "queries", "chunks", "per_chunk", "head_negatives".
+// The loss is the mean over scored queries (plus the L2/N3 penalty of the rows a step uses).
+// Bilinear decoders (distmult, complex, dot) have a fused path (BilinearLossAndGrads); transe,
+// or any decoder with set_fused(false), goes through autograd.
+class LinkModel : public Model {
+ public:
+  LinkModel(const LpConfig& config, uint64_t num_relations);
+
+  torch::Tensor& relations() { return relations_; }
+  const LpDecoder& decoder() const { return decoder_; }
+  bool fused() const { return fused_ && config_.model.decoder != "transe"; }
+  void set_fused(bool fused) { fused_ = fused; }
+
+  torch::Tensor Loss(const ModelInput& input) override;
+  bool FusedLoss(const ModelInput& input, FusedOutput& out) override;
+  // The score matrices dominate: about four [queries x negatives] float tensors per corrupted
+  // side, and sixteen copies of the query rows.
+  uint64_t StepBytes() const override;
+
+ private:
+  struct Views {
+    int64_t q = 0, chunks = 0, per_chunk = 0;
+    LpBatch batch;  // h, t, tail_neg, head_neg: views of the uses; r undefined
+    torch::Tensor relation_ids;
+  };
+  Views Split(const ModelInput& input) const;
+  double Scale(int64_t queries) const;
+
+  LpConfig config_;
+  LpDecoder decoder_;
+  torch::Tensor relations_;
+  bool fused_ = true;
+};
 
 }  // namespace sluice

@@ -16,8 +16,10 @@
 #include "train/fingerprint.h"
 #include "train/lp/lp_epoch.h"
 #include "train/lp/lp_eval.h"
-#include "train/lp/lp_schedule.h"
 #include "train/lp/lp_step.h"
+#include "prefetch/edge_schedule.h"
+#include "prefetch/memory_plan.h"
+#include "sampler/link_batch.h"
 #include "train/lp/node_table.h"
 #include "train/npy.h"
 #include "train/run_dir.h"
@@ -51,6 +53,7 @@ class LpTask : public Task {
   Result<Metrics> Evaluate(const std::string& split) override;
   Status Save(CheckpointWriter& writer) override;
   void Summarize(RunSummary& summary) const override;
+  uint64_t PredictedPeakBytes() const override { return plan_.predicted_bytes; }
   std::string MemorySummary() const override;
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
@@ -60,9 +63,7 @@ class LpTask : public Task {
   uint64_t base_relations() const { return num_relations_ / (cfg_.model.reciprocal ? 2 : 1); }
   uint64_t table_bytes() const { return layout_.num_rows() * layout_.row_bytes; }
   Status SetUpStorage();
-  Status SetUpInMemory();
-  Status PlanSlots();
-  Status ReserveStateEdges();
+  PartitionPlanInput PlanInput() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
 
@@ -72,7 +73,8 @@ class LpTask : public Task {
   Dataset dataset_;
   NodeTableLayout layout_;
   uint64_t num_relations_ = 0;  // including reciprocal ones
-  LpSchedule schedule_;
+  EdgeSchedule schedule_;
+  std::unique_ptr<LinkBatchSampler> sampler_;
   std::unique_ptr<LpStepper> stepper_;
   std::unique_ptr<LpRanker> ranker_;
   std::string table_path_;
@@ -81,8 +83,7 @@ class LpTask : public Task {
   AlignedBuffer memory_table_;
   std::unique_ptr<RowFile> table_;
   std::unique_ptr<BlockCache> cache_;
-  uint32_t slots_ = 0, resident_ = 0;
-  uint64_t reserved_bytes_ = 0;
+  PartitionMemoryPlan plan_;
   LpEpochStats stats_;
 };
 
@@ -106,7 +107,22 @@ Status LpTask::Open(Purpose purpose) {
   }
   layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
   num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
-  if (purpose == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, cfg_, layout_));
+  if (purpose == Purpose::kTrain) {
+    EdgeScheduleOptions so;
+    so.batch = static_cast<uint64_t>(cfg_.train.batch);
+    so.shuffle = cfg_.train.schedule == "shuffle";
+    so.ordering = cfg_.train.ordering;
+    so.seed = cfg_.train.seed;
+    so.io = cfg_.io;
+    SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
+    LinkBatchOptions bo;
+    bo.reciprocal = cfg_.model.reciprocal;
+    bo.base_relations = base_relations();
+    bo.chunks = static_cast<uint32_t>(cfg_.train.chunks);
+    bo.negatives = static_cast<uint32_t>(cfg_.train.negatives);
+    bo.seed = cfg_.train.seed;
+    sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), bo);
+  }
   stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_);
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
   return Status::Ok();
@@ -121,7 +137,7 @@ Status LpTask::LoadState(const CheckpointReader& checkpoint) {
   }
   torch::Tensor rel;
   SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel));
-  torch::Tensor& relations = stepper_->relations();
+  torch::Tensor& relations = stepper_->model().relations();
   if (rel.sizes() != relations.sizes()) {
     return Corruption(checkpoint.dir() + "/relations.pt: shape does not match the model");
   }
@@ -156,104 +172,59 @@ Status LpTask::PrepareReading(const CheckpointReader& checkpoint) {
   return Status::Ok();
 }
 
-Status LpTask::SetUpStorage() {
-  const uint32_t p = partitions();
-  // Reserved: what the process holds already (libtorch's code and allocator, the edges just
-  // read), the per-node stamp table, and one step's tensors (the score matrices dominate:
-  // about four [queries x negatives] float tensors per corrupted side), plus 32 MiB slack.
+PartitionPlanInput LpTask::PlanInput() const {
+  PartitionPlanInput in;
+  in.budget_bytes = cfg_.storage.budget.value;
+  // What the process holds already: libtorch's code and allocator, the dense model, the edges
+  // of the global shuffle.
+  in.runtime_bytes = CurrentRssBytes();
+  in.step_bytes = stepper_->model().StepBytes();
+  // The sampler ring's payloads: a step's ids (heads, relations, tails, negatives, unique).
   const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
-  const uint64_t sides = cfg_.model.reciprocal ? 1 : 2;
-  const uint64_t step_bytes = queries * static_cast<uint64_t>(cfg_.train.negatives) * 16 * sides +
-                              queries * static_cast<uint64_t>(cfg_.model.dim) * 4 * 16;
-  reserved_bytes_ = CurrentRssBytes() + step_bytes + (32ull << 20);
+  const uint64_t negs = static_cast<uint64_t>(cfg_.train.chunks) * cfg_.train.negatives *
+                        (cfg_.model.reciprocal ? 1 : 2);
+  in.ring_bytes = LpRingCapacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
+                  (5 * queries + 2 * negs) * 8;
+  in.block_bytes = layout_.block_bytes();
+  in.table_bytes = table_bytes();
+  in.partitions = partitions();
+  in.in_memory = in_memory_;
+  in.shuffle = cfg_.train.schedule == "shuffle";
+  in.resident = static_cast<uint32_t>(cfg_.storage.resident);
+  in.slots = static_cast<uint32_t>(cfg_.storage.slots);
+  return in;
+}
+
+Status LpTask::SetUpStorage() {
   if (!fs::exists(table_path_)) {
     SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
                                            cfg_.model.init_scale));
   }
-  if (cfg_.train.schedule == "shuffle") {
-    resident_ = p;
-  } else {
-    resident_ = cfg_.storage.resident > 0 ? std::min<uint32_t>(cfg_.storage.resident, p) : 0;
+  PartitionPlanInput in = PlanInput();
+  if (!in.shuffle) {  // the largest state depends on the resident count: plan it first
+    SLUICE_ASSIGN_OR_RETURN(PartitionMemoryPlan first, PlanPartitionMemory(in));
+    schedule_.set_resident(first.resident);
+    in.largest_state_edges = schedule_.LargestStateEdges();
   }
-  if (in_memory_) return SetUpInMemory();
-  SLUICE_RETURN_IF_ERROR(PlanSlots());
-  schedule_.set_resident(resident_);
-  if (cfg_.train.schedule == "partitions") SLUICE_RETURN_IF_ERROR(ReserveStateEdges());
+  SLUICE_ASSIGN_OR_RETURN(plan_, PlanPartitionMemory(in));
+  schedule_.set_resident(plan_.resident);
+  if (in_memory_) {
+    memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
+    SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
+    return PreadFull(f, memory_table_.data(), table_bytes(), 0);
+  }
   SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
                                                 /*writable=*/true, RowFileOptionsFrom(cfg_.io)));
   BlockCacheOptions co;
-  co.capacity_blocks = slots_;
+  co.capacity_blocks = plan_.slots;
   co.rows_per_block = layout_.rows_per_block;
   cache_ = std::make_unique<BlockCache>(table_.get(), co);
   return Status::Ok();
 }
 
-Status LpTask::SetUpInMemory() {
-  if (resident_ == 0) resident_ = partitions();
-  schedule_.set_resident(resident_);
-  memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
-  SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
-  SLUICE_RETURN_IF_ERROR(PreadFull(f, memory_table_.data(), table_bytes(), 0));
-  slots_ = partitions();
-  return Status::Ok();
-}
-
-// Partition slots from the budget (or storage.slots), and the resident count of a buffer state.
-Status LpTask::PlanSlots() {
-  const uint32_t p = partitions();
-  const LpStorageConfig& sc = cfg_.storage;
-  const std::string budget = FormatBytes(sc.budget.value);
-  const std::string block = FormatBytes(layout_.block_bytes());
-  SLUICE_ASSIGN_OR_RETURN(slots_, SlotsFromBudget(sc.budget.value, reserved_bytes_,
-                                                  layout_.block_bytes(), std::min<uint32_t>(2, p)));
-  slots_ = std::min(slots_, p);
-  if (sc.slots > 0) {
-    if (static_cast<uint32_t>(sc.slots) > slots_) {
-      return FailedPrecondition("storage.slots = " + std::to_string(sc.slots) + ", but the budget " +
-                                budget + " holds " + std::to_string(slots_) +
-                                " partition slots of " + block);
-    }
-    slots_ = static_cast<uint32_t>(sc.slots);
-  }
-  if (resident_ == 0) resident_ = slots_ >= p ? p : std::max<uint32_t>(2, slots_ - 1);
-  if (resident_ > slots_ && cfg_.train.schedule == "shuffle") {
-    return FailedPrecondition("train.schedule: shuffle needs all " + std::to_string(p) +
-                              " partitions in memory, but the cache has " + std::to_string(slots_) +
-                              " slots of " + block +
-                              "; use train.schedule: partitions or a larger storage.budget");
-  }
-  if (resident_ > slots_) {
-    return FailedPrecondition("storage.resident = " + std::to_string(resident_) +
-                              " partitions, but the budget " + budget + " holds " +
-                              std::to_string(slots_) + " partition slots of " + block);
-  }
-  return Status::Ok();
-}
-
-// The partition schedule holds two buffer states' edges (3 columns and the order as int64,
-// plus the read scratch): the current one and the next, read while the current one trains.
-// Reserve for twice the largest state.
-Status LpTask::ReserveStateEdges() {
-  const uint64_t most = schedule_.LargestStateEdges();
-  reserved_bytes_ += 2 * most * 40;
-  const uint64_t slot_bytes = AlignUp(layout_.block_bytes(), kDirectAlignBytes);
-  const uint64_t budget = cfg_.storage.budget.value;
-  auto need = [&] { return reserved_bytes_ + uint64_t{slots_} * slot_bytes; };
-  while (need() > budget && cfg_.storage.slots == 0 && slots_ > resident_) --slots_;
-  if (need() > budget) {
-    return FailedPrecondition("the memory budget " + FormatBytes(budget) + " cannot hold " +
-                              std::to_string(slots_) + " partition slots of " +
-                              FormatBytes(slot_bytes) + " plus the largest buffer state's " +
-                              std::to_string(most) + " edges and the rest (" +
-                              FormatBytes(need()) + " in all); raise storage.budget or use more "
-                              "partitions");
-  }
-  return Status::Ok();
-}
-
 std::map<std::string, std::string> LpTask::Conditions() const {
   if (cfg_.train.schedule != "partitions") return {};
-  return {{"resident partitions", std::to_string(resident_)}};
+  return {{"resident partitions", std::to_string(plan_.resident)}};
 }
 
 std::string LpTask::Describe() const {
@@ -267,19 +238,21 @@ std::string LpTask::Describe() const {
 }
 
 std::string LpTask::MemoryPlan() const {
+  const std::string predicted = "; predicted peak " + FormatBytes(plan_.predicted_bytes);
   if (in_memory_) {
-    return "in memory, node table " + FormatBytes(table_bytes()) + " (embeddings + Adagrad state)";
+    return "in memory, node table " + FormatBytes(table_bytes()) +
+           " (embeddings + Adagrad state)" + predicted;
   }
   return "budget " + FormatBytes(cfg_.storage.budget.value) + " = reserved " +
-         FormatBytes(reserved_bytes_) + " + " + std::to_string(slots_) + " partition slots of " +
-         FormatBytes(layout_.block_bytes()) + "; node table " + FormatBytes(table_bytes()) +
-         " on disk; " + std::to_string(resident_) + " of " + std::to_string(partitions()) +
-         " partitions resident per buffer state";
+         FormatBytes(plan_.reserved_bytes) + " + " + std::to_string(plan_.slots) +
+         " partition slots of " + FormatBytes(layout_.block_bytes()) + "; node table " +
+         FormatBytes(table_bytes()) + " on disk; " + std::to_string(plan_.resident) + " of " +
+         std::to_string(partitions()) + " partitions resident per buffer state" + predicted;
 }
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
-  LpEpochContext ctx{cfg_, layout_, schedule_, *stepper_, cache_.get(),
-                     in_memory_ ? memory_table_.data() : nullptr, slots_, stats_};
+  LpEpochContext ctx{cfg_, layout_, schedule_, *sampler_, *stepper_, cache_.get(),
+                     in_memory_ ? memory_table_.data() : nullptr, plan_.slots, stats_};
   return TrainLpEpoch(ctx, epoch, first_step, sink);
 }
 
@@ -297,7 +270,7 @@ Status LpTask::SyncTable() {
 Status LpTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin"));
-  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", stepper_->relations().detach().clone()));
+  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", stepper_->model().relations().detach().clone()));
   return SaveTorch(writer, "relation_optimizer.pt", stepper_->relation_optimizer());
 }
 
@@ -331,7 +304,7 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
   SLUICE_ASSIGN_OR_RETURN(LpMetrics m,
-                          ranker_->Rank(split, stepper_->decoder(), nodes, stepper_->relations()));
+                          ranker_->Rank(split, stepper_->model().decoder(), nodes, stepper_->model().relations()));
   return Metrics{m.mrr, m.ToString(), m.ToJson()};
 }
 
@@ -339,29 +312,31 @@ void LpTask::Summarize(RunSummary& s) const {
   const LpStepTimes& t = stepper_->times();
   const LpEpochStats& e = stats_;
   std::ostringstream line;
-  s.Line("sampler (one step ahead): sampling+unique " + FormatSeconds(t.sampler_busy_s) + " s");
-  line << "compute thread: waiting for samples " << e.sample_s << " s, gather " << t.gather_s
-       << " s, forward+backward " << t.compute_s << " s, update " << t.update_s
-       << " s, waiting for io " << e.wait_s << " s, waiting for edges " << e.edges_s << " s";
+  line << "pipeline: sampler stage busy " << e.sampler.busy_s << " s (waiting for ring space "
+       << e.sampler.wait_s << " s), edge reader busy " << e.edges.busy_s << " s";
   s.Line(line.str());
   line.str("");
-  line << "prefetcher: planning " << e.plan_time.busy_s << " s, io " << e.io_time.busy_s
-       << " s, io waiting for compute " << e.io_time.wait_s << " s; partition loads "
-       << e.plan.loads << ", write-backs " << e.plan.write_backs;
+  line << "compute thread: gather " << t.gather_s << " s, forward+backward " << t.compute_s
+       << " s, update " << t.update_s << " s, waiting for the pipeline " << e.wait_s << " s";
   s.Line(line.str());
-  s.Set("time", "sampler_busy_s", t.sampler_busy_s), s.Set("time", "sample_wait_s", e.sample_s);
+  line.str("");
+  line << "prefetcher: planning " << e.plan.busy_s << " s, io " << e.io.busy_s
+       << " s, io waiting for compute " << e.io.wait_s << " s; partition loads "
+       << e.plan_stats.loads << ", write-backs " << e.plan_stats.write_backs;
+  s.Line(line.str());
+  s.Set("time", "sampler_busy_s", e.sampler.busy_s), s.Set("time", "edges_busy_s", e.edges.busy_s);
   s.Set("time", "gather_s", t.gather_s), s.Set("time", "compute_s", t.compute_s);
-  s.Set("time", "update_s", t.update_s), s.Set("time", "io_wait_s", e.wait_s);
-  s.Set("time", "edges_wait_s", e.edges_s);
-  s.Set("prefetcher", "plan_s", e.plan_time.busy_s), s.Set("prefetcher", "io_s", e.io_time.busy_s);
-  s.Set("prefetcher", "io_wait_s", e.io_time.wait_s);
-  s.Set("prefetcher", "partition_loads", e.plan.loads);
-  s.Set("prefetcher", "write_backs", e.plan.write_backs);
+  s.Set("time", "update_s", t.update_s), s.Set("time", "pipeline_wait_s", e.wait_s);
+  s.Set("prefetcher", "plan_s", e.plan.busy_s), s.Set("prefetcher", "io_s", e.io.busy_s);
+  s.Set("prefetcher", "io_wait_s", e.io.wait_s);
+  s.Set("prefetcher", "partition_loads", e.plan_stats.loads);
+  s.Set("prefetcher", "write_backs", e.plan_stats.write_backs);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
-  s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", slots_);
-  s.Set("memory", "resident", resident_), s.Set("memory", "partitions", partitions());
-  s.Set("memory", "reserved_bytes", reserved_bytes_);
+  s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", plan_.slots);
+  s.Set("memory", "resident", plan_.resident), s.Set("memory", "partitions", partitions());
+  s.Set("memory", "reserved_bytes", plan_.reserved_bytes);
+  s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
 }
 
 std::string LpTask::MemorySummary() const {
@@ -392,7 +367,7 @@ Result<std::vector<std::string>> Names(const Dataset& ds, const std::string& wha
 
 Status LpTask::Export(const std::string& dir) {
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
-  torch::Tensor rels = stepper_->relations().detach().contiguous();
+  torch::Tensor rels = stepper_->model().relations().detach().contiguous();
   SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/nodes.npy", "<f4", {nodes.size(0), nodes.size(1)},
                                   nodes.data_ptr<float>(), nodes.numel() * 4));
   SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
@@ -430,9 +405,9 @@ Result<std::string> LpTask::Predict(const PredictRequest& request) {
   SLUICE_ASSIGN_OR_RETURN(int64_t r, FindName(rel_names, request.relation, "relation"));
   torch::NoGradGuard guard;
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
-  const LpDecoder& decoder = stepper_->decoder();
+  const LpDecoder& decoder = stepper_->model().decoder();
   torch::Tensor q = decoder.TailQuery(nodes[h].unsqueeze(0),
-                                      stepper_->relations().detach()[r].unsqueeze(0));
+                                      stepper_->model().relations().detach()[r].unsqueeze(0));
   torch::Tensor scores = decoder.ScoreAll(q, nodes).squeeze(0);
   auto top = scores.topk(std::min<int64_t>(static_cast<int64_t>(request.k), static_cast<int64_t>(n)));
   auto values = std::get<0>(top), idx = std::get<1>(top);

@@ -1,24 +1,34 @@
 #pragma once
-// Where DLRM's table rows live out of core, behind the row prefetcher's RowBacking interface.
-// A row never written reads as its initial value without any io.
+// The stores rows come from when the row cache misses them (RowBacking, prefetch/
+// row_prefetcher.h). A row never written reads as its initial value without any io.
+//
+//   RowFileBacking  dense tables in one row file (table k's row i at file row offsets[k] + i),
+//                   with a bitmap of rows ever written, an optional write-back buffer and
+//                   optional read-ahead (RowPreloader);
+//   KvBacking       RocksDB keyed by (table, id): raw 64-bit ids;
+//   MemoryBacking   rows in RAM (MemoryRows), behind the same interface;
+//   ArrayBacking    a dataset's array read-only (node features, float32 or float16, unpadded
+//                   as numpy writes it): row id = key.id (one table), bytes as stored (a
+//                   float16 row stays 2 bytes a value; the gather widens it).
+//
+// Thread safety: one io thread calls a backing (the row prefetcher's); RowFile and KvTable
+// themselves are thread-safe.
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "prefetch/row_prefetcher.h"
 #include "prefetch/row_preloader.h"
+#include "storage/dataset.h"
 #include "storage/kv_table.h"
 #include "storage/row_file.h"
 #include "storage/write_back_buffer.h"
 
 namespace sluice {
 
-// Rows of dense tables in one row file: table k's row i is file row offsets[k] + i. A bitmap
-// remembers which rows were ever written back: the others still hold their initial value (a
-// pure function of seed, table and id), so loading them needs no read at all. Most misses of a
-// skewed click log are first touches of tail ids, and they cost no io.
 class RowFileBacking : public RowBacking {
  public:
   // `offsets` (non-empty) must outlive the backing. all_written: every row may hold a written
@@ -66,7 +76,6 @@ class RowFileBacking : public RowBacking {
   uint64_t reads_ = 0;
 };
 
-// Rows in RocksDB under (table, id); a row never written reads as its initial value.
 class KvBacking : public RowBacking {
  public:
   KvBacking(KvTable* kv, RowInit init) : kv_(kv), init_(std::move(init)) {}
@@ -78,6 +87,45 @@ class KvBacking : public RowBacking {
   KvTable* kv_;
   RowInit init_;
   std::vector<bool> found_;
+  uint64_t reads_ = 0;
+};
+
+class MemoryBacking : public RowBacking {
+ public:
+  explicit MemoryBacking(MemoryRows* rows) : rows_(rows) {}
+  Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override;
+  Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override;
+  uint64_t rows_read() const override { return reads_; }
+
+ private:
+  MemoryRows* rows_;
+  uint64_t reads_ = 0;
+};
+
+class ArrayBacking : public RowBacking {
+ public:
+  // Opens dataset array `role` (2-D, float32 or float16) for reading. Errors name the role,
+  // its file and what is wrong (dtype, shape, size).
+  static Result<std::unique_ptr<ArrayBacking>> Open(const Dataset& dataset, const std::string& role,
+                                                    const IoConfig& io);
+  Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override;
+  // A dataset is never written: FailedPrecondition.
+  Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override;
+  uint64_t rows_read() const override { return reads_; }
+
+  DType dtype() const { return dtype_; }
+  uint64_t rows() const { return file_->num_rows(); }
+  uint32_t dim() const { return dim_; }
+  uint32_t row_bytes() const { return file_->row_bytes(); }
+
+ private:
+  ArrayBacking(std::unique_ptr<RowFile> file, DType dtype, uint32_t dim)
+      : file_(std::move(file)), dtype_(dtype), dim_(dim) {}
+
+  std::unique_ptr<RowFile> file_;
+  DType dtype_;
+  uint32_t dim_;
+  std::vector<uint64_t> ids_;
   uint64_t reads_ = 0;
 };
 

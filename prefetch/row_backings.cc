@@ -1,4 +1,4 @@
-#include "train/dlrm/dlrm_backings.h"
+#include "prefetch/row_backings.h"
 
 #include <algorithm>
 #include <cstring>
@@ -99,6 +99,56 @@ Status KvBacking::Read(IoSession&, std::span<const RowKey> keys, std::byte* out)
 
 Status KvBacking::Write(IoSession&, std::span<const RowKey> keys, const std::byte* rows) {
   return kv_->Write(keys, rows);
+}
+
+Status MemoryBacking::Read(IoSession&, std::span<const RowKey> keys, std::byte* out) {
+  const uint32_t rb = rows_->row_bytes();
+  for (size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rb, rows_->Row(keys[i]), rb);
+  reads_ += keys.size();
+  return Status::Ok();
+}
+
+Status MemoryBacking::Write(IoSession&, std::span<const RowKey> keys, const std::byte* rows) {
+  const uint32_t rb = rows_->row_bytes();
+  for (size_t i = 0; i < keys.size(); ++i) std::memcpy(rows_->Row(keys[i]), rows + i * rb, rb);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ArrayBacking>> ArrayBacking::Open(const Dataset& dataset,
+                                                         const std::string& role,
+                                                         const IoConfig& io) {
+  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, dataset.File(role));
+  const std::string where = "dataset " + dataset.dir() + ": " + role + " (" + f->path + ")";
+  if (f->dtype != DType::kFloat32 && f->dtype != DType::kFloat16) {
+    return InvalidArgument(where + " is " + DTypeName(f->dtype) + ", expected float32 or float16");
+  }
+  if (f->shape.size() != 2 || f->shape[1] == 0) {
+    return InvalidArgument(where + ": expected a 2-D array of rows");
+  }
+  const auto dim = static_cast<uint32_t>(f->shape[1]);
+  const uint32_t width = f->dtype == DType::kFloat32 ? 4 : 2;
+  SLUICE_ASSIGN_OR_RETURN(auto file, RowFile::OpenArray(dataset.PathOf(*f), dim * width, f->shape[0],
+                                                        RowFileOptionsFrom(io)));
+  return std::unique_ptr<ArrayBacking>(new ArrayBacking(std::move(file), f->dtype, dim));
+}
+
+Status ArrayBacking::Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) {
+  ids_.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].table != 0) {
+      return InvalidArgument(file_->path() + ": a dataset array has one table, asked for table " +
+                             std::to_string(keys[i].table));
+    }
+    ids_[i] = keys[i].id;
+  }
+  SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, ids_, out));
+  reads_ += keys.size();
+  return Status::Ok();
+}
+
+Status ArrayBacking::Write(IoSession&, std::span<const RowKey>, const std::byte*) {
+  return FailedPrecondition(file_->path() + ": a dataset is read-only (rows of a dataset array "
+                            "are never written)");
 }
 
 }  // namespace sluice

@@ -1,0 +1,74 @@
+#pragma once
+// A block-granular pass as one pipeline (link prediction): a sampler stage fills each step's
+// payload (its queries, negatives and unique rows), the block prefetcher plans the partitions
+// the schedule needs and loads them, compute trains; one RunAheadRing joins them. In memory
+// (no cache) the sampler stage alone runs ahead.
+//
+// Capacity: the sampler stays at most `capacity` steps ahead of compute (its payloads are
+// what the ring's memory holds); the prefetcher's io at most run_ahead steps.
+//
+// Thread safety: WaitReady/Computed/Stop from the compute thread; Abort from any.
+
+#include <cstdint>
+#include <memory>
+
+#include "prefetch/block_prefetcher.h"
+#include "prefetch/run_ahead_ring.h"
+#include "prefetch/sampler_stage.h"
+
+namespace sluice {
+
+template <class Payload>
+class BlockPipeline {
+ public:
+  using Fill = typename SamplerStage<Payload>::Fill;
+
+  // `cache` null: in memory (`blocks` unused). Requires capacity >= run_ahead + 2.
+  BlockPipeline(BlockCache* cache, PrefetcherOptions options, uint64_t capacity, Fill fill,
+                BlockPrefetcher::StepSource blocks)
+      : ring_(capacity, cache != nullptr ? 2 : 1), sampler_(&ring_, std::move(fill)) {
+    if (cache != nullptr) {
+      prefetcher_ = std::make_unique<BlockPrefetcher>(cache, std::move(options), std::move(blocks),
+                                                      &ring_, 1);
+    }
+  }
+  ~BlockPipeline() {
+    if (!stopped_) ring_.Abort(Aborted("block pipeline destroyed while running"));
+  }
+
+  void Start() {
+    sampler_.Start();
+    if (prefetcher_) prefetcher_->Start();
+  }
+  // Blocks until step t is sampled and its blocks are resident: its payload, or the error.
+  Result<Payload*> WaitReady(uint64_t t) {
+    SLUICE_RETURN_IF_ERROR(ring_.WaitReady(t));
+    return &sampler_.slot(t);
+  }
+  void Computed(uint64_t t) { ring_.Computed(t); }
+  // Compute has stopped for good: the stages finish the step in hand (its io included, so the
+  // cache may be flushed) and end. Returns the pass's error, if any.
+  Status Stop() {
+    ring_.Stop();
+    stopped_ = true;
+    sampler_.Join();
+    Status s = prefetcher_ ? prefetcher_->Join() : Status::Ok();
+    if (!s.ok()) return s;
+    Status e = ring_.error();
+    return e.ok() || e.code() == StatusCode::kAborted ? Status::Ok() : e;
+  }
+  void Abort(Status status) { ring_.Abort(std::move(status)); }
+
+  StageTime sampler_time() const { return sampler_.time(); }
+  double compute_wait_s() const { return ring_.compute_wait_s(); }
+  // The prefetcher (null in memory).
+  const BlockPrefetcher* prefetcher() const { return prefetcher_.get(); }
+
+ private:
+  RunAheadRing ring_;
+  SamplerStage<Payload> sampler_;
+  std::unique_ptr<BlockPrefetcher> prefetcher_;
+  bool stopped_ = false;
+};
+
+}  // namespace sluice

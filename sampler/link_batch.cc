@@ -1,0 +1,68 @@
+#include "sampler/link_batch.h"
+
+#include <algorithm>
+
+#include "sampler/negatives.h"
+
+namespace sluice {
+
+LinkBatchSampler::LinkBatchSampler(uint64_t num_nodes, LinkBatchOptions options)
+    : options_(options), stamp_(num_nodes, 0) {}
+
+void LinkBatchSampler::Sample(const EdgeColumns& edges, uint64_t begin, uint64_t end,
+                              uint64_t epoch, uint64_t index,
+                              std::span<const std::pair<int64_t, int64_t>> ranges,
+                              LinkBatch& out) {
+  const bool reciprocal = options_.reciprocal;
+  const uint64_t b = end - begin;
+  const uint64_t q = reciprocal ? 2 * b : b;
+  out.edges = b, out.queries = q;
+  out.head.resize(q), out.rel.resize(q), out.tail.resize(q);
+  for (uint64_t i = 0; i < b; ++i) {
+    const int64_t e = edges.order[begin + i];
+    out.head[i] = edges.src[e], out.rel[i] = edges.rel[e], out.tail[i] = edges.dst[e];
+    if (reciprocal) {
+      out.head[b + i] = edges.dst[e];
+      out.rel[b + i] = edges.rel[e] + static_cast<int64_t>(options_.base_relations);
+      out.tail[b + i] = edges.src[e];
+    }
+  }
+  out.chunks = static_cast<uint32_t>(std::min<uint64_t>(options_.chunks, q));
+  out.per_chunk = options_.negatives;
+  std::vector<NodeRange> node_ranges;
+  for (const auto& [lo, hi] : ranges) node_ranges.push_back({lo, hi});
+  const NegativeSampler negatives = NegativeSampler::Uniform(node_ranges);
+  out.tail_neg = negatives.Sample({options_.seed, epoch, 2 * index}, out.chunks, out.per_chunk);
+  out.head_neg.clear();
+  if (!reciprocal) {
+    out.head_neg = negatives.Sample({options_.seed, epoch, 2 * index + 1}, out.chunks, out.per_chunk);
+  }
+  UniqueIds(out);
+}
+
+void LinkBatchSampler::UniqueIds(LinkBatch& out) {
+  if (++call_ == 0) {  // the stamp wrapped: clear it once every 2^32 steps
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    call_ = 1;
+  }
+  const uint64_t call = uint64_t{call_} << 32;
+  std::vector<int64_t>& unique = out.unique;
+  unique.clear();
+  unique.reserve(2 * out.queries + out.tail_neg.size() + out.head_neg.size());
+  auto local = [&](std::vector<int64_t>& ids) {
+    for (int64_t& v : ids) {
+      uint64_t& s = stamp_[v];
+      if ((s & ~0xFFFFFFFFull) != call) {
+        s = call | unique.size();
+        unique.push_back(v);
+      }
+      v = static_cast<int64_t>(s & 0xFFFFFFFFull);
+    }
+  };
+  local(out.head);
+  local(out.tail);
+  local(out.tail_neg);
+  local(out.head_neg);
+}
+
+}  // namespace sluice

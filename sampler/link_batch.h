@@ -1,0 +1,57 @@
+#pragma once
+// One link-prediction step's samples: its queries (head, relation, tail per edge, plus the
+// reciprocal (tail, r + R, head) when asked), its negatives (chunks x per_chunk per corrupted
+// side, shared by the queries of a chunk, drawn uniformly from the step's partitions and keyed
+// on (seed, epoch, 2 * step + side)), and its distinct rows in first-occurrence order (heads,
+// tails, tail negatives, head negatives), with every id list rewritten as indices into them.
+// Everything a step needs but its rows, so it can be sampled ahead of compute; torch-free.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace sluice {
+
+struct LinkBatch {
+  uint64_t edges = 0, queries = 0;  // queries: 2 * edges when reciprocal
+  uint32_t chunks = 0, per_chunk = 0;
+  // Indices into `unique` (relation ids in `rel`).
+  std::vector<int64_t> head, rel, tail, tail_neg, head_neg;
+  std::vector<int64_t> unique;  // node ids, first-occurrence order
+};
+
+struct LinkBatchOptions {
+  bool reciprocal = false;
+  uint64_t base_relations = 1;  // relation r's reciprocal is r + base_relations
+  uint32_t chunks = 1;
+  uint32_t negatives = 1;  // per chunk and corrupted side
+  uint64_t seed = 1;
+};
+
+// The edges a step draws its queries from: the edges of its buffer state, in `order`.
+struct EdgeColumns {
+  const int64_t* src = nullptr;
+  const int64_t* rel = nullptr;
+  const int64_t* dst = nullptr;
+  const int64_t* order = nullptr;
+};
+
+// Samples steps one at a time (a stamp table over the nodes: one thread).
+class LinkBatchSampler {
+ public:
+  LinkBatchSampler(uint64_t num_nodes, LinkBatchOptions options);
+  // Step `index` of epoch `epoch`: edges order[begin, end) of `edges`; negatives uniform over
+  // the node ranges [begin, end) of `ranges` (the step's partitions, in partition order).
+  void Sample(const EdgeColumns& edges, uint64_t begin, uint64_t end, uint64_t epoch,
+              uint64_t index, std::span<const std::pair<int64_t, int64_t>> ranges,
+              LinkBatch& out);
+
+ private:
+  void UniqueIds(LinkBatch& out);
+
+  LinkBatchOptions options_;
+  std::vector<uint64_t> stamp_;  // node -> (call << 32) | local index
+  uint32_t call_ = 0;
+};
+
+}  // namespace sluice

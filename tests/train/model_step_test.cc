@@ -1,0 +1,150 @@
+// The model seam: gathering uses, summing their gradients per row in a fixed order (bitwise
+// the same at 1 and 2 TBB threads), running a model fused or through autograd (the autograd
+// DistMult matches the fused one on FB15k-237 shapes), and a model's exception as an error.
+
+#include "train/model_step.h"
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <cstring>
+#include <random>
+
+#include "train/lp/lp_model.h"
+
+namespace sluice {
+namespace {
+
+struct Step {
+  std::vector<std::vector<float>> rows;  // distinct rows
+  std::vector<float*> ptrs;
+  std::vector<std::vector<int64_t>> parts;
+};
+
+Step RandomStep(int64_t rows, int64_t d, const std::vector<int64_t>& part_sizes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0, 0.3f);
+  Step s;
+  s.rows.resize(static_cast<size_t>(rows));
+  for (auto& r : s.rows) {
+    r.resize(static_cast<size_t>(d));
+    for (float& x : r) x = normal(rng);
+  }
+  for (auto& r : s.rows) s.ptrs.push_back(r.data());
+  for (int64_t n : part_sizes) {
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (auto& x : p) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+    s.parts.push_back(std::move(p));
+  }
+  return s;
+}
+
+UseParts Parts(const Step& s) {
+  UseParts p;
+  for (const auto& x : s.parts) p.push_back(x);
+  return p;
+}
+
+TEST(ModelStepTest, GatherPutsEveryUsesRowInOrder) {
+  const Step s = RandomStep(100, 7, {30, 5000}, 1);
+  TableInput t = GatherUses(s.ptrs, Parts(s), 7, true);
+  ASSERT_EQ(t.uses.size(0), 5030);
+  EXPECT_TRUE(t.uses.requires_grad());
+  EXPECT_EQ(t.rows, 100);
+  int64_t u = 0;
+  for (const auto& part : s.parts) {
+    for (int64_t id : part) {
+      ASSERT_EQ(t.inverse[u].item<int64_t>(), id);
+      ASSERT_EQ(std::memcmp(t.uses[u].data_ptr<float>(), s.rows[id].data(), 7 * 4), 0);
+      ++u;
+    }
+  }
+}
+
+TEST(ModelStepTest, RowSumsAreBitwiseTheSameAtOneAndTwoThreads) {
+  const int64_t d = 33, rows = 700;
+  const Step s = RandomStep(rows, d, {4000, 1200, 9000}, 2);
+  // Gradients as pieces that straddle the parts, as a fused model returns them.
+  torch::manual_seed(3);
+  const std::vector<torch::Tensor> grads = {torch::randn({3000, d}), torch::randn({2200, d}),
+                                            torch::randn({9000, d})};
+  torch::Tensor one, two;
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+    one = SumRowGrads(Parts(s), grads, rows, d);
+  }
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
+    two = SumRowGrads(Parts(s), grads, rows, d);
+  }
+  ASSERT_EQ(std::memcmp(one.data_ptr<float>(), two.data_ptr<float>(), rows * d * 4), 0);
+  // And they are the sums: against index_add in double.
+  torch::Tensor all = torch::cat(grads).to(torch::kDouble);
+  std::vector<int64_t> inv;
+  for (const auto& p : s.parts) inv.insert(inv.end(), p.begin(), p.end());
+  torch::Tensor want = torch::zeros({rows, d}, torch::kDouble)
+                           .index_add_(0, torch::tensor(inv), all);
+  EXPECT_TRUE(torch::allclose(one.to(torch::kDouble), want, 1e-5, 1e-5));
+}
+
+// FB15k-237 shapes of the Marius configuration: DistMult d=50, 1000 queries, 10 chunks of 500
+// negatives per corrupted side, softmax.
+TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
+  LpConfig cfg;
+  cfg.model.decoder = "distmult";
+  cfg.model.dim = 50;
+  cfg.train.batch = 1000;
+  cfg.train.chunks = 10;
+  cfg.train.negatives = 500;
+  cfg.train.regularizer = "n3";
+  cfg.train.regularization = 0.005;
+  const int64_t q = 1000, negs = 10 * 500, rows = 14541, relations = 237, d = 50;
+  const Step s = RandomStep(rows, d, {q, q, negs, negs}, 4);
+  std::vector<int64_t> rel(q);
+  std::mt19937_64 rng(5);
+  for (auto& r : rel) r = static_cast<int64_t>(rng() % relations);
+  auto input = [&](bool grad) {
+    ModelInput in;
+    in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, grad));
+    in.ids["relation"] = torch::tensor(rel);
+    in.sizes = {{"queries", q}, {"chunks", 10}, {"per_chunk", 500}, {"head_negatives", 1}};
+    return in;
+  };
+  LinkModel model(cfg, relations);
+  ModelInput fused_in = input(false);
+  auto fused = RunModel(model, fused_in, true);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  const torch::Tensor fused_rel = model.relations().grad().clone();
+  model.relations().mutable_grad() = torch::Tensor();
+  ModelInput auto_in = input(true);
+  auto autograd = RunModel(model, auto_in, false);
+  ASSERT_TRUE(autograd.ok()) << autograd.status().ToString();
+  const torch::Tensor auto_rel = model.relations().grad();
+  const torch::Tensor a = SumRowGrads(Parts(s), fused->use_grads[0], rows, d);
+  const torch::Tensor b = SumRowGrads(Parts(s), autograd->use_grads[0], rows, d);
+  auto rel_err = [](const torch::Tensor& x, const torch::Tensor& y) {
+    return ((x - y).norm() / y.norm()).item<double>();
+  };
+  EXPECT_NEAR(fused->loss, autograd->loss, 1e-5 * std::abs(autograd->loss));
+  EXPECT_LT(rel_err(a, b), 1e-5);
+  EXPECT_LT(rel_err(fused_rel, auto_rel), 1e-5);
+  EXPECT_LT((a - b).abs().max().item<float>(), 1e-5 * b.abs().max().item<float>() + 1e-9);
+}
+
+class ThrowingModel : public Model {
+ public:
+  torch::Tensor Loss(const ModelInput&) override { throw std::runtime_error("shape mismatch\nstack"); }
+  uint64_t StepBytes() const override { return 0; }
+};
+
+TEST(ModelStepTest, AModelsExceptionIsAnErrorNamingTheStep) {
+  ThrowingModel model;
+  ModelInput in;
+  in.key = {1, 2, 17};
+  auto r = RunModel(model, in, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "the model failed at epoch 3, step 17: shape mismatch");
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,48 @@
+#pragma once
+// The engine's side of the model seam (train/model.h) for one step: gather a table's uses into
+// a tensor, run the model (fused or autograd), and sum each distinct row's use gradients in a
+// fixed order before the row optimizer applies them.
+//
+// A table's uses are given as parts, lists of local row indices laid end to end (link
+// prediction: heads, tails, tail negatives, head negatives; DLRM: one list, sample-major).
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "train/model.h"
+#include "train/row_optimizers.h"
+
+namespace sluice {
+
+using UseParts = std::vector<std::span<const int64_t>>;
+
+// The uses' rows: row parts[p][i] (rows[k] is distinct row k's first float, d floats) copied
+// in order into uses [m, d] (parallel, no arithmetic: the bits do not depend on threads).
+TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,
+                      bool requires_grad);
+
+// Sums the uses' gradients (pieces covering the uses in order, as FusedOutput gives them) into
+// [rows, d]: each row's uses added in use order. Threads own ranges of rows and scan every use,
+// so the bits do not depend on the thread count.
+torch::Tensor SumRowGrads(const UseParts& parts, const std::vector<torch::Tensor>& grads,
+                          int64_t rows, int64_t d);
+
+struct StepGrads {
+  double loss = 0;
+  std::vector<std::vector<torch::Tensor>> use_grads;  // per table, pieces over the uses
+};
+
+// Runs the model on a step: FusedLoss when the model has it and allow_fused, else Loss and
+// backward (the uses of each table must require grad then). An exception thrown by the model
+// is an error naming the step. The caller zeroes and steps its dense optimizer around it.
+Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused);
+
+// Applies `opt` to distinct rows [0, rows): rows[k] gets sums row k (parallel over rows).
+void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,
+                       int64_t d, float lr);
+
+}  // namespace sluice
