@@ -55,7 +55,9 @@ std::unique_ptr<RowFile> OpenTable(const Args& a, uint32_t merge_max, uint32_t g
 
 std::unique_ptr<IoSession> MakeSession(const Args& a) {
   IoConfig config;
-  config.backend = a.backend;
+  auto kind = ParseBackendKind(a.backend);
+  SLUICE_CHECK(kind.ok(), "%s", kind.status().ToString().c_str());
+  config.backend = *kind;
   config.queue_depth = a.qd;
   auto io = IoSession::Create(config);
   SLUICE_CHECK(io.ok(), "%s", io.status().ToString().c_str());

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace sluice {
@@ -45,6 +46,12 @@ struct PartitionOrder {
 };
 
 enum class OrderingKind { kBeta, kRandomized, kSpread, kSplit };
+template <>
+struct EnumNames<OrderingKind> {
+  static constexpr std::pair<OrderingKind, const char*> kNames[] = {
+      {OrderingKind::kBeta, "beta"}, {OrderingKind::kRandomized, "randomized"},
+      {OrderingKind::kSpread, "spread"}, {OrderingKind::kSplit, "split"}};
+};
 
 // Requires 1 <= p and 2 <= c (c > p is clamped to p).
 Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind kind,

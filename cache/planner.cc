@@ -5,23 +5,7 @@
 
 namespace sluice {
 
-Result<PlannerKind> ParsePlannerKind(const std::string& name) {
-  for (PlannerKind k : {PlannerKind::kOracle, PlannerKind::kLru, PlannerKind::kStatic,
-                        PlannerKind::kNone}) {
-    if (name == PlannerKindName(k)) return k;
-  }
-  return InvalidArgument("unknown planner '" + name + "' (expected oracle, lru, static or none)");
-}
-
-const char* PlannerKindName(PlannerKind kind) {
-  switch (kind) {
-    case PlannerKind::kOracle: return "oracle";
-    case PlannerKind::kLru: return "lru";
-    case PlannerKind::kStatic: return "static";
-    case PlannerKind::kNone: return "none";
-  }
-  return "?";
-}
+const char* PlannerKindName(PlannerKind kind) { return EnumName(kind); }
 
 HeapPlanner::HeapPlanner(PlannerKind kind, uint32_t num_blocks, const PlannerOptions& options)
     : kind_(kind),

@@ -24,12 +24,19 @@
 #include <vector>
 
 #include "cache/trace.h"
+#include "common/config.h"
 #include "common/status.h"
 
 namespace sluice {
 
 enum class PlannerKind { kOracle, kLru, kStatic, kNone };
-Result<PlannerKind> ParsePlannerKind(const std::string& name);
+template <>
+struct EnumNames<PlannerKind> {
+  static constexpr std::pair<PlannerKind, const char*> kNames[] = {{PlannerKind::kOracle, "oracle"},
+                                                                  {PlannerKind::kLru, "lru"},
+                                                                  {PlannerKind::kStatic, "static"},
+                                                                  {PlannerKind::kNone, "none"}};
+};
 const char* PlannerKindName(PlannerKind kind);
 
 inline constexpr uint64_t kWholeTrace = ~uint64_t{0};

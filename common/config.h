@@ -12,7 +12,8 @@
 // That one list drives the YAML loader (unknown keys and invalid values are errors naming the
 // key, the file and the line), the dump of the effective config, and `--set key=value`
 // overrides. Supported field types: bool, int, int64_t, uint64_t, double, std::string, Bytes
-// (a byte count written as "2.5GiB"), std::vector of those, and nested structs via Section().
+// (a byte count written as "2.5GiB"), enums with EnumNames (below), std::vector of those, and
+// nested structs via Section().
 
 #include <compare>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,47 @@ Status ParseValue(const ConfigNode& node, std::vector<T>& out) {
   return Status::Ok();
 }
 
+// Enum fields. A config enum lists its names once, in a specialisation of EnumNames:
+//
+//   enum class Decoder { kDistMult, kComplEx };
+//   template <> struct EnumNames<Decoder> {
+//     static constexpr std::pair<Decoder, const char*> kNames[] = {
+//         {Decoder::kDistMult, "distmult"}, {Decoder::kComplEx, "complex"}};
+//   };
+//
+// A field of that type is then read from its name (anything else is an error listing the
+// names), dumped as its name, and validated once, at load time.
+template <typename E>
+struct EnumNames;
+template <typename E>
+concept ConfigEnum = std::is_enum_v<E> && requires { EnumNames<E>::kNames; };
+
+template <ConfigEnum E>
+const char* EnumName(E value) {
+  for (const auto& [v, name] : EnumNames<E>::kNames) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+template <ConfigEnum E>
+std::string EnumNameList() {
+  std::string list;
+  for (const auto& [v, name] : EnumNames<E>::kNames) list += (list.empty() ? "" : ", ") + std::string(name);
+  return list;
+}
+template <ConfigEnum E>
+Status ParseValue(const ConfigNode& node, E& out) {
+  if (node.kind == ConfigNode::Kind::kScalar) {
+    for (const auto& [v, name] : EnumNames<E>::kNames) {
+      if (node.scalar == name) {
+        out = v;
+        return Status::Ok();
+      }
+    }
+  }
+  return InvalidArgument("must be one of " + EnumNameList<E>() + ", got '" + node.scalar + "'");
+}
+
 // Rendering for the dump.
 std::string FormatValue(bool v);
 std::string FormatValue(int v);
@@ -82,6 +125,10 @@ std::string FormatValue(uint64_t v);
 std::string FormatValue(double v);
 std::string FormatValue(const std::string& v);
 std::string FormatValue(Bytes v);
+template <ConfigEnum E>
+std::string FormatValue(E v) {
+  return FormatValue(std::string(EnumName(v)));
+}
 template <typename T>
 std::string FormatValue(const std::vector<T>& v) {
   std::string text = "[";
@@ -113,6 +160,27 @@ inline auto OneOf(std::initializer_list<const char*> choices) {
   };
 }
 
+// A subset of an enum's values (a field that takes only some of them).
+template <ConfigEnum E>
+struct EnumChoices {
+  std::vector<E> allowed;
+  std::string List() const {
+    std::string list;
+    for (E e : allowed) list += (list.empty() ? "" : ", ") + std::string(EnumName(e));
+    return list;
+  }
+  std::string operator()(const E& v) const {
+    for (E e : allowed) {
+      if (e == v) return {};
+    }
+    return "must be one of " + List() + ", got '" + EnumName(v) + "'";
+  }
+};
+template <ConfigEnum E>
+EnumChoices<E> OneOfEnum(std::initializer_list<E> allowed) {
+  return EnumChoices<E>{std::vector<E>(allowed)};
+}
+
 // Visitor that fills a struct from a ConfigNode map. Collects the first error.
 class ConfigLoader {
  public:
@@ -125,6 +193,9 @@ class ConfigLoader {
     T parsed = value;
     Status s = ParseValue(*child, parsed);
     std::string why = s.ok() ? check(parsed) : s.message();
+    if constexpr (requires { check.List(); }) {  // a subset of an enum: name only it
+      if (!s.ok()) why = "must be one of " + check.List() + ", got '" + child->scalar + "'";
+    }
     if (!why.empty()) {
       status_ = InvalidArgument(child->where + ": " + prefix_ + name + ": " + why);
       return;

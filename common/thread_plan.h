@@ -26,9 +26,10 @@ struct ThreadPlan {
   int compute_threads = 1;  // libtorch intra-op threads (set by train/)
   int blas_threads = 1;     // OpenBLAS pool
   int tbb_threads = 1;      // TBB arena size
-  // Pipeline stages (sampler, planner, io) each own one thread; they mostly wait on queues and
-  // the disk, so they are not counted against `total`.
-  int pipeline_threads = 3;
+  // Pipeline stages (sampler, planner + io, ...) each own one thread; they mostly wait on the
+  // ring and the disk, so they are not counted against `total`. Set by the task that runs
+  // them (the stages that actually run).
+  int pipeline_threads = 0;
 
   std::string ToString() const;
 };

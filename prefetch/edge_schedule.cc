@@ -11,13 +11,6 @@
 namespace sluice {
 namespace {
 
-OrderingKind OrderingOf(const std::string& name) {
-  if (name == "beta") return OrderingKind::kBeta;
-  if (name == "randomized") return OrderingKind::kRandomized;
-  if (name == "spread") return OrderingKind::kSpread;
-  return OrderingKind::kSplit;
-}
-
 // Appends rows [begin, end) of an int32 or int64 column to `out` (widened to int64).
 Status ReadColumn(IoSession& io, const RowFile& file, int64_t begin, int64_t end,
                   std::vector<int64_t>& out) {
@@ -95,7 +88,7 @@ std::vector<EdgeStep> EdgeSchedule::EpochSteps(uint64_t epoch, std::vector<EdgeS
   if (options_.shuffle) return ShuffleSteps(states);
   const uint32_t p = partitions();
   auto made = MakePartitionOrder(p, std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2)),
-                                 OrderingOf(options_.ordering), options_.seed + epoch);
+                                 options_.ordering, options_.seed + epoch);
   SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
   std::vector<EdgeStep> steps;
   for (size_t g = 0; g < made->states.size(); ++g) {

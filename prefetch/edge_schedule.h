@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/partition_order.h"
 #include "cache/trace.h"
 #include "common/status.h"
 #include "prefetch/run_ahead_ring.h"
@@ -30,7 +31,7 @@ namespace sluice {
 struct EdgeScheduleOptions {
   uint64_t batch = 1000;       // edges per step
   bool shuffle = false;        // the global shuffle (else the partition schedule)
-  std::string ordering = "split";  // beta | randomized | spread | split (cache/partition_order.h)
+  OrderingKind ordering = OrderingKind::kSplit;
   uint64_t seed = 1;
   IoConfig io;
 };

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/status.h"
 #include "storage/file.h"
 
@@ -54,6 +55,11 @@ class IoBackend {
 };
 
 enum class BackendKind { kAuto, kUring, kPread };
+template <>
+struct EnumNames<BackendKind> {
+  static constexpr std::pair<BackendKind, const char*> kNames[] = {
+      {BackendKind::kAuto, "auto"}, {BackendKind::kUring, "uring"}, {BackendKind::kPread, "pread"}};
+};
 Result<BackendKind> ParseBackendKind(const std::string& name);
 
 // io_uring with `queue_depth` entries (no SQPOLL, no IOPOLL). Unavailable where the kernel or a

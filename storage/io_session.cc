@@ -5,7 +5,7 @@
 namespace sluice {
 
 Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
-  SLUICE_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(config.backend));
+  const BackendKind kind = config.backend;
   SLUICE_ASSIGN_OR_RETURN(auto backend,
                           MakeBackend(kind, static_cast<uint32_t>(config.queue_depth)));
   return std::make_unique<IoSession>(std::move(backend),

@@ -14,7 +14,7 @@
 namespace sluice {
 
 struct IoConfig {
-  std::string backend = "auto";          // auto | uring | pread
+  BackendKind backend = BackendKind::kAuto;
   int queue_depth = 32;                  // io requests in flight per thread
   Bytes merge_max{128 * 1024};           // largest merged read of neighbouring rows
   Bytes merge_gap{0};                    // rows this close are merged, reading the gap too
@@ -22,8 +22,7 @@ struct IoConfig {
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("backend", backend, "io backend: auto (io_uring, else pread), uring, pread",
-            OneOf({"auto", "uring", "pread"}));
+    v.Field("backend", backend, "io backend: auto (io_uring, else pread), uring, pread");
     v.Field("queue_depth", queue_depth, "io requests in flight per io thread", InRange(1, 4096));
     v.Field("merge_max", merge_max,
             "largest read made by merging neighbouring rows (4KiB: no merging)",

@@ -18,13 +18,6 @@ inline void PrefetchRow(float* const* rows, int64_t i, int64_t end, int64_t floa
 
 }  // namespace
 
-Result<RowOptimizer> ParseRowOptimizer(const std::string& name) {
-  if (name == "sgd") return RowOptimizer::kSgd;
-  if (name == "rowwise_adagrad") return RowOptimizer::kRowwiseAdagrad;
-  if (name == "adagrad") return RowOptimizer::kAdagrad;
-  return InvalidArgument("unknown row optimizer '" + name + "' (sgd, rowwise_adagrad, adagrad)");
-}
-
 uint32_t RowStateFloats(RowOptimizer opt, uint32_t d) {
   switch (opt) {
     case RowOptimizer::kSgd: return 0;

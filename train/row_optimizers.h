@@ -12,12 +12,18 @@
 #include <cstdint>
 #include <string>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace sluice {
 
 enum class RowOptimizer { kSgd, kRowwiseAdagrad, kAdagrad };
-Result<RowOptimizer> ParseRowOptimizer(const std::string& name);
+template <>
+struct EnumNames<RowOptimizer> {
+  static constexpr std::pair<RowOptimizer, const char*> kNames[] = {
+      {RowOptimizer::kSgd, "sgd"}, {RowOptimizer::kRowwiseAdagrad, "rowwise_adagrad"},
+      {RowOptimizer::kAdagrad, "adagrad"}};
+};
 // Floats of optimizer state per row of dimension d.
 uint32_t RowStateFloats(RowOptimizer opt, uint32_t d);
 

@@ -10,6 +10,23 @@
 
 namespace sluice {
 
+// Where a task's learnable tables live.
+enum class StorageMode { kOutOfCore, kInMemory };
+template <>
+struct EnumNames<StorageMode> {
+  static constexpr std::pair<StorageMode, const char*> kNames[] = {
+      {StorageMode::kOutOfCore, "out_of_core"}, {StorageMode::kInMemory, "in_memory"}};
+};
+
+// The optimizer of a model's dense parameters (libtorch's).
+enum class DenseOptimizer { kSgd, kAdam, kAdagrad };
+template <>
+struct EnumNames<DenseOptimizer> {
+  static constexpr std::pair<DenseOptimizer, const char*> kNames[] = {
+      {DenseOptimizer::kSgd, "sgd"}, {DenseOptimizer::kAdam, "adam"},
+      {DenseOptimizer::kAdagrad, "adagrad"}};
+};
+
 template <class V, class Config>
 void VisitRunFields(V& v, Config& c) {
   v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");

@@ -192,6 +192,7 @@ Status Runner::Run() {
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/config.yaml", task_.ConfigYaml()));
   SLUICE_RETURN_IF_ERROR(task_.PrepareTraining(resumed ? &*resumed : nullptr));
   if (resumed) WarnConditions(resumed->state());
+  plan_.pipeline_threads = task_.PipelineThreads();
   PrintHeader();
   InterruptScope interrupts;
   SLUICE_RETURN_IF_ERROR(RunEpochs());

@@ -95,6 +95,8 @@ class Task {
   // The first line printed when training starts, and the memory plan's line.
   virtual std::string Describe() const = 0;
   virtual std::string MemoryPlan() const = 0;
+  // Threads the task's pipeline runs besides compute (after PrepareTraining; the thread plan).
+  virtual int PipelineThreads() const = 0;
   // Units (edges, samples) of one epoch, for the progress bar.
   virtual uint64_t EpochUnits() const = 0;
 

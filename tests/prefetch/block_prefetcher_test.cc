@@ -61,7 +61,7 @@ void RunAndCompare(uint32_t run_ahead, PlannerKind kind, uint64_t seed) {
   po.planner = kind;
   po.run_ahead = run_ahead;
   po.window_steps = 40;
-  po.io.backend = "pread";
+  po.io.backend = BackendKind::kPread;
   RunAheadRing ring(1, 1);
   BlockPrefetcher prefetcher(&cache, po, [&](uint64_t t, std::vector<BlockId>& blocks) {
     if (t >= steps.blocks.size()) return false;
@@ -112,7 +112,7 @@ TEST(BlockPrefetcherTest, AbortUnblocksAWaitingComputeThread) {
   co.capacity_blocks = 4;
   BlockCache cache(table->get(), co);
   PrefetcherOptions po;
-  po.io.backend = "pread";
+  po.io.backend = BackendKind::kPread;
   po.run_ahead = 0;
   RunAheadRing ring(1, 1);
   BlockPrefetcher prefetcher(&cache, po, [](uint64_t t, std::vector<BlockId>& blocks) {

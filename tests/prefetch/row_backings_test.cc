@@ -137,7 +137,7 @@ TEST(RowBackingsTest, ADatasetArrayReadsEveryRowAsStoredIncludingItsUnpaddedEnd)
     auto ds = FeatureDataset(dir.File("ds"), dtype, rows, dim, bytes);
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     IoConfig ioc;
-    ioc.backend = "auto";
+    ioc.backend = BackendKind::kAuto;
     auto backing = ArrayBacking::Open(*ds, "nodes.features", ioc);
     ASSERT_TRUE(backing.ok()) << backing.status().ToString();
     const uint32_t rb = (*backing)->row_bytes();

@@ -129,7 +129,7 @@ void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead) {
   Model model;
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead;
-  po.io.backend = "pread";
+  po.io.backend = BackendKind::kPread;
   // Two passes over the same cache (two epochs), the second continuing from the first's rows.
   for (int pass = 0; pass < 2; ++pass) {
     RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(steps, samples),
@@ -182,7 +182,7 @@ TEST(RowPrefetcher, SourceErrorEndsThePipeline) {
   MapBacking backing;
   RowPrefetcherOptions po;
   po.run_ahead = 1;
-  po.io.backend = "pread";
+  po.io.backend = BackendKind::kPread;
   RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 30, 5),
                             &RowPipeline<RowBatch>::Identity);
   p.Start();
@@ -217,7 +217,7 @@ TEST(RowPrefetcher, StopMidwayLosesNoUpdate) {
     Model model;
     RowPrefetcherOptions po;
     po.run_ahead = 4;
-    po.io.backend = "pread";
+    po.io.backend = BackendKind::kPread;
     RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po, ZipfSource(100, 40),
                             &RowPipeline<RowBatch>::Identity);
     p.Start();

@@ -91,12 +91,12 @@ TEST(ModelStepTest, RowSumsAreBitwiseTheSameAtOneAndTwoThreads) {
 // negatives per corrupted side, softmax.
 TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
   LpConfig cfg;
-  cfg.model.decoder = "distmult";
+  cfg.model.decoder = Decoder::kDistMult;
   cfg.model.dim = 50;
   cfg.train.batch = 1000;
   cfg.train.chunks = 10;
   cfg.train.negatives = 500;
-  cfg.train.regularizer = "n3";
+  cfg.train.regularizer = Regularizer::kN3;
   cfg.train.regularization = 0.005;
   const int64_t q = 1000, negs = 10 * 500, rows = 14541, relations = 237, d = 50;
   const Step s = RandomStep(rows, d, {q, q, negs, negs}, 4);

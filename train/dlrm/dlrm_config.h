@@ -8,16 +8,33 @@
 
 #include "common/config.h"
 #include "common/thread_plan.h"
+#include "cache/planner.h"
 #include "storage/io_session.h"
+#include "train/row_optimizers.h"
 #include "train/run_config.h"
 
 namespace sluice {
+
+// How raw categorical ids become rows.
+enum class IdMapping { kModulo, kVocab, kRaw };
+template <>
+struct EnumNames<IdMapping> {
+  static constexpr std::pair<IdMapping, const char*> kNames[] = {
+      {IdMapping::kModulo, "modulo"}, {IdMapping::kVocab, "vocab"}, {IdMapping::kRaw, "raw"}};
+};
+// Where the tables live on disk.
+enum class TableBackend { kRowFile, kRocksDb };
+template <>
+struct EnumNames<TableBackend> {
+  static constexpr std::pair<TableBackend, const char*> kNames[] = {
+      {TableBackend::kRowFile, "rowfile"}, {TableBackend::kRocksDb, "rocksdb"}};
+};
 
 struct DlrmModelConfig {
   int dim = 16;
   std::vector<int> bottom{512, 256};  // hidden layers of the bottom MLP (its output is dim)
   std::vector<int> top{512, 256};     // hidden layers of the top MLP (its output is 1)
-  std::string ids = "modulo";         // modulo | vocab | raw
+  IdMapping ids = IdMapping::kModulo;
   uint64_t table_rows = 1'000'000;    // rows per table when ids are reduced modulo
   double init_scale = 0.05;
   bool linear = false;
@@ -29,8 +46,7 @@ struct DlrmModelConfig {
     v.Field("top", top, "hidden layer widths of the top MLP over the interactions");
     v.Field("ids", ids,
             "how raw ids become rows: modulo (table_rows per table), vocab (the dataset's "
-            "vocabulary; unseen ids share one row), raw (64-bit ids, rocksdb backend or in memory)",
-            OneOf({"modulo", "vocab", "raw"}));
+            "vocabulary; unseen ids share one row), raw (64-bit ids, rocksdb backend or in memory)");
     v.Field("table_rows", table_rows, "rows per table with ids: modulo",
             InRange(uint64_t{1}, uint64_t{1} << 40));
     v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
@@ -44,10 +60,10 @@ struct DlrmModelConfig {
 struct DlrmTrainConfig {
   int epochs = 1;
   int batch = 2048;
-  std::string optimizer = "rowwise_adagrad";  // embedding rows: sgd | rowwise_adagrad | adagrad
+  RowOptimizer optimizer = RowOptimizer::kRowwiseAdagrad;
   double lr = 0.05;
   double adagrad_init = 0.0;  // initial Adagrad state of every row
-  std::string dense_optimizer = "adam";  // MLPs: sgd | adam | adagrad
+  DenseOptimizer dense_optimizer = DenseOptimizer::kAdam;
   double dense_lr = 0.001;
   uint64_t seed = 1;
   uint64_t max_steps = 0;  // per epoch, 0 = all
@@ -57,15 +73,13 @@ struct DlrmTrainConfig {
     v.Field("epochs", epochs, "passes over the training samples (in file order)",
             InRange(0, 100000));
     v.Field("batch", batch, "samples per step", InRange(1, 1 << 22));
-    v.Field("optimizer", optimizer, "embedding rows: sgd, rowwise_adagrad or adagrad",
-            OneOf({"sgd", "rowwise_adagrad", "adagrad"}));
+    v.Field("optimizer", optimizer, "embedding rows: sgd, rowwise_adagrad or adagrad");
     v.Field("lr", lr, "learning rate of the embedding rows", InRange(0.0, 1e6));
     v.Field("adagrad_init", adagrad_init,
             "initial Adagrad state of every row (as TensorFlow's initial_accumulator_value): "
             "rows seen a few times move less, so their label noise is not memorised",
             InRange(0.0, 1e6));
-    v.Field("dense_optimizer", dense_optimizer, "MLPs: sgd, adam or adagrad",
-            OneOf({"sgd", "adam", "adagrad"}));
+    v.Field("dense_optimizer", dense_optimizer, "MLPs: sgd, adam or adagrad");
     v.Field("dense_lr", dense_lr, "learning rate of the MLPs", InRange(0.0, 1e6));
     v.Field("seed", seed, "seed of the initial rows and MLP weights");
     v.Field("max_steps", max_steps, "train at most this many steps per epoch (0: all)");
@@ -89,11 +103,11 @@ struct DlrmEvalConfig {
 };
 
 struct DlrmStorageConfig {
-  std::string mode = "out_of_core";  // out_of_core | in_memory
-  std::string backend = "rowfile";   // rowfile | rocksdb
+  StorageMode mode = StorageMode::kOutOfCore;
+  TableBackend backend = TableBackend::kRowFile;
   Bytes budget{1ull << 30};
   uint64_t cache_rows = 0;  // 0 = from the budget
-  std::string planner = "oracle";
+  PlannerKind planner = PlannerKind::kOracle;
   int window = 16;
   int run_ahead = 2;
   Bytes rocksdb_cache{32ull << 20};
@@ -105,14 +119,13 @@ struct DlrmStorageConfig {
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("mode", mode, "out_of_core (tables on disk, rows through the cache) or in_memory",
-            OneOf({"out_of_core", "in_memory"}));
-    v.Field("backend", backend, "where tables live on disk: rowfile (dense rows) or rocksdb",
-            OneOf({"rowfile", "rocksdb"}));
+    v.Field("mode", mode, "out_of_core (tables on disk, rows through the cache) or in_memory");
+    v.Field("backend", backend, "where tables live on disk: rowfile (dense rows) or rocksdb");
     v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
     v.Field("cache_rows", cache_rows, "rows in the cache (experiments); 0 = as many as the budget holds");
-    v.Field("planner", planner, "cache planner: oracle (lookahead) or lru", OneOf({"oracle", "lru"}));
+    v.Field("planner", planner, "cache planner: oracle (lookahead) or lru",
+            OneOfEnum({PlannerKind::kOracle, PlannerKind::kLru}));
     v.Field("window", window, "oracle lookahead in steps", InRange(0, 100000));
     v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
     v.Field("rocksdb_cache", rocksdb_cache, "RocksDB block cache (counted in the budget)");

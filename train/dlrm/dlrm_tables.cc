@@ -33,15 +33,15 @@ Result<DlrmTables> DlrmTables::Make(const DlrmConfig& config, const Dataset& dat
   DlrmTables t;
   t.tables_ = dataset.manifest().record.sparse;
   t.dim_ = static_cast<uint32_t>(config.model.dim);
-  SLUICE_ASSIGN_OR_RETURN(t.opt_, ParseRowOptimizer(config.train.optimizer));
+  t.opt_ = config.train.optimizer;
   t.width_ = t.dim_ + (config.model.linear ? 1 : 0);
   t.row_bytes_ = 4 * (t.width_ + RowStateFloats(t.opt_, t.width_));
-  t.raw_ids_ = config.model.ids == "raw";
+  t.raw_ids_ = config.model.ids == IdMapping::kRaw;
   t.table_rows_ = config.model.table_rows;
   t.seed_ = config.train.seed;
   t.init_scale_ = config.model.init_scale;
   t.adagrad_init_ = config.train.adagrad_init;
-  if (config.model.ids == "vocab") {
+  if (config.model.ids == IdMapping::kVocab) {
     for (uint32_t k = 0; k < t.tables_; ++k) {
       SLUICE_ASSIGN_OR_RETURN(auto v, ReadVocab(config, dataset, k));
       t.vocab_.push_back(std::move(v));

@@ -24,8 +24,8 @@ using Clock = SteadyClock;
 
 DlrmTask::DlrmTask(DlrmConfig config) : cfg_(std::move(config)) {
   settings_ = RunSettingsOf(cfg_);
-  in_memory_ = cfg_.storage.mode == "in_memory";
-  rocksdb_ = !in_memory_ && cfg_.storage.backend == "rocksdb";
+  in_memory_ = cfg_.storage.mode == StorageMode::kInMemory;
+  rocksdb_ = !in_memory_ && cfg_.storage.backend == TableBackend::kRocksDb;
   tables_dir_ = cfg_.run_dir + "/tables";
 }
 
@@ -69,7 +69,7 @@ Status DlrmTask::Open(Purpose purpose) {
   if (NumSamples("train") == 0) return InvalidArgument("dataset " + cfg_.dataset + " has no train samples");
   rec_ = m.record;
   if (rec_.sparse == 0) return InvalidArgument("dataset " + cfg_.dataset + " has no categorical features");
-  if (cfg_.model.ids == "raw" && !in_memory_ && !rocksdb_) {
+  if (cfg_.model.ids == IdMapping::kRaw && !in_memory_ && !rocksdb_) {
     return InvalidArgument("model.ids: raw keeps 64-bit ids, which only storage.backend: rocksdb "
                            "(or storage.mode: in_memory) can hold; use ids: modulo or vocab with rowfile");
   }
@@ -79,9 +79,9 @@ Status DlrmTask::Open(Purpose purpose) {
   net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
                  cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch);
   const double lr = cfg_.train.dense_lr;
-  if (cfg_.train.dense_optimizer == "sgd") {
+  if (cfg_.train.dense_optimizer == DenseOptimizer::kSgd) {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
-  } else if (cfg_.train.dense_optimizer == "adagrad") {
+  } else if (cfg_.train.dense_optimizer == DenseOptimizer::kAdagrad) {
     opt_ = std::make_unique<torch::optim::Adagrad>(net_->parameters(), torch::optim::AdagradOptions(lr));
   } else {
     opt_ = std::make_unique<torch::optim::Adam>(net_->parameters(), torch::optim::AdamOptions(lr));
@@ -97,8 +97,8 @@ std::string DlrmTask::TableFileName() const {
 Status DlrmTask::LoadState(const CheckpointReader& checkpoint) {
   if (!checkpoint.Has(TableFileName())) {
     return InvalidArgument(checkpoint.dir() + ": the checkpoint holds its tables in another form "
-                           "than " + TableFileName() + " (storage.mode " + cfg_.storage.mode +
-                           ", storage.backend " + cfg_.storage.backend + "); use the storage "
+                           "than " + TableFileName() + " (storage.mode " + EnumName(cfg_.storage.mode) +
+                           ", storage.backend " + EnumName(cfg_.storage.backend) + "); use the storage "
                            "settings it was trained with");
   }
   SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_));
@@ -140,7 +140,7 @@ std::string DlrmTask::Describe() const {
   return "sluice train: " + cfg_.dataset + ", " +
          FormatCount(static_cast<double>(NumSamples("train"))) + " train samples, " +
          std::to_string(tables_->tables()) + " tables x " + std::to_string(tables_->dim()) +
-         " dims, " + std::to_string(rec_.dense) + " dense features, " + cfg_.train.optimizer;
+         " dims, " + std::to_string(rec_.dense) + " dense features, " + EnumName(cfg_.train.optimizer);
 }
 
 Result<RecordSource> DlrmTask::Source(const std::string& split, uint64_t max_records) const {

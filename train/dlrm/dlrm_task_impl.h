@@ -43,6 +43,8 @@ class DlrmTask : public Task {
   std::string Describe() const override;
   std::string MemoryPlan() const override { return memory_plan_; }
   uint64_t EpochUnits() const override;
+  // The sampler stage and the row prefetcher (and RocksDB's background thread).
+  int PipelineThreads() const override { return rocksdb_ ? 3 : 2; }
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override;
   Result<Metrics> Evaluate(const std::string& split) override;

@@ -50,7 +50,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.total_rows = tables_->total_rows();
   in.raw_ids = tables_->raw_ids();
   in.rocksdb = rocksdb_;
-  in.oracle = sc.planner == "oracle";
+  in.oracle = sc.planner == PlannerKind::kOracle;
   in.window = static_cast<uint32_t>(sc.window);
   in.run_ahead = static_cast<uint32_t>(sc.run_ahead);
   in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
@@ -116,7 +116,7 @@ std::string DlrmTask::DescribePlan() const {
   const RowMemoryPlan& p = plan_;
   const uint64_t budget = cfg_.storage.budget.value;
   const uint64_t table_bytes = tables_->total_rows() * tables_->row_bytes();
-  std::string s = "out of core (" + cfg_.storage.backend + "), budget " + FormatBytes(budget) +
+  std::string s = "out of core (" + std::string(EnumName(cfg_.storage.backend)) + "), budget " + FormatBytes(budget) +
                   ": cache " + FormatCount(static_cast<double>(p.cache_rows)) + " rows (" +
                   FormatBytes(p.cache_bytes) + " with its index), ";
   if (p.staging_rows) {
@@ -129,7 +129,7 @@ std::string DlrmTask::DescribePlan() const {
   }
   s += "runtime " + FormatBytes(kRuntimeBytes) + ", dense model " + FormatBytes(net_->StateBytes()) +
        ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
-       FormatBytes(p.pipeline_bytes) + ", " + cfg_.storage.planner + " window " +
+       FormatBytes(p.pipeline_bytes) + ", " + EnumName(cfg_.storage.planner) + " window " +
        std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
   if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);
   s += table_bytes ? ", tables " + FormatBytes(table_bytes) + " on disk (" +
@@ -391,7 +391,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   const double steps = std::max<double>(1.0, static_cast<double>(cache_->stats().steps));
   if (rf != nullptr && rf->preload_stats().passes > 0) SummarizePreload(rf->preload_stats(), steps, s);
   const double reads_per_step = static_cast<double>(backing_->rows_read()) / steps;
-  if (rf != nullptr && plan_.preload_rows == 0 && cfg_.storage.planner == "oracle" && reads_per_step >= 1000) {
+  if (rf != nullptr && plan_.preload_rows == 0 && cfg_.storage.planner == PlannerKind::kOracle && reads_per_step >= 1000) {
     s.Line("hint: " + FormatCount(reads_per_step) + " random disk reads per step; "
            "storage.preload_share=0.25 reads the rows ahead region by region instead "
            "(docs/recommendation.md)");

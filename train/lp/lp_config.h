@@ -7,21 +7,49 @@
 
 #include "common/config.h"
 #include "common/thread_plan.h"
+#include "cache/partition_order.h"
+#include "cache/planner.h"
 #include "storage/io_session.h"
 #include "train/run_config.h"
 
 namespace sluice {
 
+enum class Decoder { kDistMult, kComplEx, kTransE, kDot };
+template <>
+struct EnumNames<Decoder> {
+  static constexpr std::pair<Decoder, const char*> kNames[] = {
+      {Decoder::kDistMult, "distmult"}, {Decoder::kComplEx, "complex"},
+      {Decoder::kTransE, "transe"}, {Decoder::kDot, "dot"}};
+};
+enum class LossKind { kSoftmax, kLogistic, kMargin };
+template <>
+struct EnumNames<LossKind> {
+  static constexpr std::pair<LossKind, const char*> kNames[] = {
+      {LossKind::kSoftmax, "softmax"}, {LossKind::kLogistic, "logistic"},
+      {LossKind::kMargin, "margin"}};
+};
+enum class Regularizer { kNone, kL2, kN3 };
+template <>
+struct EnumNames<Regularizer> {
+  static constexpr std::pair<Regularizer, const char*> kNames[] = {
+      {Regularizer::kNone, "none"}, {Regularizer::kL2, "l2"}, {Regularizer::kN3, "n3"}};
+};
+enum class Schedule { kPartitions, kShuffle };
+template <>
+struct EnumNames<Schedule> {
+  static constexpr std::pair<Schedule, const char*> kNames[] = {
+      {Schedule::kPartitions, "partitions"}, {Schedule::kShuffle, "shuffle"}};
+};
+
 struct LpModelConfig {
-  std::string decoder = "distmult";  // distmult | complex | transe | dot
+  Decoder decoder = Decoder::kDistMult;
   int dim = 50;
   bool reciprocal = false;  // train (t, r^-1, h) for every (h, r, t); score tails only
   double init_scale = 0.001;
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("decoder", decoder, "distmult, complex, transe or dot",
-            OneOf({"distmult", "complex", "transe", "dot"}));
+    v.Field("decoder", decoder, "distmult, complex, transe or dot");
     v.Field("dim", dim, "embedding dimension (even for complex)", InRange(1, 4096));
     v.Field("reciprocal", reciprocal,
             "add reciprocal relations: (t, r^-1, h) per edge, corrupt tails only");
@@ -35,15 +63,15 @@ struct LpTrainConfig {
   int batch = 1000;
   int chunks = 10;          // negatives are shared by the edges of a chunk
   int negatives = 500;      // per chunk, for each corrupted side
-  std::string loss = "softmax";  // softmax | logistic | margin
+  LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
   double lr = 0.1;           // Adagrad, node embeddings (state in the row)
-  std::string relation_optimizer = "adam";  // adam | adagrad
+  DenseOptimizer relation_optimizer = DenseOptimizer::kAdam;
   double relation_lr = 0.1;
-  std::string regularizer = "none";  // none | l2 | n3
+  Regularizer regularizer = Regularizer::kNone;
   double regularization = 0.0;
-  std::string schedule = "partitions";  // partitions (bucket order) | shuffle (global)
-  std::string ordering = "split";      // split | spread | randomized | beta (partition schedule)
+  Schedule schedule = Schedule::kPartitions;
+  OrderingKind ordering = OrderingKind::kSplit;
   uint64_t seed = 1;
 
   template <class V>
@@ -53,27 +81,23 @@ struct LpTrainConfig {
     v.Field("chunks", chunks, "negative chunks per batch (negatives shared within a chunk)",
             InRange(1, 100000));
     v.Field("negatives", negatives, "negatives per chunk per corrupted side", InRange(1, 1'000'000));
-    v.Field("loss", loss, "softmax (cross-entropy over negatives), logistic or margin",
-            OneOf({"softmax", "logistic", "margin"}));
+    v.Field("loss", loss, "softmax (cross-entropy over negatives), logistic or margin");
     v.Field("margin", margin, "margin of the margin ranking loss", InRange(0.0, 1e6));
     v.Field("lr", lr, "Adagrad learning rate of the node embeddings", InRange(0.0, 1e6));
     v.Field("relation_optimizer", relation_optimizer, "adam or adagrad",
-            OneOf({"adam", "adagrad"}));
+            OneOfEnum({DenseOptimizer::kAdam, DenseOptimizer::kAdagrad}));
     v.Field("relation_lr", relation_lr, "learning rate of the relation embeddings",
             InRange(0.0, 1e6));
-    v.Field("regularizer", regularizer, "none, l2 or n3 (on the embeddings a step uses)",
-            OneOf({"none", "l2", "n3"}));
+    v.Field("regularizer", regularizer, "none, l2 or n3 (on the embeddings a step uses)");
     v.Field("regularization", regularization, "regularization weight", InRange(0.0, 1e6));
     v.Field("schedule", schedule,
             "partitions: edges grouped by bucket, negatives from the bucket's partitions; "
-            "shuffle: a global shuffle with negatives from all nodes (every table in memory)",
-            OneOf({"partitions", "shuffle"}));
+            "shuffle: a global shuffle with negatives from all nodes (every table in memory)");
     v.Field("ordering", ordering,
             "bucket ordering of the partition schedule: beta (fixed), randomized (a new "
             "partition order each epoch), spread (randomized, each bucket in a random one of "
             "the buffer states that hold its partitions) or split (randomized, each bucket's "
-            "edges shared out among all of those states)",
-            OneOf({"beta", "randomized", "spread", "split"}));
+            "edges shared out among all of those states)");
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
   }
 };
@@ -101,17 +125,16 @@ struct LpEvalConfig {
 };
 
 struct LpStorageConfig {
-  std::string mode = "out_of_core";  // out_of_core | in_memory
+  StorageMode mode = StorageMode::kOutOfCore;
   Bytes budget{2ull << 30};
   int resident = 0;  // partitions the schedule keeps resident; 0 = from the budget
   int slots = 0;     // cache slots (partitions in memory); 0 = from the budget
-  std::string planner = "oracle";
+  PlannerKind planner = PlannerKind::kOracle;
   int run_ahead = 8;  // steps of io issued before compute reaches them
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("mode", mode, "out_of_core (tables on disk, through the cache) or in_memory",
-            OneOf({"out_of_core", "in_memory"}));
+    v.Field("mode", mode, "out_of_core (tables on disk, through the cache) or in_memory");
     v.Field("budget", budget, "memory budget of the whole process (e.g. 2.5GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
     v.Field("resident", resident, "partitions resident at once; 0 = as many as the budget holds",
@@ -119,7 +142,7 @@ struct LpStorageConfig {
     v.Field("slots", slots, "partition slots in memory (experiments); 0 = as many as the budget holds",
             InRange(0, 1 << 20));
     v.Field("planner", planner, "cache planner: oracle, lru, none",
-            OneOf({"oracle", "lru", "none"}));
+            OneOfEnum({PlannerKind::kOracle, PlannerKind::kLru, PlannerKind::kNone}));
     v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 100000));
   }
 };

@@ -70,7 +70,7 @@ Status LpEpoch::Start() {
     }
   } else {
     const LpStorageConfig& sc = ctx_.config.storage;
-    SLUICE_ASSIGN_OR_RETURN(po.planner, ParsePlannerKind(sc.planner));
+    po.planner = sc.planner;
     run_ahead = EffectiveRunAhead(steps_, states_, p, ctx_.slots, static_cast<uint32_t>(sc.run_ahead));
     po.run_ahead = run_ahead;
     po.io = ctx_.config.io;

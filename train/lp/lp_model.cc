@@ -17,30 +17,30 @@
 namespace sluice {
 
 torch::Tensor LpDecoder::TailQuery(const torch::Tensor& h, const torch::Tensor& r) const {
-  if (kind_ == "distmult") return h * r;
-  if (kind_ == "dot") return h;
-  if (kind_ == "transe") return h + r;
+  if (kind_ == Decoder::kDistMult) return h * r;
+  if (kind_ == Decoder::kDot) return h;
+  if (kind_ == Decoder::kTransE) return h + r;
   // complex: (hr + i hi)(rr + i ri) = (hr rr - hi ri) + i (hr ri + hi rr); score = <q, t>.
   auto hs = h.chunk(2, 1), rs = r.chunk(2, 1);
   return torch::cat({hs[0] * rs[0] - hs[1] * rs[1], hs[0] * rs[1] + hs[1] * rs[0]}, 1);
 }
 
 torch::Tensor LpDecoder::HeadQuery(const torch::Tensor& r, const torch::Tensor& t) const {
-  if (kind_ == "distmult") return t * r;
-  if (kind_ == "dot") return t;
-  if (kind_ == "transe") return t - r;
+  if (kind_ == Decoder::kDistMult) return t * r;
+  if (kind_ == Decoder::kDot) return t;
+  if (kind_ == Decoder::kTransE) return t - r;
   // complex: Re<h, r, conj(t)> = <hr, rr tr + ri ti> + <hi, rr ti - ri tr>.
   auto rs = r.chunk(2, 1), ts = t.chunk(2, 1);
   return torch::cat({rs[0] * ts[0] + rs[1] * ts[1], rs[0] * ts[1] - rs[1] * ts[0]}, 1);
 }
 
 torch::Tensor LpDecoder::Score(const torch::Tensor& q, const torch::Tensor& x) const {
-  if (kind_ == "transe") return -((q - x).pow(2).sum(1).clamp_min(1e-12).sqrt());
+  if (kind_ == Decoder::kTransE) return -((q - x).pow(2).sum(1).clamp_min(1e-12).sqrt());
   return (q * x).sum(1);
 }
 
 torch::Tensor LpDecoder::ScoreAll(const torch::Tensor& q, const torch::Tensor& candidates) const {
-  if (kind_ == "transe") {
+  if (kind_ == Decoder::kTransE) {
     auto d2 = q.pow(2).sum(1, true) + candidates.pow(2).sum(1).unsqueeze(0) -
               2 * q.mm(candidates.t());
     return -(d2.clamp_min(1e-12).sqrt());
@@ -48,15 +48,15 @@ torch::Tensor LpDecoder::ScoreAll(const torch::Tensor& q, const torch::Tensor& c
   return q.mm(candidates.t());
 }
 
-torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor& pos,
+torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg) {
-  if (kind == "softmax") {
+  if (kind == LossKind::kSoftmax) {
     return (torch::logsumexp(torch::cat({pos.unsqueeze(1), neg}, 1), 1) - pos).sum();
   }
-  if (kind == "logistic") {
+  if (kind == LossKind::kLogistic) {
     return torch::softplus(-pos).sum() + torch::softplus(neg).mean(1).sum();
   }
-  SLUICE_CHECK(kind == "margin", "unknown loss %s", kind.c_str());
+  SLUICE_CHECK(kind == LossKind::kMargin, "unknown loss %s", EnumName(kind));
   return torch::relu(margin - pos.unsqueeze(1) + neg).mean(1).sum();
 }
 
@@ -113,7 +113,7 @@ struct SideGrads {
 // One corrupted side under the logistic or margin loss, as tensor ops: scores of `query`
 // against its true candidate and its chunk's negatives (the softmax loss has its own fused
 // path, SoftmaxSideChunk below).
-SideGrads Side(const std::string& loss, double margin, const torch::Tensor& query,
+SideGrads Side(LossKind loss, double margin, const torch::Tensor& query,
                const torch::Tensor& target, const torch::Tensor& neg, double scale) {
   const int64_t q = query.size(0), chunks = neg.size(0), n = neg.size(1);
   Padded p = Pad(query, chunks);
@@ -125,7 +125,7 @@ SideGrads Side(const std::string& loss, double margin, const torch::Tensor& quer
   torch::Tensor s = torch::bmm(p.x, neg.transpose(1, 2));                 // [C, bc, n]
   torch::Tensor g_pos, g_s;
   double value = 0;
-  if (loss == "logistic") {
+  if (loss == LossKind::kLogistic) {
     value = ((torch::softplus(-pos_p) + torch::softplus(s).mean(2)) * p.mask).sum().item<double>();
     g_pos = -torch::sigmoid(-pos_p);
     g_s = torch::sigmoid(s) / static_cast<double>(n);
@@ -323,7 +323,7 @@ void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const
 
 void UseDirectBlasForTesting(bool enabled) { g_direct_blas = enabled; }
 
-LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
+LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
                              const LpBatch& b, double scale) {
   torch::NoGradGuard no_grad;
   const LpDecoder dec(decoder);
@@ -340,8 +340,8 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     at::set_num_threads(threads);
     head = Side(loss, margin, dec.HeadQuery(b.r, b.t), b.h, b.head_neg, scale);
   };
-  if (loss == "softmax" && decoder == "distmult") return DistMultSoftmax(b, scale);
-  if (loss == "softmax") {
+  if (loss == LossKind::kSoftmax && decoder == Decoder::kDistMult) return DistMultSoftmax(b, scale);
+  if (loss == LossKind::kSoftmax) {
     const int sides = b.head_neg.defined() ? 2 : 1;
     torch::Tensor query[2], target[2], neg[2];
     query[0] = dec.TailQuery(b.h, b.r).contiguous();
@@ -363,10 +363,10 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
   g.tail_neg = tail.neg;
   g.t = tail.target;
   torch::Tensor dq = tail.query;
-  if (decoder == "distmult") {
+  if (decoder == Decoder::kDistMult) {
     g.h = dq * b.r;
     g.r = dq * b.h;
-  } else if (decoder == "dot") {
+  } else if (decoder == Decoder::kDot) {
     g.h = dq;
     g.r = torch::zeros_like(b.r);
   } else {  // complex: q = [hr rr - hi ri, hr ri + hi rr]
@@ -379,10 +379,10 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
     g.head_neg = head.neg;
     g.h = g.h + head.target;
     torch::Tensor dh = head.query;
-    if (decoder == "distmult") {
+    if (decoder == Decoder::kDistMult) {
       g.t = g.t + dh * b.r;
       g.r = g.r + dh * b.t;
-    } else if (decoder == "dot") {
+    } else if (decoder == Decoder::kDot) {
       g.t = g.t + dh;
     } else {  // complex: q = [rr tr + ri ti, rr ti - ri tr]
       auto a = dh.chunk(2, 1), t = b.t.chunk(2, 1), r = b.r.chunk(2, 1);
@@ -428,7 +428,7 @@ LinkModel::LinkModel(const LpConfig& config, uint64_t num_relations)
     for (int64_t j = 0; j < a.size(1); ++j) {
       // DistMult/ComplEx relations start near one so early products are not vanishingly small.
       const double u = 2.0 * k.With(i).Unit(j) - 1.0;
-      a[i][j] = static_cast<float>(config.model.decoder == "transe" ? u * config.model.init_scale
+      a[i][j] = static_cast<float>(config.model.decoder == Decoder::kTransE ? u * config.model.init_scale
                                                                     : 1.0 + 0.1 * u);
     }
   }
@@ -475,9 +475,9 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
   }
   const double scale = Scale(v.q);
   loss = loss * scale;
-  if (tc.regularizer != "none" && tc.regularization > 0) {
+  if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
     const double w = tc.regularization * scale * (config_.model.reciprocal ? 1 : 2);
-    if (tc.regularizer == "l2") {
+    if (tc.regularizer == Regularizer::kL2) {
       loss = loss + w * (b.h.pow(2).sum() + b.t.pow(2).sum() + r.pow(2).sum());
     } else {
       loss = loss + w * (b.h.abs().pow(3).sum() + b.t.abs().pow(3).sum() + r.abs().pow(3).sum());
@@ -495,9 +495,9 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
   v.batch.r = relations_.detach().index_select(0, v.relation_ids);
   LpGrads g = BilinearLossAndGrads(config_.model.decoder, tc.loss, tc.margin, v.batch, scale);
   out.loss = g.loss * scale;
-  if (tc.regularizer != "none" && tc.regularization > 0) {
+  if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
     const double w = tc.regularization * scale * (config_.model.reciprocal ? 1 : 2);
-    const bool n3 = tc.regularizer == "n3";
+    const bool n3 = tc.regularizer == Regularizer::kN3;
     out.loss += AddRowPenalty(n3, w, v.batch.h, g.h);
     out.loss += AddRowPenalty(n3, w, v.batch.t, g.t);
     out.loss += AddRowPenalty(n3, w, v.batch.r, g.r);

@@ -16,7 +16,7 @@ namespace sluice {
 
 class LpDecoder {
  public:
-  explicit LpDecoder(std::string kind) : kind_(std::move(kind)) {}
+  explicit LpDecoder(Decoder kind) : kind_(kind) {}
   // Query scoring candidate tails of (h, r, ?).
   torch::Tensor TailQuery(const torch::Tensor& h, const torch::Tensor& r) const;
   // Query scoring candidate heads of (?, r, t).
@@ -27,7 +27,7 @@ class LpDecoder {
   torch::Tensor ScoreAll(const torch::Tensor& q, const torch::Tensor& candidates) const;
 
  private:
-  std::string kind_;
+  Decoder kind_;
 };
 
 // The rows a step scores, gathered: per query a head, relation and tail; per chunk c the shared
@@ -47,7 +47,7 @@ struct LpGrads {
 // The softmax loss runs fused, one task per chunk (per side and chunk for complex and dot), on
 // the TBB workers; results do not depend on the thread count.
 // `scale` multiplies the loss (1 / number of scored queries). TransE uses autograd instead.
-LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss, double margin,
+LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
                              const LpBatch& batch, double scale);
 
 // Tests: false makes the softmax path multiply through torch::mm_out, the fallback for a
@@ -55,7 +55,7 @@ LpGrads BilinearLossAndGrads(const std::string& decoder, const std::string& loss
 void UseDirectBlasForTesting(bool enabled);
 
 // Sum over queries of the loss of positive scores `pos` [b] against negatives `neg` [b, n].
-torch::Tensor LpLoss(const std::string& kind, double margin, const torch::Tensor& pos,
+torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg);
 
 // Adds w * |x|^2 (l2, n3 false) or w * |x|^3 (n3) summed over the rows of x [n, d] to a step's
@@ -79,7 +79,7 @@ class LinkModel : public Model {
 
   torch::Tensor& relations() { return relations_; }
   const LpDecoder& decoder() const { return decoder_; }
-  bool fused() const { return fused_ && config_.model.decoder != "transe"; }
+  bool fused() const { return fused_ && config_.model.decoder != Decoder::kTransE; }
   void set_fused(bool fused) { fused_ = fused; }
 
   torch::Tensor Loss(const ModelInput& input) override;

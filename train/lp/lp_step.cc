@@ -8,7 +8,7 @@ namespace sluice {
 LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations)
     : cfg_(config), layout_(layout), model_(std::make_unique<LinkModel>(config, num_relations)) {
   std::vector<torch::Tensor> params = {model_->relations()};
-  if (cfg_.train.relation_optimizer == "adam") {
+  if (cfg_.train.relation_optimizer == DenseOptimizer::kAdam) {
     rel_opt_ = std::make_unique<torch::optim::Adam>(params,
                                                     torch::optim::AdamOptions(cfg_.train.relation_lr));
   } else {

@@ -46,6 +46,8 @@ class LpTask : public Task {
   std::string Describe() const override;
   std::string MemoryPlan() const override;
   uint64_t EpochUnits() const override { return schedule_.num_train_edges(); }
+  // The sampler stage, its edge reader, and (out of core) the block prefetcher.
+  int PipelineThreads() const override { return in_memory_ ? 2 : 3; }
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override {
     return dataset_.Has("edges.valid.src") ? "valid" : "";
@@ -90,7 +92,7 @@ class LpTask : public Task {
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
   settings_ = RunSettingsOf(cfg_);
   table_path_ = cfg_.run_dir + "/tables/nodes.bin";
-  in_memory_ = cfg_.storage.mode == "in_memory";
+  in_memory_ = cfg_.storage.mode == StorageMode::kInMemory;
 }
 
 Status LpTask::Open(Purpose purpose) {
@@ -101,7 +103,7 @@ Status LpTask::Open(Purpose purpose) {
   if (m.task != TaskKind::kLinkPrediction) {
     return InvalidArgument("dataset " + cfg_.dataset + " is not a link-prediction dataset");
   }
-  if (cfg_.model.decoder == "complex" && cfg_.model.dim % 2 != 0) {
+  if (cfg_.model.decoder == Decoder::kComplEx && cfg_.model.dim % 2 != 0) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
@@ -110,7 +112,7 @@ Status LpTask::Open(Purpose purpose) {
   if (purpose == Purpose::kTrain) {
     EdgeScheduleOptions so;
     so.batch = static_cast<uint64_t>(cfg_.train.batch);
-    so.shuffle = cfg_.train.schedule == "shuffle";
+    so.shuffle = cfg_.train.schedule == Schedule::kShuffle;
     so.ordering = cfg_.train.ordering;
     so.seed = cfg_.train.seed;
     so.io = cfg_.io;
@@ -189,7 +191,7 @@ PartitionPlanInput LpTask::PlanInput() const {
   in.table_bytes = table_bytes();
   in.partitions = partitions();
   in.in_memory = in_memory_;
-  in.shuffle = cfg_.train.schedule == "shuffle";
+  in.shuffle = cfg_.train.schedule == Schedule::kShuffle;
   in.resident = static_cast<uint32_t>(cfg_.storage.resident);
   in.slots = static_cast<uint32_t>(cfg_.storage.slots);
   return in;
@@ -223,7 +225,7 @@ Status LpTask::SetUpStorage() {
 }
 
 std::map<std::string, std::string> LpTask::Conditions() const {
-  if (cfg_.train.schedule != "partitions") return {};
+  if (cfg_.train.schedule != Schedule::kPartitions) return {};
   return {{"resident partitions", std::to_string(plan_.resident)}};
 }
 

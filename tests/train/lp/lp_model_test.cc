@@ -15,6 +15,16 @@ struct Case {
   bool heads;
 };
 
+// The config's enums by name (the cases read as the configs do).
+template <typename E>
+E Named(const char* name) {
+  for (const auto& [v, n] : EnumNames<E>::kNames) {
+    if (std::string(n) == name) return v;
+  }
+  ADD_FAILURE() << "no such name " << name;
+  return EnumNames<E>::kNames[0].first;
+}
+
 void Check(const Case& c, int64_t q, int64_t chunks, int64_t n, int64_t d) {
   torch::manual_seed(7);
   LpBatch b;
@@ -24,21 +34,21 @@ void Check(const Case& c, int64_t q, int64_t chunks, int64_t n, int64_t d) {
   b.tail_neg = torch::randn({chunks, n, d});
   if (c.heads) b.head_neg = torch::randn({chunks, n, d});
   const double scale = 1.0 / static_cast<double>(q * (c.heads ? 2 : 1));
-  LpGrads got = BilinearLossAndGrads(c.decoder, c.loss, 0.5, b, scale);
+  LpGrads got = BilinearLossAndGrads(Named<Decoder>(c.decoder), Named<LossKind>(c.loss), 0.5, b, scale);
 
   // Autograd reference: the same chunked loss through LpDecoder and LpLoss.
   auto h = b.h.clone().requires_grad_(true), r = b.r.clone().requires_grad_(true),
        t = b.t.clone().requires_grad_(true), tn = b.tail_neg.clone().requires_grad_(true);
   torch::Tensor hn;
   if (c.heads) hn = b.head_neg.clone().requires_grad_(true);
-  LpDecoder dec(c.decoder);
+  LpDecoder dec(Named<Decoder>(c.decoder));
   torch::Tensor tq = dec.TailQuery(h, r), pos = dec.Score(tq, t), loss = torch::zeros({});
   torch::Tensor hq = c.heads ? dec.HeadQuery(r, t) : torch::Tensor();
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t lo = q * k / chunks, hi = q * (k + 1) / chunks;
-    loss = loss + LpLoss(c.loss, 0.5, pos.slice(0, lo, hi), dec.ScoreAll(tq.slice(0, lo, hi), tn[k]));
+    loss = loss + LpLoss(Named<LossKind>(c.loss), 0.5, pos.slice(0, lo, hi), dec.ScoreAll(tq.slice(0, lo, hi), tn[k]));
     if (c.heads) {
-      loss = loss + LpLoss(c.loss, 0.5, pos.slice(0, lo, hi), dec.ScoreAll(hq.slice(0, lo, hi), hn[k]));
+      loss = loss + LpLoss(Named<LossKind>(c.loss), 0.5, pos.slice(0, lo, hi), dec.ScoreAll(hq.slice(0, lo, hi), hn[k]));
     }
   }
   loss.backward();
@@ -84,10 +94,10 @@ TEST(LpModelTest, DecodersScoreAsDefined) {
   auto rc = torch::complex(r.narrow(1, 0, 3), r.narrow(1, 3, 3));
   auto tc = torch::complex(t.narrow(1, 0, 3), t.narrow(1, 3, 3));
   auto want = torch::real((hc * rc * torch::conj(tc)).sum(1));
-  LpDecoder complex("complex");
+  LpDecoder complex(Decoder::kComplEx);
   EXPECT_TRUE(torch::allclose(complex.Score(complex.TailQuery(h, r), t), want, 1e-4, 1e-5));
   EXPECT_TRUE(torch::allclose(complex.Score(complex.HeadQuery(r, t), h), want, 1e-4, 1e-5));
-  LpDecoder transe("transe");
+  LpDecoder transe(Decoder::kTransE);
   EXPECT_TRUE(torch::allclose(transe.Score(transe.TailQuery(h, r), t), -(h + r - t).norm(2, 1), 1e-4, 1e-5));
   EXPECT_TRUE(torch::allclose(transe.ScoreAll(transe.TailQuery(h, r), t).diagonal(),
                               -(h + r - t).norm(2, 1), 1e-3, 1e-4));
