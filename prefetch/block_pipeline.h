@@ -23,6 +23,9 @@ class BlockPipeline {
  public:
   using Fill = typename SamplerStage<Payload>::Fill;
 
+  // The capacity for io `run_ahead` steps ahead: the sampler one step beyond it.
+  static uint64_t Capacity(uint32_t run_ahead) { return uint64_t{run_ahead} + 2; }
+
   // `cache` null: in memory (`blocks` unused). Requires capacity >= run_ahead + 2.
   BlockPipeline(BlockCache* cache, PrefetcherOptions options, uint64_t capacity, Fill fill,
                 BlockPrefetcher::StepSource blocks)

@@ -125,7 +125,10 @@ void PlanPreload(const RowPlanInput& in, uint64_t rows_memory, RowMemoryPlan& p)
   if (memory <= fixed) return;
   p.preload_rows = std::min<uint64_t>({(memory - fixed) / RowPreloader::BytesPerRow(in.row_bytes),
                                        in.total_rows, (uint64_t{1} << 31) - 1});
-  if (p.preload_rows > 0) p.preload_bytes = memory;
+  // Its share, or what its rows take when the tables are smaller than the share.
+  if (p.preload_rows > 0) {
+    p.preload_bytes = std::min(memory, fixed + p.preload_rows * RowPreloader::BytesPerRow(in.row_bytes));
+  }
 }
 
 // The cache's rows and, for a row file, the write-back buffer's (its share, once the cache
@@ -193,7 +196,10 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
                            " cannot hold the " + std::to_string(p.min_rows) +
                            " rows of the steps in flight");
   }
-  p.predicted_bytes = reserved + p.cache_bytes + p.staging_bytes + p.preload_bytes;
+  // RocksDB's caches fill only as far as the data: at most the rows the tables can hold (each
+  // with its key and block overhead), in the block cache and in the two memtables.
+  const uint64_t kv_used = std::min(p.kv_bytes, 3 * in.max_rows * (uint64_t{in.row_bytes} + 32));
+  p.predicted_bytes = reserved - p.kv_bytes + kv_used + p.cache_bytes + p.staging_bytes + p.preload_bytes;
   return p;
 }
 

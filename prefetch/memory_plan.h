@@ -61,6 +61,7 @@ struct RowPlanInput {
   uint64_t step_record_bytes = 0;  // one step's sample records
   uint32_t row_bytes = 0;
   uint64_t total_rows = 0;      // rows of the dense tables (0: raw ids, created on first use)
+  uint64_t max_rows = 0;        // rows the tables can come to hold (raw ids: the data's ids)
   bool raw_ids = false;
   bool rocksdb = false;
   bool oracle = true;

@@ -1,6 +1,8 @@
 #include "prefetch/row_backings.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace sluice {
@@ -99,6 +101,30 @@ Status KvBacking::Read(IoSession&, std::span<const RowKey> keys, std::byte* out)
 
 Status KvBacking::Write(IoSession&, std::span<const RowKey> keys, const std::byte* rows) {
   return kv_->Write(keys, rows);
+}
+
+Status CreateInitialRowFile(const std::string& path, uint32_t row_bytes,
+                            const std::vector<uint64_t>& offsets, const RowInit& init,
+                            const IoConfig& io) {
+  const std::string temp = path + ".tmp";
+  {
+    SLUICE_ASSIGN_OR_RETURN(auto file, RowFile::Create(temp, row_bytes, offsets.back(),
+                                                       RowFileOptionsFrom(io)));
+    SLUICE_ASSIGN_OR_RETURN(auto session, IoSession::Create(io));
+    constexpr uint64_t kChunk = 1 << 16;
+    std::vector<std::byte> rows(kChunk * row_bytes);
+    for (uint32_t t = 0; t + 1 < offsets.size(); ++t) {
+      const uint64_t n = offsets[t + 1] - offsets[t];
+      for (uint64_t lo = 0; lo < n; lo += kChunk) {
+        const uint64_t c = std::min(kChunk, n - lo);
+        for (uint64_t i = 0; i < c; ++i) init(RowKey{lo + i, t}, rows.data() + i * row_bytes);
+        SLUICE_RETURN_IF_ERROR(file->WriteRange(*session, offsets[t] + lo, c, rows.data()));
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(file->Sync());
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + temp + " to " + path, errno);
+  return Status::Ok();
 }
 
 Status MemoryBacking::Read(IoSession&, std::span<const RowKey> keys, std::byte* out) {

@@ -76,6 +76,12 @@ class RowFileBacking : public RowBacking {
   uint64_t reads_ = 0;
 };
 
+// Writes a row file of dense tables (table k's row i at offsets[k] + i) holding every row's
+// initial value, to a temporary name renamed into place when complete.
+Status CreateInitialRowFile(const std::string& path, uint32_t row_bytes,
+                            const std::vector<uint64_t>& offsets, const RowInit& init,
+                            const IoConfig& io);
+
 class KvBacking : public RowBacking {
  public:
   KvBacking(KvTable* kv, RowInit init) : kv_(kv), init_(std::move(init)) {}

@@ -6,6 +6,13 @@
 
 namespace sluice {
 
+uint64_t LinkBatchBytes(uint64_t edges, const LinkBatchOptions& options) {
+  const uint64_t queries = options.reciprocal ? 2 * edges : edges;
+  const uint64_t negatives = uint64_t{options.chunks} * options.negatives * (options.reciprocal ? 1 : 2);
+  // head, rel, tail, then unique: as many as the uses at most.
+  return (3 * queries + negatives + 2 * queries + negatives) * sizeof(int64_t);
+}
+
 LinkBatchSampler::LinkBatchSampler(uint64_t num_nodes, LinkBatchOptions options)
     : options_(options), stamp_(num_nodes, 0) {}
 

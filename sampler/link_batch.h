@@ -28,6 +28,10 @@ struct LinkBatchOptions {
   uint64_t seed = 1;
 };
 
+// The bytes a LinkBatch of `edges` edges holds (its id lists, unique rows at most as many as
+// its uses), for the memory plan's count of the sampler ring.
+uint64_t LinkBatchBytes(uint64_t edges, const LinkBatchOptions& options);
+
 // The edges a step draws its queries from: the edges of its buffer state, in `order`.
 struct EdgeColumns {
   const int64_t* src = nullptr;

@@ -73,7 +73,6 @@ class DlrmTask : public Task {
   std::string DescribePlan() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
-  Status CreateRowFile(const std::string& path);
   Result<RecordSource> Source(const std::string& split, uint64_t max_records) const;
   using Pipeline = RowPipeline<RowBatch>;
   std::unique_ptr<Pipeline> MakePipeline(const RecordSource* source, uint64_t first_step, bool writes);

@@ -48,6 +48,9 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.step_record_bytes = static_cast<uint64_t>(cfg_.train.batch) * rec_.bytes();
   in.row_bytes = tables_->row_bytes();
   in.total_rows = tables_->total_rows();
+  uint64_t ids = 0;  // raw ids: at most one row per id of the data
+  for (const auto& [split, records] : dataset_.manifest().samples) ids += records * tables_->tables();
+  in.max_rows = tables_->raw_ids() ? ids : in.total_rows;
   in.raw_ids = tables_->raw_ids();
   in.rocksdb = rocksdb_;
   in.oracle = sc.planner == PlannerKind::kOracle;
@@ -101,7 +104,8 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   if (reading) {
     path = rows_from + "/rows.bin";
   } else if (fresh || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateRowFile(path));
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(),
+                                                Init(), cfg_.io));
   }
   SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
                                                    !reading, RowFileOptionsFrom(cfg_.io)));
@@ -136,32 +140,6 @@ std::string DlrmTask::DescribePlan() const {
                          std::to_string(table_bytes * 100 / budget) + "% of the budget)"
                    : ", tables on disk (rows created on first use)";
   return s + "; predicted peak " + FormatBytes(p.predicted_bytes);
-}
-
-Status DlrmTask::CreateRowFile(const std::string& path) {
-  const std::string temp = path + ".tmp";
-  const uint32_t rb = tables_->row_bytes();
-  const std::vector<uint64_t>& offsets = tables_->offsets();
-  {
-    SLUICE_ASSIGN_OR_RETURN(auto file, RowFile::Create(temp, rb, tables_->total_rows(),
-                                                       RowFileOptionsFrom(cfg_.io)));
-    SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
-    constexpr uint64_t kChunk = 1 << 16;
-    std::vector<std::byte> rows(kChunk * rb);
-    for (uint32_t t = 0; t < tables_->tables(); ++t) {
-      const uint64_t n = offsets[t + 1] - offsets[t];
-      for (uint64_t lo = 0; lo < n; lo += kChunk) {
-        const uint64_t c = std::min(kChunk, n - lo);
-        for (uint64_t i = 0; i < c; ++i) tables_->InitRow(RowKey{lo + i, t}, rows.data() + i * rb);
-        SLUICE_RETURN_IF_ERROR(file->WriteRange(*io, offsets[t] + lo, c, rows.data()));
-      }
-    }
-    SLUICE_RETURN_IF_ERROR(file->Sync());
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) return IoError("rename " + temp + " to " + path + ": " + ec.message());
-  return Status::Ok();
 }
 
 Status DlrmTask::SyncTables() {

@@ -77,7 +77,7 @@ Status LpEpoch::Start() {
     po.window_steps = 4096;
   }
   pipe_ = std::make_unique<BlockPipeline<LinkBatch>>(
-      ctx_.cache, po, LpRingCapacity(run_ahead),
+      ctx_.cache, po, BlockPipeline<LinkBatch>::Capacity(run_ahead),
       [this](uint64_t t, LinkBatch& b) { return Fill(t, b); },
       [this](uint64_t t, std::vector<BlockId>& blocks) {
         if (t + first_ >= steps_.size()) return false;

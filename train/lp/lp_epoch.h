@@ -43,7 +43,4 @@ struct LpEpochContext {
 Result<EpochOutcome> TrainLpEpoch(LpEpochContext& ctx, uint64_t epoch, uint64_t first_step,
                                   StepSink& sink);
 
-// The sampler ring's capacity for a run-ahead (the sampler one step beyond the io).
-inline uint64_t LpRingCapacity(uint32_t run_ahead) { return uint64_t{run_ahead} + 2; }
-
 }  // namespace sluice

@@ -17,6 +17,7 @@
 #include "train/lp/lp_epoch.h"
 #include "train/lp/lp_eval.h"
 #include "train/lp/lp_step.h"
+#include "prefetch/block_pipeline.h"
 #include "prefetch/edge_schedule.h"
 #include "prefetch/memory_plan.h"
 #include "sampler/link_batch.h"
@@ -66,6 +67,7 @@ class LpTask : public Task {
   uint64_t table_bytes() const { return layout_.num_rows() * layout_.row_bytes; }
   Status SetUpStorage();
   PartitionPlanInput PlanInput() const;
+  LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
 
@@ -117,13 +119,7 @@ Status LpTask::Open(Purpose purpose) {
     so.seed = cfg_.train.seed;
     so.io = cfg_.io;
     SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
-    LinkBatchOptions bo;
-    bo.reciprocal = cfg_.model.reciprocal;
-    bo.base_relations = base_relations();
-    bo.chunks = static_cast<uint32_t>(cfg_.train.chunks);
-    bo.negatives = static_cast<uint32_t>(cfg_.train.negatives);
-    bo.seed = cfg_.train.seed;
-    sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), bo);
+    sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), BatchOptions());
   }
   stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_);
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
@@ -174,6 +170,16 @@ Status LpTask::PrepareReading(const CheckpointReader& checkpoint) {
   return Status::Ok();
 }
 
+LinkBatchOptions LpTask::BatchOptions() const {
+  LinkBatchOptions bo;
+  bo.reciprocal = cfg_.model.reciprocal;
+  bo.base_relations = base_relations();
+  bo.chunks = static_cast<uint32_t>(cfg_.train.chunks);
+  bo.negatives = static_cast<uint32_t>(cfg_.train.negatives);
+  bo.seed = cfg_.train.seed;
+  return bo;
+}
+
 PartitionPlanInput LpTask::PlanInput() const {
   PartitionPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
@@ -181,12 +187,8 @@ PartitionPlanInput LpTask::PlanInput() const {
   // of the global shuffle.
   in.runtime_bytes = CurrentRssBytes();
   in.step_bytes = stepper_->model().StepBytes();
-  // The sampler ring's payloads: a step's ids (heads, relations, tails, negatives, unique).
-  const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
-  const uint64_t negs = static_cast<uint64_t>(cfg_.train.chunks) * cfg_.train.negatives *
-                        (cfg_.model.reciprocal ? 1 : 2);
-  in.ring_bytes = LpRingCapacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
-                  (5 * queries + 2 * negs) * 8;
+  in.ring_bytes = BlockPipeline<LinkBatch>::Capacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
+                  LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), BatchOptions());
   in.block_bytes = layout_.block_bytes();
   in.table_bytes = table_bytes();
   in.partitions = partitions();
