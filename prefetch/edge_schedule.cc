@@ -193,7 +193,9 @@ uint32_t EffectiveRunAhead(const std::vector<EdgeStep>& steps, const std::vector
 }
 
 EdgeReader::EdgeReader(const EdgeSchedule* schedule, uint64_t epoch)
-    : schedule_(schedule), epoch_(epoch), thread_([this] { Run(); }) {}
+    : schedule_(schedule), epoch_(epoch) {
+  thread_ = std::thread([this] { Run(); });
+}
 
 EdgeReader::~EdgeReader() {
   {

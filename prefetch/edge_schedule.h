@@ -133,7 +133,6 @@ class EdgeReader {
 
   const EdgeSchedule* schedule_;
   const uint64_t epoch_;
-  std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   const EdgeState* request_ GUARDED_BY(mu_) = nullptr;  // a state to read
@@ -144,6 +143,10 @@ class EdgeReader {
   StateEdges next_;  // written by the thread while a request is open, then by Take
   StageTime time_ GUARDED_BY(mu_);
   std::unique_ptr<IoSession> own_io_;  // Take's, for a state that was not prefetched
+  // Last, and started in the constructor's body: the thread locks mu_ and waits on cv_, which
+  // must be constructed first (started in the initializer list it raced their construction
+  // and could lose its lock state and its wake-up: a hang seen on the 20M-edge graph).
+  std::thread thread_;
 };
 
 }  // namespace sluice
