@@ -254,22 +254,27 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
       missing.push_back(static_cast<uint32_t>(i));
     }
   }
+  Status status = Status::Ok();
   for (uint32_t i : missing) {
-    SLUICE_ASSIGN_OR_RETURN(const uint32_t slot, TakeSlot(out));
+    Result<uint32_t> slot = TakeSlot(out);
+    if (!slot.ok()) {  // the step still ends below, so the window and protection stay in step
+      status = slot.status();
+      break;
+    }
     Entry* e = Find(rows[i]);  // TakeSlot may have moved entries
-    e->slot = slot;
+    e->slot = *slot;
     ++resident_;
-    out.slots[i] = slot;
+    out.slots[i] = *slot;
     out.load_keys.push_back(rows[i]);
-    out.load_slots.push_back(slot);
+    out.load_slots.push_back(*slot);
   }
-  stats_.loads += missing.size();
+  stats_.loads += out.load_keys.size();
   stats_.accesses += rows.size();
   ++stats_.steps;
   if (oracle) window_.pop_front();
   protected_.emplace_back(rows.begin(), rows.end());
   ++step_;
-  return Status::Ok();
+  return status;
 }
 
 bool RowCache::DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys,

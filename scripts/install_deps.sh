@@ -11,8 +11,9 @@ lean=(
   libtorch-dev liburing-dev librocksdb-dev libtbb-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread zlib1g-dev
   python3 python3-numpy python3-scipy python3-pytest
+  python3-torch  # the node-classification tests' dense reference
 )
-full=(fio python3-matplotlib python3-torch time)
+full=(fio python3-matplotlib time)
 
 want=("${lean[@]}")
 case "${1:-}" in

@@ -115,6 +115,8 @@ def main(argv=None) -> int:
                     help="probability an edge stays inside its source's class (default 0.7)")
     gn.add_argument("--noise", type=float, default=2.0,
                     help="std of the Gaussian noise around class centroids (default 2.0)")
+    gn.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                    help="stored feature type (default float32)")
     common(gn)
 
     for kind in ("criteo", "avazu"):
@@ -199,7 +201,8 @@ def main(argv=None) -> int:
             from sluice_prep.nodeclass import generate_node_classification
             generate_node_classification(args.out, args.nodes, args.edges, args.features,
                                          args.classes, args.homophily, args.noise, args.partitions,
-                                         args.partitioning, args.seed, args.overwrite)
+                                         args.partitioning, args.seed, args.overwrite,
+                                         args.feature_dtype)
         elif args.command in ("criteo", "avazu"):
             from sluice_prep.recsys import convert_clicks
             files = {s: pathlib.Path(getattr(args, s)) for s in ("train", "valid", "test")

@@ -9,7 +9,7 @@ namespace sluice {
 
 bool InConfigFingerprint(std::string_view path) {
   if (path == "task") return true;
-  if (path.starts_with("model.")) return true;
+  if (path.starts_with("model.") || path.starts_with("features.")) return true;
   return path.starts_with("train.") && path != "train.epochs";
 }
 

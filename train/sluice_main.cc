@@ -23,6 +23,7 @@
 #include "storage/dataset.h"
 #include "train/dlrm/dlrm_task.h"
 #include "train/lp/lp_task.h"
+#include "train/nc/nc_task.h"
 #include "train/runner.h"
 #include "train/storage_demo.h"
 #include "train/torch_runtime.h"
@@ -64,6 +65,7 @@ struct TaskEntry {
 constexpr TaskEntry kTasks[] = {
     {"link_prediction", &LoadTask<LpConfig, &MakeLpTask>},
     {"recommendation", &LoadTask<DlrmConfig, &MakeDlrmTask>},
+    {"node_classification", &LoadTask<NcConfig, &MakeNcTask>},
 };
 
 // The task a config (with its overrides) names: its `task` key, link_prediction by default.

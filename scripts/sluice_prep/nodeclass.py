@@ -153,7 +153,8 @@ def convert_npy(edges_path: str, features_path: str, labels_path: str, out: str,
 
 def generate_node_classification(out: str, nodes: int, edges: int, features: int, classes: int,
                                  homophily: float, noise: float, partitions: int,
-                                 partitioning: str, seed: int, overwrite: bool) -> pathlib.Path:
+                                 partitioning: str, seed: int, overwrite: bool,
+                                 feature_dtype: str = "float32") -> pathlib.Path:
     """A power-law graph with planted classes: each node has a class; an edge's destination is
     drawn (with a power law over nodes) from the source's class with probability `homophily`,
     else from anywhere; features are the class centroid plus Gaussian noise. So both features
@@ -185,5 +186,5 @@ def generate_node_classification(out: str, nodes: int, edges: int, features: int
     splits = {"train": np.flatnonzero(u >= 0.2), "valid": np.flatnonzero((u >= 0.1) & (u < 0.2)),
               "test": np.flatnonzero(u < 0.1)}
     return write_node_classification(out, "generated-nc", nodes, chunks, edges, feats, labels, splits,
-                                     classes, partitions, partitioning, seed, "float32", overwrite,
+                                     classes, partitions, partitioning, seed, feature_dtype, overwrite,
                                      {"homophily": homophily, "feature_noise": noise})

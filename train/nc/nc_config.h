@@ -1,0 +1,177 @@
+#pragma once
+// The configuration of a node-classification run (`sluice train` with task:
+// node_classification): a GNN (GraphSage, GCN or GAT) over k-hop sampled blocks of the
+// in-neighbour graph, node features read from the dataset through the row cache.
+// Every key is listed once here; `sluice train --print-config` shows them with their docs.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/thread_plan.h"
+#include "common/units.h"
+#include "storage/io_session.h"
+#include "train/run_config.h"
+
+namespace sluice {
+
+enum class GnnKind { kGraphSage, kGcn, kGat };
+template <>
+struct EnumNames<GnnKind> {
+  static constexpr std::pair<GnnKind, const char*> kNames[] = {
+      {GnnKind::kGraphSage, "graphsage"}, {GnnKind::kGcn, "gcn"}, {GnnKind::kGat, "gat"}};
+};
+enum class SageAggregator { kMean, kMaxPool };
+template <>
+struct EnumNames<SageAggregator> {
+  static constexpr std::pair<SageAggregator, const char*> kNames[] = {
+      {SageAggregator::kMean, "mean"}, {SageAggregator::kMaxPool, "max_pool"}};
+};
+enum class NormKind { kNone, kBatch, kLayer };
+template <>
+struct EnumNames<NormKind> {
+  static constexpr std::pair<NormKind, const char*> kNames[] = {
+      {NormKind::kNone, "none"}, {NormKind::kBatch, "batch"}, {NormKind::kLayer, "layer"}};
+};
+enum class FeatureNormalize { kNone, kRow };
+template <>
+struct EnumNames<FeatureNormalize> {
+  static constexpr std::pair<FeatureNormalize, const char*> kNames[] = {
+      {FeatureNormalize::kNone, "none"}, {FeatureNormalize::kRow, "row"}};
+};
+enum class GnnOptimizer { kAdam, kAdamW };
+template <>
+struct EnumNames<GnnOptimizer> {
+  static constexpr std::pair<GnnOptimizer, const char*> kNames[] = {
+      {GnnOptimizer::kAdam, "adam"}, {GnnOptimizer::kAdamW, "adamw"}};
+};
+
+struct NcModelConfig {
+  GnnKind kind = GnnKind::kGraphSage;
+  int layers = 2;
+  int hidden = 256;
+  std::vector<int> fanouts{15, 10};
+  bool replace = false;
+  SageAggregator aggregator = SageAggregator::kMean;
+  int heads = 8;
+  int output_heads = 1;
+  double dropout = 0.5;
+  double attention_dropout = 0.0;
+  NormKind norm = NormKind::kNone;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("kind", kind, "the GNN: graphsage, gcn or gat");
+    v.Field("layers", layers, "message-passing layers (= hops sampled)", InRange(1, 8));
+    v.Field("hidden", hidden, "width of the hidden layers (gat: per head)", InRange(1, 65536));
+    v.Field("fanouts", fanouts,
+            "neighbours sampled per node at hop 1, 2, ... (one per layer; -1: all of them)");
+    v.Field("replace", replace, "sample neighbours with replacement");
+    v.Field("aggregator", aggregator, "graphsage: mean or max_pool");
+    v.Field("heads", heads, "gat: attention heads of the hidden layers (concatenated)",
+            InRange(1, 64));
+    v.Field("output_heads", output_heads, "gat: heads of the output layer (averaged)",
+            InRange(1, 64));
+    v.Field("dropout", dropout, "dropout on every layer's input", InRange(0.0, 0.95));
+    v.Field("attention_dropout", attention_dropout, "gat: dropout on the attention weights",
+            InRange(0.0, 0.95));
+    v.Field("norm", norm, "normalisation after each hidden layer: none, batch or layer");
+  }
+};
+
+struct NcFeaturesConfig {
+  FeatureNormalize normalize = FeatureNormalize::kNone;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("normalize", normalize,
+            "none, or row: each feature row divided by its sum (Planetoid's bag-of-words)");
+  }
+};
+
+struct NcTrainConfig {
+  int epochs = 100;
+  int batch = 512;
+  GnnOptimizer optimizer = GnnOptimizer::kAdam;
+  double lr = 0.01;
+  double weight_decay = 5e-4;
+  uint64_t seed = 1;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("epochs", epochs, "passes over the training nodes", InRange(0, 100000));
+    v.Field("batch", batch, "training nodes (seeds) per step", InRange(1, 1 << 24));
+    v.Field("optimizer", optimizer, "adam (weight decay as L2) or adamw (decoupled)");
+    v.Field("lr", lr, "learning rate", InRange(0.0, 1e6));
+    v.Field("weight_decay", weight_decay, "weight decay", InRange(0.0, 1e3));
+    v.Field("seed", seed, "seed of the weights, the node order, sampling and dropout");
+  }
+};
+
+struct NcEvalConfig {
+  int every = 1;
+  int patience = 0;
+  std::string split = "valid";
+  std::vector<int> fanouts;  // empty: every neighbour at every hop
+  int batch = 1024;
+  uint64_t seed = 7;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("every", every, "validate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("patience", patience,
+            "early stop after N validations without a better accuracy (0: off)", InRange(0, 100000));
+    v.Field("split", split, "split validated during training (test when the dataset has no valid)");
+    v.Field("fanouts", fanouts,
+            "neighbours sampled per hop at evaluation ([]: all of them, the full neighbourhood)");
+    v.Field("batch", batch, "nodes per evaluation step", InRange(1, 1 << 24));
+    v.Field("seed", seed, "the fixed seed of sampled evaluation");
+  }
+};
+
+struct NcStorageConfig {
+  StorageMode mode = StorageMode::kOutOfCore;
+  Bytes budget{1ull << 30};
+  uint64_t cache_rows = 0;
+  int window = 8;
+  int run_ahead = 2;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("mode", mode,
+            "out_of_core (feature rows read from the dataset through the cache) or in_memory");
+    v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
+            InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
+    v.Field("cache_rows", cache_rows,
+            "feature rows in the cache (experiments); 0 = as many as the budget holds");
+    v.Field("window", window, "the cache's lookahead in steps (oracle planner)", InRange(0, 100000));
+    v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
+  }
+};
+
+struct NcConfig {
+  NcConfig() { threads.compute = 1; }
+
+  std::string task = "node_classification";
+  std::string dataset;
+  std::string run_dir = "runs/nc";
+  int checkpoint_every = 1;
+  bool progress = true;
+  NcModelConfig model;
+  NcFeaturesConfig features;
+  NcTrainConfig train;
+  NcEvalConfig eval;
+  NcStorageConfig storage;
+  ThreadConfig threads;
+  IoConfig io;
+
+  template <class V>
+  void VisitFields(V& v) {
+    v.Field("task", task, "node_classification", OneOf({"node_classification"}));
+    VisitRunFields(v, *this);
+    v.Section("features", features, "node features");
+  }
+};
+
+}  // namespace sluice

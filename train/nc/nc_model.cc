@@ -1,0 +1,204 @@
+#include "train/nc/nc_model.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "sampler/random.h"
+
+namespace sluice {
+namespace {
+
+constexpr uint64_t kDropoutDomain = 0xD2A9'0E7C'51F3'4B11ull;  // keeps masks apart from samples
+
+// dst index of every sampled edge: i repeated offsets[i + 1] - offsets[i] times.
+torch::Tensor DstIndex(const BlockInput& b) {
+  const torch::Tensor counts = b.offsets.slice(0, 1) - b.offsets.slice(0, 0, b.num_dst);
+  return torch::repeat_interleave(torch::arange(b.num_dst, torch::kLong), counts);
+}
+
+torch::Tensor Degrees(const BlockInput& b) {
+  return (b.offsets.slice(0, 1) - b.offsets.slice(0, 0, b.num_dst)).to(torch::kFloat);
+}
+
+}  // namespace
+
+torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site) {
+  if (p <= 0) return x;
+  torch::Tensor mask = torch::empty(x.sizes(), torch::kFloat);
+  float* m = mask.data_ptr<float>();
+  const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+  const auto scale = static_cast<float>(1.0 / (1.0 - p));
+  at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
+  });
+  return x * mask;
+}
+
+GnnModelImpl::GnnModelImpl(const NcModelConfig& config, GnnShape shape, torch::Tensor in_degree)
+    : cfg_(config), shape_(shape), in_degree_(std::move(in_degree)) {
+  const int layers = cfg_.layers;
+  for (int l = 0; l < layers; ++l) {
+    const bool last = l + 1 == layers;
+    const std::string n = std::to_string(l);
+    const bool gat = cfg_.kind == GnnKind::kGat;
+    const int64_t in = l == 0 ? shape_.in_dim : cfg_.hidden * (gat ? cfg_.heads : 1);
+    const int64_t heads = gat ? (last ? cfg_.output_heads : cfg_.heads) : 1;
+    const int64_t out = last ? shape_.classes : cfg_.hidden;
+    const int64_t width = out * heads;
+    const bool sage = cfg_.kind == GnnKind::kGraphSage;
+    // GraphSage: a root and a neighbour transform (the root's has the bias); GCN and GAT: one
+    // weight (Glorot) and a bias added after aggregation.
+    self_.push_back(register_module("self" + n, torch::nn::Linear(torch::nn::LinearOptions(in, width).bias(sage))));
+    if (sage) {
+      const bool pool = cfg_.aggregator == SageAggregator::kMaxPool;
+      if (pool) pool_.push_back(register_module("pool" + n, torch::nn::Linear(in, in)));
+      neigh_.push_back(register_module("neigh" + n, torch::nn::Linear(torch::nn::LinearOptions(in, width).bias(false))));
+    } else {
+      torch::NoGradGuard no_grad;
+      torch::nn::init::xavier_uniform_(self_.back()->weight);
+      bias_.push_back(register_parameter("bias" + n, torch::zeros({last && gat ? out : width})));
+    }
+    if (gat) {
+      att_src_.push_back(register_parameter("att_src" + n, torch::empty({1, heads, out})));
+      att_dst_.push_back(register_parameter("att_dst" + n, torch::empty({1, heads, out})));
+      torch::NoGradGuard no_grad;
+      torch::nn::init::xavier_uniform_(att_src_.back());
+      torch::nn::init::xavier_uniform_(att_dst_.back());
+    }
+    if (!last && cfg_.norm == NormKind::kBatch) {
+      batch_norm_.push_back(register_module("batch_norm" + n, torch::nn::BatchNorm1d(width)));
+    }
+    if (!last && cfg_.norm == NormKind::kLayer) {
+      layer_norm_.push_back(register_module(
+          "layer_norm" + n, torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}))));
+    }
+  }
+}
+
+torch::Tensor GnnModelImpl::Sage(int l, const torch::Tensor& h, const BlockInput& b,
+                                 const torch::Tensor& dst_index) {
+  torch::Tensor agg;
+  if (cfg_.aggregator == SageAggregator::kMean) {
+    agg = torch::zeros({b.num_dst, h.size(1)}).index_add(0, dst_index, h.index_select(0, b.src_local));
+    agg = agg / Degrees(b).clamp_min(1).unsqueeze(1);
+  } else {
+    const torch::Tensor p = torch::relu(pool_[l](h)).index_select(0, b.src_local);
+    agg = torch::zeros({b.num_dst, p.size(1)})
+              .scatter_reduce(0, dst_index.unsqueeze(1).expand_as(p), p, "amax", /*include_self=*/false);
+  }
+  return self_[l](h.slice(0, 0, b.num_dst)) + neigh_[l](agg);
+}
+
+torch::Tensor GnnModelImpl::Gcn(int l, const torch::Tensor& h, const BlockInput& b,
+                                const torch::Tensor& dst_index, const torch::Tensor& nodes) {
+  const torch::Tensor norm =
+      (in_degree_.index_select(0, nodes.slice(0, 0, b.num_src)).to(torch::kFloat) + 1).rsqrt().unsqueeze(1);
+  const torch::Tensor hw = self_[l](h) * norm;  // h_j W / sqrt(deg(j) + 1)
+  const torch::Tensor agg =
+      torch::zeros({b.num_dst, hw.size(1)}).index_add(0, dst_index, hw.index_select(0, b.src_local));
+  return (agg + hw.slice(0, 0, b.num_dst)) * norm.slice(0, 0, b.num_dst) + bias_[l];
+}
+
+torch::Tensor GnnModelImpl::Gat(int l, const torch::Tensor& h, const BlockInput& b,
+                                const torch::Tensor& dst_index, const ModelInput& input) {
+  const int64_t heads = att_src_[l].size(1), out = att_src_[l].size(2);
+  const torch::Tensor wh = self_[l](h).view({b.num_src, heads, out});
+  const torch::Tensor a_src = (wh * att_src_[l]).sum(-1);                          // [src, H]
+  const torch::Tensor a_dst = (wh.slice(0, 0, b.num_dst) * att_dst_[l]).sum(-1);  // [dst, H]
+  const torch::Tensor self_loops = torch::arange(b.num_dst, torch::kLong);
+  const torch::Tensor src = torch::cat({b.src_local, self_loops});
+  const torch::Tensor dst = torch::cat({dst_index, self_loops});
+  const torch::Tensor e = torch::leaky_relu(a_src.index_select(0, src) + a_dst.index_select(0, dst), 0.2);
+  torch::Tensor top;  // per destination and head, the largest score (softmax is shift-free)
+  {
+    torch::NoGradGuard no_grad;
+    top = torch::zeros({b.num_dst, heads})
+              .scatter_reduce(0, dst.unsqueeze(1).expand_as(e), e, "amax", /*include_self=*/false);
+  }
+  const torch::Tensor ex = torch::exp(e - top.index_select(0, dst));
+  const torch::Tensor sum = torch::zeros({b.num_dst, heads}).index_add(0, dst, ex);
+  torch::Tensor alpha = ex / sum.index_select(0, dst);
+  if (input.training) alpha = KeyedDropout(alpha, cfg_.attention_dropout, input.key, 2 * l + 1);
+  const torch::Tensor agg = torch::zeros({b.num_dst, heads, out})
+                                .index_add(0, dst, alpha.unsqueeze(-1) * wh.index_select(0, src));
+  const bool last = l + 1 == layers();
+  return (last ? agg.mean(1) : agg.reshape({b.num_dst, heads * out})) + bias_[l];
+}
+
+torch::Tensor GnnModelImpl::Layer(int l, const torch::Tensor& h, const BlockInput& block,
+                                  const torch::Tensor& nodes, const ModelInput& input) {
+  const torch::Tensor dst_index = DstIndex(block);
+  switch (cfg_.kind) {
+    case GnnKind::kGraphSage: return Sage(l, h, block, dst_index);
+    case GnnKind::kGcn: return Gcn(l, h, block, dst_index, nodes);
+    case GnnKind::kGat: return Gat(l, h, block, dst_index, input);
+  }
+  return {};
+}
+
+torch::Tensor GnnModelImpl::Hidden(int l, torch::Tensor h, const ModelInput& input) {
+  (void)input;
+  if (cfg_.norm == NormKind::kBatch) h = batch_norm_[l](h);
+  if (cfg_.norm == NormKind::kLayer) h = layer_norm_[l](h);
+  return cfg_.kind == GnnKind::kGat ? torch::elu(h) : torch::relu(h);
+}
+
+torch::Tensor GnnModelImpl::Logits(const ModelInput& input) {
+  TORCH_CHECK(static_cast<int>(input.blocks.size()) == layers(), "the step has ",
+              input.blocks.size(), " blocks for ", layers(), " layers");
+  const torch::Tensor& nodes = input.ids.at("nodes");
+  torch::Tensor h = input.tables.at(0).uses;
+  for (int l = 0; l < layers(); ++l) {
+    const BlockInput& b = input.blocks[static_cast<size_t>(l)];
+    h = h.slice(0, 0, b.num_src);
+    if (input.training) h = KeyedDropout(h, cfg_.dropout, input.key, 2 * static_cast<uint64_t>(l));
+    h = Layer(l, h, b, nodes, input);
+    if (l + 1 < layers()) h = Hidden(l, h, input);
+  }
+  return h;
+}
+
+torch::Tensor GnnModelImpl::Loss(const ModelInput& input) {
+  return torch::nn::functional::cross_entropy(Logits(input), input.labels);
+}
+
+uint64_t GnnModelImpl::StepBytes() const {
+  const uint64_t heads = cfg_.kind == GnnKind::kGat ? static_cast<uint64_t>(std::max(cfg_.heads, cfg_.output_heads)) : 1;
+  const uint64_t width = std::max<uint64_t>(static_cast<uint64_t>(cfg_.hidden) * heads,
+                                            static_cast<uint64_t>(shape_.classes));
+  const auto nodes = static_cast<uint64_t>(shape_.max_nodes), edges = static_cast<uint64_t>(shape_.max_edges);
+  // Inputs (with dropout's mask and copy), messages of the widest layer, gradients of both.
+  const uint64_t in = nodes * static_cast<uint64_t>(shape_.in_dim) * 4 * 3;
+  const uint64_t messages = (edges + nodes) * std::max<uint64_t>(width, static_cast<uint64_t>(shape_.in_dim)) * 4 * 3;
+  return in + messages * static_cast<uint64_t>(cfg_.layers);
+}
+
+ClassMetrics ClassificationMetrics(const std::vector<int64_t>& predicted,
+                                   const std::vector<int64_t>& labels, int64_t classes) {
+  ClassMetrics m;
+  m.nodes = labels.size();
+  std::vector<uint64_t> tp(static_cast<size_t>(classes)), fp(tp.size()), fn(tp.size());
+  uint64_t right = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const auto y = static_cast<size_t>(labels[i]), p = static_cast<size_t>(predicted[i]);
+    if (y == p) {
+      ++right, ++tp[y];
+    } else {
+      ++fn[y], ++fp[p];
+    }
+  }
+  double f1 = 0;
+  int present = 0;  // classes among the labels or the predictions
+  for (size_t c = 0; c < tp.size(); ++c) {
+    const uint64_t denom = 2 * tp[c] + fp[c] + fn[c];
+    if (denom == 0) continue;
+    f1 += 2.0 * static_cast<double>(tp[c]) / static_cast<double>(denom);
+    ++present;
+  }
+  m.accuracy = labels.empty() ? 0 : static_cast<double>(right) / static_cast<double>(labels.size());
+  m.macro_f1 = present ? f1 / present : 0;
+  return m;
+}
+
+}  // namespace sluice

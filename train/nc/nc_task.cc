@@ -1,0 +1,476 @@
+#include "train/nc/nc_task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "common/clock.h"
+#include "common/units.h"
+#include "sampler/batch_order.h"
+#include "train/fingerprint.h"
+#include "train/model_step.h"
+#include "train/nc/nc_task_impl.h"
+#include "train/run_dir.h"
+#include "train/torch_io.h"
+
+namespace sluice {
+namespace {
+
+// float16 bits -> float (IEEE 754 binary16, subnormals, infinities and NaN).
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while ((mant & 0x400) == 0) mant <<= 1, --exp;
+    bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+KHopOptions SamplerOptions(const std::vector<int>& fanouts, bool replace) {
+  KHopOptions o;
+  o.fanouts = fanouts;
+  o.replace = replace;
+  return o;
+}
+
+}  // namespace
+
+NcTask::NcTask(NcConfig config) : cfg_(std::move(config)) { settings_ = RunSettingsOf(cfg_); }
+
+std::string NcTask::ConfigYaml() { return DumpConfig(cfg_); }
+std::string NcTask::ConfigFingerprint() { return sluice::ConfigFingerprint(cfg_); }
+
+const std::vector<int64_t>& NcTask::Split(const std::string& name) const {
+  static const std::vector<int64_t> kNone;
+  auto it = splits_.find(name);
+  return it == splits_.end() ? kNone : it->second;
+}
+
+std::string NcTask::ValidationSplit() const {
+  return !Split(cfg_.eval.split).empty() ? cfg_.eval.split : (!Split("test").empty() ? "test" : "");
+}
+
+Status NcTask::OpenGraph() {
+  const std::string where = "dataset " + cfg_.dataset;
+  if (!dataset_.Has("edges.train.by_dst.src")) {
+    return InvalidArgument(where + " has no destination-sorted edges (edges.train.by_dst.*), which "
+                           "node classification samples in-neighbours from; prepare it again with "
+                           "scripts/sluice_prep.py (planetoid, ogb, npy or gen-nc)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(graph_, CsrGraph::Load(dataset_, "train", Direction::kIn));
+  in_degree_ = torch::empty({static_cast<int64_t>(num_nodes_)}, torch::kLong);
+  int64_t* d = in_degree_.data_ptr<int64_t>();
+  for (uint64_t v = 0; v < num_nodes_; ++v) d[v] = static_cast<int64_t>(graph_.degree(static_cast<int64_t>(v)));
+  return Status::Ok();
+}
+
+Status NcTask::CheckLabelsAndSplits() {
+  const std::string where = "dataset " + cfg_.dataset;
+  SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> labels, dataset_.ReadInt64("nodes.labels"));
+  if (labels.size() != num_nodes_) {
+    return InvalidArgument(where + ": nodes.labels has " + std::to_string(labels.size()) +
+                           " entries for " + std::to_string(num_nodes_) + " nodes");
+  }
+  labels_.resize(labels.size());
+  for (size_t v = 0; v < labels.size(); ++v) {
+    if (labels[v] < -1 || labels[v] >= classes_) {
+      return InvalidArgument(where + ": node " + std::to_string(v) + " has label " + std::to_string(labels[v]) +
+                             ", outside [-1, " + std::to_string(classes_) + ") (the manifest says " +
+                             std::to_string(classes_) + " classes; -1: unlabelled)");
+    }
+    labels_[v] = static_cast<int32_t>(labels[v]);
+  }
+  for (const char* split : {"train", "valid", "test"}) {
+    const std::string role = std::string("nodes.") + split;
+    if (!dataset_.Has(role)) continue;
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, dataset_.ReadInt64(role));
+    if (ids.empty()) return InvalidArgument(where + ": the " + split + " split (" + role + ") is empty");
+    for (int64_t v : ids) {
+      if (v < 0 || static_cast<uint64_t>(v) >= num_nodes_) {
+        return InvalidArgument(where + ": the " + split + " split names node " + std::to_string(v) +
+                               ", beyond the graph's " + std::to_string(num_nodes_) + " nodes");
+      }
+      if (labels_[static_cast<size_t>(v)] < 0) {
+        return InvalidArgument(where + ": " + split + " node " + std::to_string(v) +
+                               " is unlabelled (label -1); every node of a split needs a label");
+      }
+    }
+    splits_[split] = std::move(ids);
+  }
+  if (Split("train").empty()) return InvalidArgument(where + " has no train split (nodes.train)");
+  return Status::Ok();
+}
+
+Status NcTask::BuildModel() {
+  GnnShape shape;
+  shape.in_dim = feature_dim_;
+  shape.classes = classes_;
+  shape.max_seeds = std::max(cfg_.train.batch, cfg_.eval.batch);
+  // A bound for the memory plan's activations: the first steps' largest sample, doubled.
+  KHopSampler probe(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
+  const std::vector<int64_t>& train = Split("train");
+  for (uint64_t t = 0; t < 4 && t * cfg_.train.batch < train.size(); ++t) {
+    const uint64_t begin = t * static_cast<uint64_t>(cfg_.train.batch);
+    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(cfg_.train.batch), train.size() - begin);
+    SampledSubgraph s = probe.Sample({train.data() + begin, n}, {cfg_.train.seed, 0, t});
+    int64_t edges = 0;
+    for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
+    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 2);
+    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 2);
+  }
+  torch::manual_seed(cfg_.train.seed);
+  net_ = GnnModel(cfg_.model, shape, in_degree_);
+  const double lr = cfg_.train.lr, wd = cfg_.train.weight_decay;
+  if (cfg_.train.optimizer == GnnOptimizer::kAdamW) {
+    opt_ = std::make_unique<torch::optim::AdamW>(net_->parameters(), torch::optim::AdamWOptions(lr).weight_decay(wd));
+  } else {
+    opt_ = std::make_unique<torch::optim::Adam>(net_->parameters(), torch::optim::AdamOptions(lr).weight_decay(wd));
+  }
+  return Status::Ok();
+}
+
+Status NcTask::Open(Purpose purpose) {
+  purpose_ = purpose;
+  if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
+  SLUICE_ASSIGN_OR_RETURN(dataset_, Dataset::Open(cfg_.dataset));
+  const Manifest& m = dataset_.manifest();
+  const std::string where = "dataset " + cfg_.dataset;
+  if (m.task != TaskKind::kNodeClassification) {
+    return InvalidArgument(where + " is a " + std::string(TaskKindName(m.task)) +
+                           " dataset; task: node_classification needs node labels and features");
+  }
+  if (static_cast<int>(cfg_.model.fanouts.size()) != cfg_.model.layers) {
+    return InvalidArgument("model.fanouts has " + std::to_string(cfg_.model.fanouts.size()) +
+                           " entries for model.layers " + std::to_string(cfg_.model.layers) +
+                           " (one fanout per layer; -1: all neighbours)");
+  }
+  if (!cfg_.eval.fanouts.empty() && static_cast<int>(cfg_.eval.fanouts.size()) != cfg_.model.layers) {
+    return InvalidArgument("eval.fanouts has " + std::to_string(cfg_.eval.fanouts.size()) +
+                           " entries for model.layers " + std::to_string(cfg_.model.layers) +
+                           " (one per layer, or [] for every neighbour)");
+  }
+  for (int f : cfg_.model.fanouts) {
+    if (f == 0 || f < -1) return InvalidArgument("model.fanouts: " + std::to_string(f) + " is not a fanout (>= 1, or -1: all)");
+  }
+  num_nodes_ = m.num_nodes;
+  classes_ = static_cast<int64_t>(m.num_classes);
+  if (classes_ < 2) return InvalidArgument(where + ": the manifest says " + std::to_string(classes_) + " classes (at least 2)");
+  SLUICE_ASSIGN_OR_RETURN(features_, ArrayBacking::Open(dataset_, "nodes.features", cfg_.io));
+  feature_dim_ = features_->dim();
+  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* ff, dataset_.File("nodes.features"));
+  feature_path_ = dataset_.PathOf(*ff);
+  if (m.feature_dim != 0 && m.feature_dim != static_cast<uint64_t>(feature_dim_)) {
+    return InvalidArgument(where + ": nodes.features rows are " + std::to_string(feature_dim_) +
+                           " wide but the manifest says feature_dim " + std::to_string(m.feature_dim));
+  }
+  if (features_->rows() != num_nodes_) {
+    return InvalidArgument(where + ": nodes.features has " + std::to_string(features_->rows()) +
+                           " rows for " + std::to_string(num_nodes_) + " nodes");
+  }
+  SLUICE_RETURN_IF_ERROR(CheckLabelsAndSplits());
+  SLUICE_RETURN_IF_ERROR(OpenGraph());
+  train_sampler_ = std::make_unique<KHopSampler>(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
+  std::vector<int> eval_fanouts = cfg_.eval.fanouts;
+  if (eval_fanouts.empty()) eval_fanouts.assign(static_cast<size_t>(cfg_.model.layers), -1);
+  eval_sampler_ = std::make_unique<KHopSampler>(graph_, SamplerOptions(eval_fanouts, false));
+  return BuildModel();
+}
+
+Status NcTask::LoadState(const CheckpointReader& checkpoint) {
+  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_));
+  return LoadTorch(checkpoint, "dense_optimizer.pt", *opt_);
+}
+
+Status NcTask::PrepareTraining(const CheckpointReader*) { return SetUpStorage(); }
+Status NcTask::PrepareReading(const CheckpointReader&) { return SetUpStorage(); }
+
+std::string NcTask::Describe() const {
+  return "sluice train: " + cfg_.dataset + ", " + FormatCount(static_cast<double>(num_nodes_)) + " nodes, " +
+         FormatCount(static_cast<double>(graph_.num_edges())) + " edges, " + std::to_string(feature_dim_) +
+         " features (" + DTypeName(features_->dtype()) + "), " + std::to_string(classes_) + " classes, " +
+         std::to_string(Split("train").size()) + " training nodes; " + EnumName(cfg_.model.kind) + ", " +
+         std::to_string(cfg_.model.layers) + " layers";
+}
+
+Status NcTask::LoadFeaturesInMemory() {
+  const uint32_t rb = features_->row_bytes();
+  memory_ = std::make_unique<MemoryRows>(rb, std::vector<uint64_t>{0, num_nodes_},
+                                         [rb](const RowKey&, std::byte* row) { std::memset(row, 0, rb); });
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  constexpr uint64_t kChunk = 1 << 14;
+  std::vector<RowKey> keys;
+  std::vector<std::byte> buffer(kChunk * rb);
+  for (uint64_t begin = 0; begin < num_nodes_; begin += kChunk) {
+    const uint64_t n = std::min(kChunk, num_nodes_ - begin);
+    keys.clear();
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(RowKey{begin + i, 0});
+    SLUICE_RETURN_IF_ERROR(features_->Read(*io, keys, buffer.data()));
+    std::memcpy(memory_->Row(keys[0]), buffer.data(), n * rb);
+  }
+  return Status::Ok();
+}
+
+Result<RowPlanInput> NcTask::PlanInput() {
+  RowPlanInput in;
+  in.budget_bytes = cfg_.storage.budget.value;
+  in.model_bytes = net_->StateBytes();
+  in.step_bytes = net_->StepBytes();
+  // The largest sample of the first steps: its nodes are the step's keys and distinct rows.
+  uint64_t most = 0, edges = 0;
+  const std::vector<int64_t>& train = Split("train");
+  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
+  KHopSampler probe(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
+  for (uint64_t t = 0; t < 8 && t * batch < train.size(); ++t) {
+    const uint64_t n = std::min(batch, train.size() - t * batch);
+    SampledSubgraph s = probe.Sample({train.data() + t * batch, n}, {cfg_.train.seed, 0, t});
+    most = std::max<uint64_t>(most, s.nodes().size());
+    uint64_t e = 0;
+    for (const SampledBlock& b : s.blocks) e += b.src_local.size() + b.offsets.size();
+    edges = std::max(edges, e);
+  }
+  in.keys_per_step = most;
+  in.step_record_bytes = edges * 8 + most * 8 * 2;  // a ring slot's subgraph
+  in.row_bytes = features_->row_bytes();
+  in.total_rows = num_nodes_;
+  in.max_rows = num_nodes_;
+  in.oracle = true;
+  in.window = static_cast<uint32_t>(cfg_.storage.window);
+  in.run_ahead = static_cast<uint32_t>(cfg_.storage.run_ahead);
+  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
+  in.io_merge_max_bytes = cfg_.io.merge_max.value;
+  in.sampled_rows_per_step = most;
+  in.cache_rows = cfg_.storage.cache_rows;
+  in.write_back_share = 0;  // feature rows are never written
+  return in;
+}
+
+Status NcTask::SetUpStorage() {
+  if (cfg_.storage.mode == StorageMode::kInMemory) {
+    SLUICE_RETURN_IF_ERROR(LoadFeaturesInMemory());
+    run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
+    plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + net_->StepBytes() + memory_->bytes() +
+                            graph_.num_edges() * 8 + num_nodes_ * 40;
+    memory_plan_ = "in memory: " + FormatCount(static_cast<double>(num_nodes_)) + " feature rows of " +
+                   std::to_string(features_->row_bytes()) + " bytes (" + FormatBytes(memory_->bytes()) + ")";
+    return Status::Ok();
+  }
+  SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
+  SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
+  // The graph and the sampler's per-node table live beside the plan's parts.
+  plan_.predicted_bytes += graph_.num_edges() * 8 + num_nodes_ * 40;
+  run_ahead_ = plan_.run_ahead;
+  RowCacheOptions co;
+  co.kind = PlannerKind::kOracle;
+  co.capacity_rows = plan_.cache_rows;
+  co.window_steps = plan_.window;
+  co.protect_steps = plan_.run_ahead;
+  co.window_rows = plan_.window_rows;
+  cache_ = std::make_unique<RowCache>(co);
+  arena_ = AlignedBuffer(plan_.cache_rows * features_->row_bytes(), 4096);
+  memory_plan_ = DescribePlan();
+  return Status::Ok();
+}
+
+std::string NcTask::DescribePlan() const {
+  const uint64_t table = num_nodes_ * features_->row_bytes();
+  return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
+         FormatCount(static_cast<double>(plan_.cache_rows)) + " feature rows (" + FormatBytes(plan_.cache_bytes) +
+         " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
+         "% of the rows), runtime " + FormatBytes(kRuntimeBytes) + ", dense model " +
+         FormatBytes(net_->StateBytes()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
+         FormatBytes(plan_.pipeline_bytes) + ", window " + std::to_string(plan_.window) + " steps, run-ahead " +
+         std::to_string(plan_.run_ahead) + ", features " + FormatBytes(table) + " on disk; predicted peak " +
+         FormatBytes(plan_.predicted_bytes);
+}
+
+std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass) {
+  RowPrefetcherOptions po;
+  po.run_ahead = run_ahead_;
+  po.writes = false;
+  po.io = cfg_.io;
+  auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
+    const uint64_t step = pass.first_step + t;
+    const uint64_t begin = step * pass.batch;
+    if (begin >= pass.nodes->size()) return false;
+    const uint64_t n = std::min(pass.batch, pass.nodes->size() - begin);
+    b.sub = pass.sampler->Sample({pass.nodes->data() + begin, n}, {pass.seed, pass.epoch, step});
+    if (pass.max_rows != 0 && b.sub.nodes().size() > pass.max_rows) {
+      return FailedPrecondition("evaluation step " + std::to_string(step) + " samples " +
+                                std::to_string(b.sub.nodes().size()) + " nodes, more than the " +
+                                std::to_string(pass.max_rows) + " feature rows a step may take in this "
+                                "cache; lower eval.batch, sample (eval.fanouts) or raise storage.budget");
+    }
+    b.rows.samples = static_cast<uint32_t>(n);
+    for (int64_t v : b.sub.nodes()) b.rows.keys.push_back(RowKey{static_cast<uint64_t>(v), 0});
+    return true;
+  };
+  if (memory_) return std::make_unique<Pipeline>(memory_.get(), po, fill, &NcTask::RowsOf);
+  return std::make_unique<Pipeline>(cache_.get(), arena_.data(), features_->row_bytes(), features_.get(), po,
+                                    fill, &NcTask::RowsOf);
+}
+
+Status NcTask::FinishPass(Pipeline& p) {
+  Status s = p.Stop();
+  sample_time_.busy_s += p.read_time().busy_s, sample_time_.wait_s += p.read_time().wait_s;
+  plan_time_.busy_s += p.plan_time().busy_s, plan_time_.wait_s += p.plan_time().wait_s;
+  io_time_.busy_s += p.io_time().busy_s, io_time_.wait_s += p.io_time().wait_s;
+  wait_s_ += p.compute_wait_s();
+  rows_loaded_ += p.rows_loaded();
+  return s;
+}
+
+// Every node's feature row, widened to float32 (and divided by its sum with
+// features.normalize: row); a non-finite value is an error naming the file and the node.
+Status NcTask::GatherFeatures(const RowBatch& rows, torch::Tensor& out) const {
+  const auto n = static_cast<int64_t>(rows.keys.size());
+  const int64_t d = feature_dim_;
+  out = torch::empty({n, d});
+  float* o = out.data_ptr<float>();
+  const bool half = features_->dtype() == DType::kFloat16;
+  const bool normalize = cfg_.features.normalize == FeatureNormalize::kRow;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::byte* row = rows.rows[rows.inverse[static_cast<size_t>(i)]];
+    float* dst = o + i * d;
+    if (half) {
+      const auto* h = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t k = 0; k < d; ++k) dst[k] = HalfToFloat(h[k]);
+    } else {
+      std::memcpy(dst, row, static_cast<size_t>(d) * 4);
+    }
+    float sum = 0;
+    for (int64_t k = 0; k < d; ++k) {
+      if (!std::isfinite(dst[k])) {
+        return InvalidArgument(feature_path_ + ": node " + std::to_string(rows.keys[static_cast<size_t>(i)].id) +
+                               ", feature " + std::to_string(k) + " is " + (std::isnan(dst[k]) ? "nan" : "infinite") +
+                               " (sluice_prep.py refuses such features; sluice info --verify finds them)");
+      }
+      sum += dst[k];
+    }
+    if (normalize && sum != 0) {
+      const float inv = 1.0f / sum;
+      for (int64_t k = 0; k < d; ++k) dst[k] *= inv;
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training) {
+  ModelInput in;
+  TableInput features;
+  SLUICE_RETURN_IF_ERROR(GatherFeatures(b.rows, features.uses));
+  features.rows = features.uses.size(0);
+  in.tables.push_back(std::move(features));
+  const SampledSubgraph& s = b.sub;
+  for (size_t l = s.blocks.size(); l-- > 0;) {  // outermost block first
+    const SampledBlock& sb = s.blocks[l];
+    BlockInput bi;
+    bi.num_dst = static_cast<int64_t>(sb.num_dst), bi.num_src = static_cast<int64_t>(sb.num_src);
+    bi.offsets = torch::from_blob(const_cast<uint64_t*>(sb.offsets.data()),
+                                  {static_cast<int64_t>(sb.offsets.size())}, torch::kLong).clone();
+    bi.src_local = torch::from_blob(const_cast<int64_t*>(sb.src_local.data()),
+                                    {static_cast<int64_t>(sb.src_local.size())}, torch::kLong).clone();
+    in.blocks.push_back(std::move(bi));
+  }
+  const std::vector<int64_t>& nodes = s.layers.back();
+  in.ids["nodes"] = torch::from_blob(const_cast<int64_t*>(nodes.data()), {static_cast<int64_t>(nodes.size())},
+                                     torch::kLong).clone();
+  const std::vector<int64_t>& seeds = s.layers.front();
+  in.labels = torch::empty({static_cast<int64_t>(seeds.size())}, torch::kLong);
+  int64_t* lab = in.labels.data_ptr<int64_t>();
+  for (size_t i = 0; i < seeds.size(); ++i) lab[i] = labels_[static_cast<size_t>(seeds[i])];
+  in.key = {pass.seed, pass.epoch, step};
+  in.training = training;
+  return in;
+}
+
+Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step) {
+  auto start = SteadyClock::now();
+  SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(b, pass, step, /*training=*/true));
+  gather_s_ += SecondsSince(start);
+  start = SteadyClock::now();
+  net_->train();
+  opt_->zero_grad();
+  SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
+  opt_->step();
+  compute_s_ += SecondsSince(start);
+  return g.loss;
+}
+
+Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {
+  const std::vector<int64_t>& train = Split("train");
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, epoch);
+  epoch_nodes_.resize(train.size());
+  for (size_t i = 0; i < order.size(); ++i) epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
+  Pass pass{&epoch_nodes_, train_sampler_.get(), cfg_.train.seed, epoch, first,
+            static_cast<uint64_t>(cfg_.train.batch)};
+  const uint64_t steps = pass.steps();
+  auto p = MakePipeline(pass);
+  p->Start();
+  sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
+  for (uint64_t s = first; s < steps; ++s) {
+    Status st;
+    Batch* b = p->WaitReady(s - first, st);
+    Result<double> loss = b != nullptr ? TrainStep(*b, pass, s) : Result<double>(st);
+    if (!loss.ok()) {
+      p->Abort(loss.status());
+      (void)FinishPass(*p);
+      return loss.status();
+    }
+    const uint32_t n = b->rows.samples;
+    p->Computed(s - first);
+    const bool last = s + 1 == steps;
+    if (sink.StepDone(n, *loss * n, last) && !last) {
+      SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+      return EpochOutcome{true, s + 1};
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+  return EpochOutcome{};
+}
+
+Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
+  torch::NoGradGuard no_grad;
+  net_->eval();
+  Pass pass{&nodes, eval_sampler_.get(), cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
+  // The window and the steps in flight must fit the cache together.
+  if (cache_) pass.max_rows = std::max<uint64_t>(1, plan_.cache_rows / (plan_.window + plan_.run_ahead + 1));
+  auto p = MakePipeline(pass);
+  p->Start();
+  std::vector<torch::Tensor> logits;
+  for (uint64_t t = 0; t < pass.steps(); ++t) {
+    Status s;
+    Batch* b = p->WaitReady(t, s);
+    Result<ModelInput> in = b != nullptr ? StepInput(*b, pass, t, false) : Result<ModelInput>(s);
+    if (!in.ok()) {
+      p->Abort(in.status());
+      (void)FinishPass(*p);
+      return in.status();
+    }
+    try {
+      logits.push_back(net_->Logits(*in));
+    } catch (const std::exception& e) {
+      p->Abort(Aborted("the model failed"));
+      (void)FinishPass(*p);
+      return InvalidArgument("the model failed in evaluation step " + std::to_string(t) + ": " + e.what());
+    }
+    p->Computed(t);
+  }
+  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+  return logits.empty() ? torch::empty({0, classes_}) : torch::cat(logits);
+}
+
+std::unique_ptr<Task> MakeNcTask(const NcConfig& config) { return std::make_unique<NcTask>(config); }
+
+}  // namespace sluice

@@ -1,0 +1,117 @@
+#pragma once
+// The node-classification task's class, shared by its source files (nc_task.cc: set-up and
+// training; nc_task_io.cc: evaluation, checkpoints, export, summary). Not a public header.
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/row_cache.h"
+#include "common/aligned_buffer.h"
+#include "prefetch/memory_plan.h"
+#include "prefetch/row_backings.h"
+#include "prefetch/row_pipeline.h"
+#include "sampler/csr_graph.h"
+#include "sampler/khop_sampler.h"
+#include "storage/dataset.h"
+#include "train/nc/nc_config.h"
+#include "train/nc/nc_model.h"
+#include "train/task.h"
+
+namespace sluice {
+
+class NcTask : public Task {
+ public:
+  explicit NcTask(NcConfig config);
+
+  const RunSettings& settings() const override { return settings_; }
+  const char* unit() const override { return "nodes"; }
+  std::string ConfigYaml() override;
+  std::string ConfigFingerprint() override;
+  Status Open(Purpose purpose) override;
+  Status LoadState(const CheckpointReader& checkpoint) override;
+  Status PrepareTraining(const CheckpointReader* resumed) override;
+  Status PrepareReading(const CheckpointReader& checkpoint) override;
+  std::string Describe() const override;
+  std::string MemoryPlan() const override { return memory_plan_; }
+  // The sampler stage and the row prefetcher.
+  int PipelineThreads() const override { return 2; }
+  uint64_t EpochUnits() const override { return Split("train").size(); }
+  Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
+  std::string ValidationSplit() const override;
+  Result<Metrics> Evaluate(const std::string& split) override;
+  Status Save(CheckpointWriter& writer) override;
+  void Summarize(RunSummary& summary) const override;
+  std::string MemorySummary() const override { return memory_plan_; }
+  uint64_t PredictedPeakBytes() const override { return plan_.predicted_bytes; }
+  Status Export(const std::string& dir) override;
+  Result<std::string> Predict(const PredictRequest& request) override;
+
+ private:
+  // A step: its sampled subgraph and its rows (one key per node of the sample, layer order).
+  struct Batch {
+    RowBatch rows;
+    SampledSubgraph sub;
+  };
+  using Pipeline = RowPipeline<Batch>;
+  static RowBatch& RowsOf(Batch& b) { return b.rows; }
+  // A pass: nodes in order, `batch` per step, sampled with `sampler` keyed on (seed, epoch).
+  struct Pass {
+    const std::vector<int64_t>* nodes = nullptr;
+    KHopSampler* sampler = nullptr;
+    uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
+    uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
+    uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
+  };
+
+  const std::vector<int64_t>& Split(const std::string& name) const;
+  Status OpenGraph();
+  Status CheckLabelsAndSplits();
+  Status BuildModel();
+  Status SetUpStorage();
+  Status LoadFeaturesInMemory();
+  Result<RowPlanInput> PlanInput();
+  std::string DescribePlan() const;
+  std::unique_ptr<Pipeline> MakePipeline(const Pass& pass);
+  Status FinishPass(Pipeline& p);
+  Status GatherFeatures(const RowBatch& rows, torch::Tensor& out) const;
+  Result<ModelInput> StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training);
+  Result<double> TrainStep(const Batch& b, const Pass& pass, uint64_t step);
+  // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
+  Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
+
+  NcConfig cfg_;
+  RunSettings settings_;
+  Purpose purpose_ = Purpose::kTrain;
+  Dataset dataset_;
+  CsrGraph graph_;  // in-neighbours
+  torch::Tensor in_degree_;
+  std::vector<int32_t> labels_;
+  std::map<std::string, std::vector<int64_t>> splits_;
+  uint64_t num_nodes_ = 0;
+  int64_t feature_dim_ = 0, classes_ = 0;
+  std::string feature_path_;
+  // Storage of the feature rows.
+  std::unique_ptr<ArrayBacking> features_;
+  std::unique_ptr<MemoryRows> memory_;
+  std::unique_ptr<RowCache> cache_;
+  AlignedBuffer arena_;
+  RowMemoryPlan plan_;
+  std::string memory_plan_;
+  uint32_t run_ahead_ = 0;
+  // Sampling.
+  std::unique_ptr<KHopSampler> train_sampler_, eval_sampler_;
+  std::vector<int64_t> epoch_nodes_;  // the epoch's training nodes in order
+  // Model.
+  GnnModel net_{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  // Bookkeeping.
+  double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
+  StageTime sample_time_, plan_time_, io_time_;
+  uint64_t rows_loaded_ = 0;
+};
+
+}  // namespace sluice

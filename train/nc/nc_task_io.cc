@@ -1,0 +1,102 @@
+// The node-classification task's evaluation, checkpoints, export, prediction and summary
+// (see nc_task_impl.h).
+#include <cstdio>
+#include <sstream>
+
+#include "common/units.h"
+#include "train/nc/nc_task_impl.h"
+#include "train/run_dir.h"
+#include "train/torch_io.h"
+#include "train/npy.h"
+#include "train/torch_io.h"
+
+namespace sluice {
+
+Result<Metrics> NcTask::Evaluate(const std::string& split) {
+  const std::vector<int64_t>& nodes = Split(split);
+  if (nodes.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + split + " split");
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(nodes));
+  const torch::Tensor predicted = logits.argmax(1).contiguous();
+  std::vector<int64_t> pred(predicted.data_ptr<int64_t>(), predicted.data_ptr<int64_t>() + predicted.numel());
+  std::vector<int64_t> labels(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) labels[i] = labels_[static_cast<size_t>(nodes[i])];
+  ClassMetrics m = ClassificationMetrics(pred, labels, classes_);
+  const torch::Tensor target = torch::from_blob(labels.data(), {static_cast<int64_t>(labels.size())}, torch::kLong);
+  m.loss = torch::nn::functional::cross_entropy(logits, target).item<double>();
+  char text[160];
+  std::snprintf(text, sizeof text, "accuracy %.4f macro-F1 %.4f loss %.4f (%llu %s nodes)", m.accuracy,
+                m.macro_f1, m.loss, static_cast<unsigned long long>(m.nodes), split.c_str());
+  JsonObject j;
+  j.Add("split", split), j.Add("nodes", m.nodes), j.Add("accuracy", m.accuracy);
+  j.Add("macro_f1", m.macro_f1), j.Add("loss", m.loss);
+  return Metrics{m.accuracy, text, j.str()};
+}
+
+Status NcTask::Save(CheckpointWriter& writer) {
+  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", net_));
+  return SaveTorch(writer, "dense_optimizer.pt", *opt_);
+}
+
+Status NcTask::Export(const std::string& dir) {
+  std::vector<int64_t> all(num_nodes_);
+  for (uint64_t v = 0; v < num_nodes_; ++v) all[v] = static_cast<int64_t>(v);
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(all));
+  const torch::Tensor prob = torch::softmax(logits, 1).contiguous();
+  SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/probabilities.npy", "<f4", {prob.size(0), prob.size(1)},
+                                  prob.data_ptr<float>(), static_cast<size_t>(prob.numel()) * 4));
+  std::vector<int64_t> ids = all;  // the dataset's own ids when it kept the originals
+  if (dataset_.Has("nodes.original_ids")) {
+    SLUICE_ASSIGN_OR_RETURN(ids, dataset_.ReadInt64("nodes.original_ids"));
+  }
+  return WriteNpy(dir + "/node_ids.npy", "<i8", {static_cast<int64_t>(ids.size())}, ids.data(), ids.size() * 8);
+}
+
+Result<std::string> NcTask::Predict(const PredictRequest& request) {
+  const std::vector<int64_t>& split = Split(request.split);
+  if (split.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + request.split + " split");
+  std::vector<int64_t> nodes(split.begin(), split.begin() + static_cast<int64_t>(std::min<uint64_t>(request.k, split.size())));
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(nodes));
+  const torch::Tensor prob = torch::softmax(logits, 1);
+  const auto [p, c] = prob.max(1);
+  std::vector<int64_t> original;
+  if (dataset_.Has("nodes.original_ids")) {
+    SLUICE_ASSIGN_OR_RETURN(original, dataset_.ReadInt64("nodes.original_ids"));
+  }
+  std::ostringstream out;
+  out << "node\tpredicted\tp\tlabel\n";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto v = static_cast<size_t>(nodes[i]);
+    out << (original.empty() ? nodes[i] : original[v]) << "\t" << c[static_cast<int64_t>(i)].item<int64_t>() << "\t"
+        << p[static_cast<int64_t>(i)].item<float>() << "\t" << labels_[v] << "\n";
+  }
+  return out.str();
+}
+
+void NcTask::Summarize(RunSummary& s) const {
+  std::ostringstream line;
+  line << "pipeline: sampler busy " << sample_time_.busy_s << " s (waiting for ring space " << sample_time_.wait_s
+       << " s), planning " << plan_time_.busy_s << " s, io " << io_time_.busy_s << " s; compute waited "
+       << wait_s_ << " s";
+  s.Line(line.str());
+  s.Line("compute thread: gather " + std::to_string(gather_s_) + " s, forward+backward+update " +
+         std::to_string(compute_s_) + " s");
+  s.Set("pipeline", "sample_busy_s", sample_time_.busy_s), s.Set("pipeline", "sample_wait_s", sample_time_.wait_s);
+  s.Set("pipeline", "plan_busy_s", plan_time_.busy_s), s.Set("pipeline", "io_busy_s", io_time_.busy_s);
+  s.Set("pipeline", "compute_wait_s", wait_s_);
+  s.Set("compute", "gather_s", gather_s_), s.Set("compute", "model_s", compute_s_);
+  if (cache_) {
+    const RowCacheStats cs = cache_->stats();
+    const double steps = std::max<double>(1.0, static_cast<double>(cs.steps));
+    std::ostringstream c;
+    c << "cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps) << " distinct rows per step, hit rate "
+      << (cs.accesses ? 100.0 * cs.hits / cs.accesses : 0) << "%, rows loaded " << rows_loaded_ << " ("
+      << FormatCount(rows_loaded_ / steps) << " per step; " << features_->rows_read() << " read from disk)";
+    s.Line(c.str());
+    s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", plan_.cache_rows);
+    s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
+    s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", features_->rows_read());
+  }
+  s.Set("memory", "feature_rows", num_nodes_);
+}
+
+}  // namespace sluice
