@@ -114,6 +114,11 @@ class ArrayBacking : public RowBacking {
   // its file and what is wrong (dtype, shape, size).
   static Result<std::unique_ptr<ArrayBacking>> Open(const Dataset& dataset, const std::string& role,
                                                     const IoConfig& io);
+  // Reads rows of `file` (dim values of `dtype` a row) as an array: e.g. a layer's outputs
+  // written to a row file for layer-wise inference.
+  static std::unique_ptr<ArrayBacking> Wrap(std::unique_ptr<RowFile> file, DType dtype, uint32_t dim) {
+    return std::unique_ptr<ArrayBacking>(new ArrayBacking(std::move(file), dtype, dim));
+  }
   Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override;
   // A dataset is never written: FailedPrecondition.
   Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override;

@@ -7,7 +7,9 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include "common/units.h"
@@ -405,6 +407,37 @@ Result<std::vector<int64_t>> Dataset::ReadInt64(const std::string& role) const {
   return values;
 }
 
+// Every value of a float32 or float16 array is finite; else the first bad row and column.
+Status CheckFinite(const std::string& path, const DatasetFile& f) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) return IoError(path + ": cannot open for reading");
+  const uint32_t width = f.dtype == DType::kFloat32 ? 4 : 2;
+  const uint64_t cols = f.shape.size() > 1 ? f.shape[1] : 1;
+  std::vector<std::byte> chunk(1 << 20);
+  for (uint64_t offset = 0; offset < f.bytes; offset += chunk.size()) {
+    const uint64_t n = std::min<uint64_t>(chunk.size(), f.bytes - offset);
+    if (std::fread(chunk.data(), 1, n, file.get()) != n) return IoError(path + ": short read");
+    for (uint64_t i = 0; i < n / width; ++i) {
+      bool finite;
+      if (width == 4) {
+        uint32_t bits;
+        std::memcpy(&bits, chunk.data() + i * 4, 4);
+        finite = (bits & 0x7F800000u) != 0x7F800000u;
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, chunk.data() + i * 2, 2);
+        finite = (bits & 0x7C00u) != 0x7C00u;
+      }
+      if (!finite) {
+        const uint64_t k = offset / width + i;
+        return Corruption(path + ": row " + std::to_string(k / cols) + ", column " + std::to_string(k % cols) +
+                          " is not finite (nan or infinite)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status Dataset::Verify() const {
   for (const auto& [role, f] : manifest_.files) {
     if (!f.crc32) return Corruption("dataset " + dir_ + ": " + role + " has no checksum");
@@ -414,6 +447,9 @@ Status Dataset::Verify() const {
       std::snprintf(text, sizeof(text), ": checksum mismatch (crc32 %08x, manifest %08x)",
                     digest.crc32, *f.crc32);
       return Corruption("dataset " + dir_ + ": file " + f.path + text);
+    }
+    if (f.dtype == DType::kFloat32 || f.dtype == DType::kFloat16) {
+      SLUICE_RETURN_IF_ERROR(CheckFinite(PathOf(f), f));
     }
   }
   return Status::Ok();

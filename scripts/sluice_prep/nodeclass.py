@@ -36,7 +36,14 @@ def write_node_classification(out: str, name: str, num_nodes: int,
         fdt = np.float16 if feature_dtype == "float16" else np.float32
         feat = writer.array("nodes.features", "nodes/features.bin", fdt, features.shape[1])
         for start in range(0, num_nodes, 1 << 16):  # features may be a memmap: copy in pieces
-            feat.append(np.asarray(features[order[start:start + (1 << 16)]], dtype=fdt))
+            rows = order[start:start + (1 << 16)]
+            piece = np.asarray(features[rows], dtype=fdt)
+            bad = ~np.isfinite(piece)
+            if bad.any():
+                r, c = np.argwhere(bad)[0]
+                raise PrepError(f"node {int(rows[r])}: feature {int(c)} is {piece[r, c]} (not finite; "
+                                "features must be finite numbers)")
+            feat.append(piece)
         writer.put("nodes.labels", "nodes/labels.bin", labels[order], np.int32)
         for split, ids in splits.items():
             writer.put(f"nodes.{split}", f"nodes/{split}.bin", np.sort(g.new_id[ids]), np.int64)

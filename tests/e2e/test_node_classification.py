@@ -176,6 +176,8 @@ def rewrite(ds: pathlib.Path, role: str, dtype, edit) -> None:
     ("nan_feature", "is nan"),
     ("no_by_dst", "no destination-sorted edges"),
     ("empty_split", "split (nodes.valid) is empty"),
+    ("width", "rows are 8 wide but the manifest says feature_dim 9"),
+    ("dtype", "is int32, expected float32 or float16"),
 ])
 def test_bad_input_is_one_clear_line(sluice_bin, tmp_path, case, expect):
     prep("gen-nc", "--nodes", 500, "--edges", 3000, "--features", 8, "--seed", 1, "--partitions", 1,
@@ -197,6 +199,12 @@ def test_bad_input_is_one_clear_line(sluice_bin, tmp_path, case, expect):
         (ds / "manifest.json").write_text(json.dumps(m))
     elif case == "nan_feature":
         rewrite(ds, "nodes.features", np.float32, lambda a: a.__setitem__(int(train_ids[0]) * 8 + 2, np.nan))
+    elif case == "width":
+        m["counts"]["feature_dim"] = 9
+        (ds / "manifest.json").write_text(json.dumps(m))
+    elif case == "dtype":
+        m["files"]["nodes.features"]["dtype"] = "int32"
+        (ds / "manifest.json").write_text(json.dumps(m))
     elif case == "no_by_dst":
         m["files"] = {k: v for k, v in m["files"].items() if ".by_dst." not in k}
         (ds / "manifest.json").write_text(json.dumps(m))
@@ -230,3 +238,57 @@ def test_seeds_without_in_neighbours_get_valid_empty_blocks(sluice_bin, tmp_path
                            f"{{kind: {kind}, layers: 2, hidden: 8, heads: 2, fanouts: [3, 3]}}", MEM)
         out = train(sluice_bin, cfg)
         assert "valid accuracy" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("storage", ["in_memory", "out_of_core"])
+def test_layerwise_inference_equals_full_neighbourhood_evaluation_on_cora(sluice_bin, cora, tmp_path, storage):
+    """Export's layer-wise inference (every node's layer-1 output, then layer 2; out of core the
+    layer-1 outputs are a row file read through a cache of 1,500 rows) against the same model
+    evaluated through blocks sampled with every neighbour: equal to 1e-6."""
+    sets = ["--set", f"dataset={cora}", "--set", f"run_dir={tmp_path / 'r'}", "--set", "train.epochs=5",
+            "--set", "progress=false", "--set", f"storage.mode={storage}", "--set", "eval.batch=16"]
+    if storage == "out_of_core":
+        sets += ["--set", "storage.cache_rows=1500", "--set", "storage.window=1", "--set", "storage.run_ahead=1"]
+    train(sluice_bin, ROOT / "configs/cora_graphsage.yaml", *sets)
+    out = run(sluice_bin, "export", str(tmp_path / "r"), "--out", str(tmp_path / "layerwise"))
+    assert out.returncode == 0, out.stderr
+    shutil.copytree(tmp_path / "r", tmp_path / "r2")
+    cfg = (tmp_path / "r2/config.yaml").read_text()
+    assert "layerwise: true" in cfg and "  batch: 16" in cfg
+    # Blocks with every neighbour of 2 seeds fit the cache's share of a step.
+    (tmp_path / "r2/config.yaml").write_text(cfg.replace("layerwise: true", "layerwise: false")
+                                             .replace("  batch: 16", "  batch: 2"))
+    out = run(sluice_bin, "export", str(tmp_path / "r2"), "--out", str(tmp_path / "blocks"))
+    assert out.returncode == 0, out.stderr
+    a = np.load(tmp_path / "layerwise/probabilities.npy")
+    b = np.load(tmp_path / "blocks/probabilities.npy")
+    assert a.shape == (2708, 7)
+    assert np.abs(a - b).max() < 1e-6
+    ids = np.load(tmp_path / "layerwise/node_ids.npy")
+    assert sorted(ids.tolist()) == list(range(2708))
+    assert not (tmp_path / "r/inference").exists()  # the layer files are removed afterwards
+
+
+def test_non_finite_features_are_refused_by_prep_and_found_by_verify(sluice_bin, tmp_path):
+    import zlib
+    feats = np.ones((50, 4), np.float32)
+    feats[7, 2] = np.inf
+    np.save(tmp_path / "f.npy", feats)
+    np.save(tmp_path / "l.npy", np.arange(50) % 3)
+    (tmp_path / "e.txt").write_text("".join(f"{i} {(i * 7) % 50}\n" for i in range(50)))
+    out = subprocess.run(PREP + ["npy", "--edges", str(tmp_path / "e.txt"), "--features", str(tmp_path / "f.npy"),
+                                 "--labels", str(tmp_path / "l.npy"), "--out", str(tmp_path / "ds")],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "node 7: feature 2 is inf (not finite" in out.stderr, out.stderr
+    assert not (tmp_path / "ds").exists()
+    # A dataset whose features went bad after preparation (checksum updated to match).
+    prep("gen-nc", "--nodes", 300, "--edges", 2000, "--features", 8, "--seed", 1, "--partitions", 1,
+         "--out", tmp_path / "g")
+    rewrite(tmp_path / "g", "nodes.features", np.float32, lambda a: a.__setitem__(8 * 11 + 5, np.nan))
+    m = json.loads((tmp_path / "g/manifest.json").read_text())
+    f = m["files"]["nodes.features"]
+    f["crc32"] = f"{zlib.crc32((tmp_path / 'g' / f['path']).read_bytes()):08x}"
+    (tmp_path / "g/manifest.json").write_text(json.dumps(m))
+    out = run(sluice_bin, "info", str(tmp_path / "g"), "--verify")
+    assert out.returncode != 0
+    assert "row 11, column 5 is not finite" in out.stderr, out.stderr

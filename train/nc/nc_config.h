@@ -116,6 +116,7 @@ struct NcEvalConfig {
   std::vector<int> fanouts;  // empty: every neighbour at every hop
   int batch = 1024;
   uint64_t seed = 7;
+  bool layerwise = true;
 
   template <class V>
   void VisitFields(V& v) {
@@ -127,6 +128,10 @@ struct NcEvalConfig {
             "neighbours sampled per hop at evaluation ([]: all of them, the full neighbourhood)");
     v.Field("batch", batch, "nodes per evaluation step", InRange(1, 1 << 24));
     v.Field("seed", seed, "the fixed seed of sampled evaluation");
+    v.Field("layerwise", layerwise,
+            "full-neighbourhood inference (eval with fanouts [], export, predict) layer by layer: "
+            "every node's layer-1 output, then layer 2, ..., kept as row files read through the "
+            "cache (false: through blocks sampled with every neighbour, whose size grows with the hops)");
   }
 };
 

@@ -144,6 +144,17 @@ torch::Tensor GnnModelImpl::Hidden(int l, torch::Tensor h, const ModelInput& inp
   return cfg_.kind == GnnKind::kGat ? torch::elu(h) : torch::relu(h);
 }
 
+torch::Tensor GnnModelImpl::Apply(int l, const torch::Tensor& h, const BlockInput& block,
+                                  const torch::Tensor& nodes, const ModelInput& input) {
+  torch::Tensor out = Layer(l, h, block, nodes, input);
+  return l + 1 < layers() ? Hidden(l, out, input) : out;
+}
+
+int64_t GnnModelImpl::OutputWidth(int l) const {
+  if (l + 1 == layers()) return shape_.classes;
+  return cfg_.kind == GnnKind::kGat ? static_cast<int64_t>(cfg_.hidden) * cfg_.heads : cfg_.hidden;
+}
+
 torch::Tensor GnnModelImpl::Logits(const ModelInput& input) {
   TORCH_CHECK(static_cast<int>(input.blocks.size()) == layers(), "the step has ",
               input.blocks.size(), " blocks for ", layers(), " layers");
@@ -153,8 +164,7 @@ torch::Tensor GnnModelImpl::Logits(const ModelInput& input) {
     const BlockInput& b = input.blocks[static_cast<size_t>(l)];
     h = h.slice(0, 0, b.num_src);
     if (input.training) h = KeyedDropout(h, cfg_.dropout, input.key, 2 * static_cast<uint64_t>(l));
-    h = Layer(l, h, b, nodes, input);
-    if (l + 1 < layers()) h = Hidden(l, h, input);
+    h = Apply(l, h, b, nodes, input);
   }
   return h;
 }
@@ -164,14 +174,22 @@ torch::Tensor GnnModelImpl::Loss(const ModelInput& input) {
 }
 
 uint64_t GnnModelImpl::StepBytes() const {
-  const uint64_t heads = cfg_.kind == GnnKind::kGat ? static_cast<uint64_t>(std::max(cfg_.heads, cfg_.output_heads)) : 1;
-  const uint64_t width = std::max<uint64_t>(static_cast<uint64_t>(cfg_.hidden) * heads,
-                                            static_cast<uint64_t>(shape_.classes));
+  // Per layer, what autograd keeps for backward and the gradients of the same: the layer's
+  // input (gathered, dropout's mask, the dropped copy, and one the allocator keeps), its
+  // messages (a row per sampled edge: raw inputs for GraphSage's mean, transformed rows
+  // otherwise; GAT adds self-loops and its per-head scores) and its output.
   const auto nodes = static_cast<uint64_t>(shape_.max_nodes), edges = static_cast<uint64_t>(shape_.max_edges);
-  // Inputs (with dropout's mask and copy), messages of the widest layer, gradients of both.
-  const uint64_t in = nodes * static_cast<uint64_t>(shape_.in_dim) * 4 * 3;
-  const uint64_t messages = (edges + nodes) * std::max<uint64_t>(width, static_cast<uint64_t>(shape_.in_dim)) * 4 * 3;
-  return in + messages * static_cast<uint64_t>(cfg_.layers);
+  const bool gat = cfg_.kind == GnnKind::kGat;
+  uint64_t total = 0;
+  for (int l = 0; l < layers(); ++l) {
+    const auto in = static_cast<uint64_t>(l == 0 ? shape_.in_dim : OutputWidth(l - 1));
+    const uint64_t heads = gat ? static_cast<uint64_t>(l + 1 == layers() ? cfg_.output_heads : cfg_.heads) : 1;
+    const uint64_t out = static_cast<uint64_t>(OutputWidth(l)) * (gat && l + 1 == layers() ? heads : 1);
+    const uint64_t message = cfg_.kind == GnnKind::kGraphSage ? in : out;
+    const uint64_t e = gat ? edges + nodes : edges;
+    total += nodes * in * 4 * 4 + e * (message + (gat ? 4 * heads : 0)) * 4 * 2 + nodes * out * 4 * 2;
+  }
+  return total;
 }
 
 ClassMetrics ClassificationMetrics(const std::vector<int64_t>& predicted,

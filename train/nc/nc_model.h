@@ -48,6 +48,12 @@ class GnnModelImpl : public Model {
   // are the global ids of the sources (GCN's degrees). Exposed for layer-wise inference.
   torch::Tensor Layer(int l, const torch::Tensor& h, const BlockInput& block,
                       const torch::Tensor& nodes, const ModelInput& input);
+  // Layer l and, before the output layer, its normalisation and activation: what layer l + 1
+  // reads (layer-wise inference keeps it per node).
+  torch::Tensor Apply(int l, const torch::Tensor& h, const BlockInput& block, const torch::Tensor& nodes,
+                      const ModelInput& input);
+  // The width of Apply(l, ...)'s rows.
+  int64_t OutputWidth(int l) const;
   // Mean cross-entropy of the seeds' logits against input.labels.
   torch::Tensor Loss(const ModelInput& input) override;
   uint64_t StepBytes() const override;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "common/clock.h"
 #include "common/units.h"
@@ -127,8 +128,22 @@ Status NcTask::BuildModel() {
     SampledSubgraph s = probe.Sample({train.data() + begin, n}, {cfg_.train.seed, 0, t});
     int64_t edges = 0;
     for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
-    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 2);
-    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 2);
+    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
+    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
+  }
+  {  // and an evaluation step: one hop of every neighbour (layer-wise) or the sampled blocks
+    std::vector<int64_t> first(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
+    std::iota(first.begin(), first.end(), int64_t{0});
+    const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty();
+    KHopSampler eval(graph_, layerwise ? KHopOptions{{-1}, false}
+                                       : SamplerOptions(cfg_.eval.fanouts.empty()
+                                                            ? std::vector<int>(static_cast<size_t>(cfg_.model.layers), -1)
+                                                            : cfg_.eval.fanouts, false));
+    SampledSubgraph s = eval.Sample(first, {cfg_.eval.seed, 0, 0});
+    int64_t edges = 0;
+    for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
+    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
+    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
   }
   torch::manual_seed(cfg_.train.seed);
   net_ = GnnModel(cfg_.model, shape, in_degree_);
@@ -271,7 +286,7 @@ Status NcTask::SetUpStorage() {
   // The graph and the sampler's per-node table live beside the plan's parts.
   plan_.predicted_bytes += graph_.num_edges() * 8 + num_nodes_ * 40;
   run_ahead_ = plan_.run_ahead;
-  RowCacheOptions co;
+  RowCacheOptions& co = cache_options_;
   co.kind = PlannerKind::kOracle;
   co.capacity_rows = plan_.cache_rows;
   co.window_steps = plan_.window;
@@ -295,7 +310,19 @@ std::string NcTask::DescribePlan() const {
          FormatBytes(plan_.predicted_bytes);
 }
 
-std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass) {
+NcTask::RowSource NcTask::FeatureSource() const {
+  RowSource s;
+  s.memory = memory_.get();
+  s.cache = cache_.get();
+  s.arena = const_cast<std::byte*>(arena_.data());
+  s.backing = features_.get();
+  s.row_bytes = features_->row_bytes();
+  s.dim = feature_dim_;
+  s.half = features_->dtype() == DType::kFloat16;
+  return s;
+}
+
+std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const RowSource& source) {
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead_;
   po.writes = false;
@@ -316,9 +343,9 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass) {
     for (int64_t v : b.sub.nodes()) b.rows.keys.push_back(RowKey{static_cast<uint64_t>(v), 0});
     return true;
   };
-  if (memory_) return std::make_unique<Pipeline>(memory_.get(), po, fill, &NcTask::RowsOf);
-  return std::make_unique<Pipeline>(cache_.get(), arena_.data(), features_->row_bytes(), features_.get(), po,
-                                    fill, &NcTask::RowsOf);
+  if (source.memory) return std::make_unique<Pipeline>(source.memory, po, fill, &NcTask::RowsOf);
+  return std::make_unique<Pipeline>(source.cache, source.arena, source.row_bytes, source.backing, po, fill,
+                                    &NcTask::RowsOf);
 }
 
 Status NcTask::FinishPass(Pipeline& p) {
@@ -331,15 +358,15 @@ Status NcTask::FinishPass(Pipeline& p) {
   return s;
 }
 
-// Every node's feature row, widened to float32 (and divided by its sum with
-// features.normalize: row); a non-finite value is an error naming the file and the node.
-Status NcTask::GatherFeatures(const RowBatch& rows, torch::Tensor& out) const {
+// Every node's row, widened to float32; feature rows are divided by their sum with
+// features.normalize: row, and a non-finite value is an error naming the file and the node.
+Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::Tensor& out) const {
   const auto n = static_cast<int64_t>(rows.keys.size());
-  const int64_t d = feature_dim_;
+  const int64_t d = source.dim;
   out = torch::empty({n, d});
   float* o = out.data_ptr<float>();
-  const bool half = features_->dtype() == DType::kFloat16;
-  const bool normalize = cfg_.features.normalize == FeatureNormalize::kRow;
+  const bool half = source.half;
+  const bool normalize = source.features && cfg_.features.normalize == FeatureNormalize::kRow;
   for (int64_t i = 0; i < n; ++i) {
     const std::byte* row = rows.rows[rows.inverse[static_cast<size_t>(i)]];
     float* dst = o + i * d;
@@ -349,6 +376,7 @@ Status NcTask::GatherFeatures(const RowBatch& rows, torch::Tensor& out) const {
     } else {
       std::memcpy(dst, row, static_cast<size_t>(d) * 4);
     }
+    if (!source.features) continue;
     float sum = 0;
     for (int64_t k = 0; k < d; ++k) {
       if (!std::isfinite(dst[k])) {
@@ -366,10 +394,11 @@ Status NcTask::GatherFeatures(const RowBatch& rows, torch::Tensor& out) const {
   return Status::Ok();
 }
 
-Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training) {
+Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training,
+                                     const RowSource& source) {
   ModelInput in;
   TableInput features;
-  SLUICE_RETURN_IF_ERROR(GatherFeatures(b.rows, features.uses));
+  SLUICE_RETURN_IF_ERROR(GatherRows(b.rows, source, features.uses));
   features.rows = features.uses.size(0);
   in.tables.push_back(std::move(features));
   const SampledSubgraph& s = b.sub;
@@ -397,7 +426,7 @@ Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t 
 
 Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step) {
   auto start = SteadyClock::now();
-  SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(b, pass, step, /*training=*/true));
+  SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(b, pass, step, /*training=*/true, FeatureSource()));
   gather_s_ += SecondsSince(start);
   start = SteadyClock::now();
   net_->train();
@@ -416,7 +445,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   Pass pass{&epoch_nodes_, train_sampler_.get(), cfg_.train.seed, epoch, first,
             static_cast<uint64_t>(cfg_.train.batch)};
   const uint64_t steps = pass.steps();
-  auto p = MakePipeline(pass);
+  auto p = MakePipeline(pass, FeatureSource());
   p->Start();
   sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
   for (uint64_t s = first; s < steps; ++s) {
@@ -446,13 +475,14 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   Pass pass{&nodes, eval_sampler_.get(), cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   // The window and the steps in flight must fit the cache together.
   if (cache_) pass.max_rows = std::max<uint64_t>(1, plan_.cache_rows / (plan_.window + plan_.run_ahead + 1));
-  auto p = MakePipeline(pass);
+  const RowSource source = FeatureSource();
+  auto p = MakePipeline(pass, source);
   p->Start();
   std::vector<torch::Tensor> logits;
   for (uint64_t t = 0; t < pass.steps(); ++t) {
     Status s;
     Batch* b = p->WaitReady(t, s);
-    Result<ModelInput> in = b != nullptr ? StepInput(*b, pass, t, false) : Result<ModelInput>(s);
+    Result<ModelInput> in = b != nullptr ? StepInput(*b, pass, t, false, source) : Result<ModelInput>(s);
     if (!in.ok()) {
       p->Abort(in.status());
       (void)FinishPass(*p);

@@ -67,7 +67,21 @@ class NcTask : public Task {
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
   };
 
+  // Where a pass's rows come from: RAM, or a cache over a backing (feature rows, or a layer's
+  // outputs during layer-wise inference). `half`: float16 rows; `features`: the dataset's rows
+  // (normalised as configured, checked for non-finite values).
+  struct RowSource {
+    MemoryRows* memory = nullptr;
+    RowCache* cache = nullptr;
+    std::byte* arena = nullptr;
+    RowBacking* backing = nullptr;
+    uint32_t row_bytes = 0;
+    int64_t dim = 0;
+    bool half = false, features = true;
+  };
+
   const std::vector<int64_t>& Split(const std::string& name) const;
+  RowSource FeatureSource() const;
   Status OpenGraph();
   Status CheckLabelsAndSplits();
   Status BuildModel();
@@ -75,13 +89,23 @@ class NcTask : public Task {
   Status LoadFeaturesInMemory();
   Result<RowPlanInput> PlanInput();
   std::string DescribePlan() const;
-  std::unique_ptr<Pipeline> MakePipeline(const Pass& pass);
+  std::unique_ptr<Pipeline> MakePipeline(const Pass& pass, const RowSource& source);
   Status FinishPass(Pipeline& p);
-  Status GatherFeatures(const RowBatch& rows, torch::Tensor& out) const;
-  Result<ModelInput> StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training);
+  Status GatherRows(const RowBatch& rows, const RowSource& source, torch::Tensor& out) const;
+  Result<ModelInput> StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training,
+                               const RowSource& source);
   Result<double> TrainStep(const Batch& b, const Pass& pass, uint64_t step);
   // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
   Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
+  // Logits [all nodes, classes] with every neighbour, layer by layer (nc_layerwise.cc).
+  Result<torch::Tensor> InferLayerwise();
+  // Logits of `nodes` the way the config says full-neighbourhood inference runs.
+  Result<torch::Tensor> InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood);
+  // One layer over every node: reads `in`, writes Apply(l)'s rows to `out_memory`, `out_file`
+  // or `logits` (the last layer).
+  Status LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
+                   torch::Tensor* logits);
+  Status ResetFeatureCache();
 
   NcConfig cfg_;
   RunSettings settings_;
@@ -98,6 +122,8 @@ class NcTask : public Task {
   std::unique_ptr<ArrayBacking> features_;
   std::unique_ptr<MemoryRows> memory_;
   std::unique_ptr<RowCache> cache_;
+  RowCacheOptions cache_options_;
+  RowCacheStats earlier_cache_stats_;  // of the feature caches layer-wise inference replaced
   AlignedBuffer arena_;
   RowMemoryPlan plan_;
   std::string memory_plan_;

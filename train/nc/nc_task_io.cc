@@ -15,7 +15,7 @@ namespace sluice {
 Result<Metrics> NcTask::Evaluate(const std::string& split) {
   const std::vector<int64_t>& nodes = Split(split);
   if (nodes.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + split + " split");
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(nodes));
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(nodes, cfg_.eval.fanouts.empty()));
   const torch::Tensor predicted = logits.argmax(1).contiguous();
   std::vector<int64_t> pred(predicted.data_ptr<int64_t>(), predicted.data_ptr<int64_t>() + predicted.numel());
   std::vector<int64_t> labels(nodes.size());
@@ -40,7 +40,7 @@ Status NcTask::Save(CheckpointWriter& writer) {
 Status NcTask::Export(const std::string& dir) {
   std::vector<int64_t> all(num_nodes_);
   for (uint64_t v = 0; v < num_nodes_; ++v) all[v] = static_cast<int64_t>(v);
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(all));
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(all, true));
   const torch::Tensor prob = torch::softmax(logits, 1).contiguous();
   SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/probabilities.npy", "<f4", {prob.size(0), prob.size(1)},
                                   prob.data_ptr<float>(), static_cast<size_t>(prob.numel()) * 4));
@@ -55,7 +55,7 @@ Result<std::string> NcTask::Predict(const PredictRequest& request) {
   const std::vector<int64_t>& split = Split(request.split);
   if (split.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + request.split + " split");
   std::vector<int64_t> nodes(split.begin(), split.begin() + static_cast<int64_t>(std::min<uint64_t>(request.k, split.size())));
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, Infer(nodes));
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(nodes, true));
   const torch::Tensor prob = torch::softmax(logits, 1);
   const auto [p, c] = prob.max(1);
   std::vector<int64_t> original;
@@ -85,7 +85,9 @@ void NcTask::Summarize(RunSummary& s) const {
   s.Set("pipeline", "compute_wait_s", wait_s_);
   s.Set("compute", "gather_s", gather_s_), s.Set("compute", "model_s", compute_s_);
   if (cache_) {
-    const RowCacheStats cs = cache_->stats();
+    RowCacheStats cs = cache_->stats();
+    cs.steps += earlier_cache_stats_.steps, cs.accesses += earlier_cache_stats_.accesses;
+    cs.hits += earlier_cache_stats_.hits;
     const double steps = std::max<double>(1.0, static_cast<double>(cs.steps));
     std::ostringstream c;
     c << "cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps) << " distinct rows per step, hit rate "

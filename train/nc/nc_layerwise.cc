@@ -1,0 +1,137 @@
+// Layer-wise inference (see nc_task_impl.h): every node's layer-1 output from every
+// in-neighbour's features, then layer 2 from those, and so on. Each pass samples one hop with
+// every neighbour for a batch of destination nodes, reads its sources' rows through the
+// pipeline (the feature cache, or a cache over the previous layer's row file in the run
+// directory, in the same arena), and writes the batch's outputs in node order. Memory is the
+// budget's whatever the graph's size; in memory the outputs stay in RAM.
+#include <filesystem>
+#include <numeric>
+
+#include "common/units.h"
+#include "train/nc/nc_task_impl.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+Status NcTask::ResetFeatureCache() {
+  if (!cache_) return Status::Ok();
+  const RowCacheStats cs = cache_->stats();
+  RowCacheStats& e = earlier_cache_stats_;
+  e.steps += cs.steps, e.accesses += cs.accesses, e.hits += cs.hits, e.loads += cs.loads;
+  cache_ = std::make_unique<RowCache>(cache_options_);  // its arena was reused
+  return Status::Ok();
+}
+
+Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
+                         torch::Tensor* logits) {
+  std::vector<int64_t> all(num_nodes_);
+  std::iota(all.begin(), all.end(), int64_t{0});
+  KHopSampler one_hop(graph_, KHopOptions{{-1}, false});
+  Pass pass{&all, &one_hop, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
+  if (in.cache) pass.max_rows = std::max<uint64_t>(1, in.cache->options().capacity_rows / (plan_.window + plan_.run_ahead + 1));
+  std::unique_ptr<IoSession> io;
+  if (out_file) {
+    SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(cfg_.io));
+  }
+  auto p = MakePipeline(pass, in);
+  p->Start();
+  const int64_t width = net_->OutputWidth(l);
+  std::vector<uint64_t> ids;
+  for (uint64_t t = 0; t < pass.steps(); ++t) {
+    Status st;
+    Batch* b = p->WaitReady(t, st);
+    Result<ModelInput> input = b != nullptr ? StepInput(*b, pass, t, false, in) : Result<ModelInput>(st);
+    Status s = input.status();
+    if (s.ok()) {
+      try {
+        const torch::Tensor out =
+            net_->Apply(l, input->tables[0].uses, input->blocks[0], input->ids.at("nodes"), *input).contiguous();
+        const std::vector<int64_t>& dst = b->sub.layers.front();  // this step's nodes, in order
+        const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
+        const size_t row_bytes = static_cast<size_t>(width) * 4;
+        if (logits) {
+          std::memcpy(logits->data_ptr<float>() + dst.front() * width, rows, dst.size() * row_bytes);
+        } else if (out_memory) {
+          std::memcpy(out_memory->Row(RowKey{static_cast<uint64_t>(dst.front()), 0}), rows, dst.size() * row_bytes);
+        } else {
+          ids.assign(dst.begin(), dst.end());
+          s = out_file->WriteRows(*io, std::span<const uint64_t>(ids.data(), ids.size()), rows);
+        }
+      } catch (const std::exception& e) {
+        s = InvalidArgument("the model failed in layer-wise inference, layer " + std::to_string(l + 1) + ": " + e.what());
+      }
+    }
+    if (!s.ok()) {
+      p->Abort(s);
+      (void)FinishPass(*p);
+      return s;
+    }
+    p->Computed(t);
+  }
+  return FinishPass(*p);
+}
+
+Result<torch::Tensor> NcTask::InferLayerwise() {
+  torch::NoGradGuard no_grad;
+  net_->eval();
+  const std::string dir = cfg_.run_dir + "/inference";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return IoError("layer-wise inference: create " + dir + ": " + ec.message());
+  RowSource in = FeatureSource();
+  std::unique_ptr<MemoryRows> held;             // in memory: the previous layer's outputs
+  std::unique_ptr<ArrayBacking> file;           // out of core: the previous layer's row file
+  std::unique_ptr<RowCache> cache;              // ... and a cache over it in the arena
+  torch::Tensor logits = torch::empty({static_cast<int64_t>(num_nodes_), classes_});
+  Status s = Status::Ok();
+  for (int l = 0; l < net_->layers() && s.ok(); ++l) {
+    const bool last = l + 1 == net_->layers();
+    const auto width = static_cast<uint32_t>(net_->OutputWidth(l));
+    const uint32_t row_bytes = width * 4;
+    std::unique_ptr<MemoryRows> out_memory;
+    std::unique_ptr<RowFile> out_file;
+    const std::string path = dir + "/layer-" + std::to_string(l + 1) + ".bin";
+    if (!last && memory_) {
+      out_memory = std::make_unique<MemoryRows>(row_bytes, std::vector<uint64_t>{0, num_nodes_},
+                                                [](const RowKey&, std::byte*) {});
+    } else if (!last) {
+      SLUICE_ASSIGN_OR_RETURN(out_file, RowFile::Create(path, row_bytes, num_nodes_, RowFileOptionsFrom(cfg_.io)));
+    }
+    s = LayerPass(l, in, out_memory.get(), out_file.get(), last ? &logits : nullptr);
+    if (!s.ok() || last) break;
+    // The next layer reads these outputs.
+    in = RowSource{};
+    in.row_bytes = row_bytes, in.dim = width, in.half = false, in.features = false;
+    if (out_memory) {
+      held = std::move(out_memory);
+      in.memory = held.get();
+      continue;
+    }
+    file = ArrayBacking::Wrap(std::move(out_file), DType::kFloat32, width);
+    RowCacheOptions co = cache_options_;
+    const uint64_t arena_bytes = cache_options_.capacity_rows * features_->row_bytes();
+    co.capacity_rows = std::max<uint64_t>(1, arena_bytes / row_bytes);
+    co.window_rows = cache_options_.window_rows * co.capacity_rows / std::max<uint64_t>(1, cache_options_.capacity_rows);
+    cache = std::make_unique<RowCache>(co);
+    in.cache = cache.get(), in.arena = arena_.data(), in.backing = file.get();
+  }
+  cache.reset();
+  file.reset();
+  fs::remove_all(dir, ec);
+  SLUICE_RETURN_IF_ERROR(ResetFeatureCache());
+  if (!s.ok()) return s;
+  return logits;
+}
+
+Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
+  if (!full_neighbourhood || !cfg_.eval.layerwise) return Infer(nodes);
+  SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
+  return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
+                                              {static_cast<int64_t>(nodes.size())}, torch::kLong));
+}
+
+}  // namespace sluice
