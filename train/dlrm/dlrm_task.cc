@@ -11,6 +11,7 @@
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/fingerprint.h"
 #include "train/model_step.h"
+#include "train/row_checkpoint.h"
 #include "train/run_dir.h"
 #include "train/torch_io.h"
 
@@ -109,16 +110,11 @@ Status DlrmTask::LoadState(const CheckpointReader& checkpoint) {
 
 // The checkpoint's tables become the run's (out of core; in memory they are read in place).
 Status DlrmTask::RestoreTables(const std::string& dir) {
+  if (!rocksdb_) return RestoreRowFile(dir, "rows.bin", tables_dir_);
   std::error_code ec;
   fs::create_directories(tables_dir_, ec);
-  if (rocksdb_) {
-    fs::remove_all(tables_dir_ + "/kv", ec);
-    fs::copy(dir + "/kv", tables_dir_ + "/kv", fs::copy_options::recursive, ec);
-  } else {
-    fs::copy_file(dir + "/rows.bin", tables_dir_ + "/rows.bin.tmp",
-                  fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(tables_dir_ + "/rows.bin.tmp", tables_dir_ + "/rows.bin", ec);
-  }
+  fs::remove_all(tables_dir_ + "/kv", ec);
+  fs::copy(dir + "/kv", tables_dir_ + "/kv", fs::copy_options::recursive, ec);
   if (ec) return IoError("resume: restore the tables of " + dir + ": " + ec.message());
   return Status::Ok();
 }

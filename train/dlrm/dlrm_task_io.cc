@@ -7,6 +7,7 @@
 #include "storage/io_session.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/npy.h"
+#include "train/row_checkpoint.h"
 #include "train/run_dir.h"
 #include "train/torch_io.h"
 
@@ -153,51 +154,24 @@ Status DlrmTask::SyncTables() {
 // created rows of raw ids as (uint32 table, uint32 0, uint64 id, row) records (rows.kv).
 // Streamed in chunks (a copy of the whole table would double the resident set).
 Status DlrmTask::WriteMemoryRows(const std::string& path) {
+  if (memory_->dense()) return WriteDenseRows(*memory_, path, tables_->total_rows());
   const uint32_t rb = tables_->row_bytes();
-  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kCreate, false));
-  std::vector<std::byte> chunk;
-  uint64_t at = 0;
-  Status status;
-  auto flush = [&]() {
-    if (status.ok() && !chunk.empty()) status = PwriteFull(file, chunk.data(), chunk.size(), at);
-    at += chunk.size();
-    chunk.clear();
-  };
-  const bool dense = memory_->dense();
-  memory_->ForEach([&](const RowKey& k, std::byte* row) {
-    const size_t pos = chunk.size();
-    if (dense) {
-      chunk.resize(pos + rb);
-      std::memcpy(chunk.data() + pos, row, rb);
-    } else {
-      chunk.resize(pos + 16 + rb);
-      const uint32_t head[2] = {k.table, 0};
-      std::memcpy(chunk.data() + pos, head, 8);
-      std::memcpy(chunk.data() + pos + 8, &k.id, 8);
-      std::memcpy(chunk.data() + pos + 16, row, rb);
-    }
-    if (chunk.size() >= (8u << 20)) flush();
-  });
-  if (dense) chunk.resize(RowFile::FileBytes(rb, tables_->total_rows()) - at);
-  flush();
-  SLUICE_RETURN_IF_ERROR(status);
-  return file.Sync();
+  return WriteRowRecords(
+      *memory_, path, 16 + rb,
+      [rb](const RowKey& k, const std::byte* row, std::byte* out) {
+        const uint32_t head[2] = {k.table, 0};
+        std::memcpy(out, head, 8);
+        std::memcpy(out + 8, &k.id, 8);
+        std::memcpy(out + 16, row, rb);
+      },
+      0);
 }
 
 Status DlrmTask::LoadMemoryRows(const std::string& dir) {
+  if (memory_->dense()) return LoadDenseRows(*memory_, dir + "/rows.bin", tables_->total_rows());
   const uint32_t rb = tables_->row_bytes();
-  const std::string path = dir + (memory_->dense() ? "/rows.bin" : "/rows.kv");
+  const std::string path = dir + "/rows.kv";
   SLUICE_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
-  if (memory_->dense()) {
-    const uint64_t want = RowFile::FileBytes(rb, tables_->total_rows());
-    if (bytes.size() != want) {
-      return Corruption(path + ": " + std::to_string(bytes.size()) +
-                        " bytes, but the model's tables take " + std::to_string(want));
-    }
-    uint64_t i = 0;
-    memory_->ForEach([&](const RowKey&, std::byte* row) { std::memcpy(row, bytes.data() + i++ * rb, rb); });
-    return Status::Ok();
-  }
   const size_t rec = 16 + rb;
   if (bytes.size() % rec != 0) return Corruption(path + ": size is not a whole number of rows");
   for (size_t at = 0; at < bytes.size(); at += rec) {

@@ -12,6 +12,7 @@
 #include "common/thread_plan.h"
 #include "common/units.h"
 #include "storage/io_session.h"
+#include "train/row_optimizers.h"
 #include "train/run_config.h"
 
 namespace sluice {
@@ -59,6 +60,8 @@ struct NcModelConfig {
   double dropout = 0.5;
   double attention_dropout = 0.0;
   NormKind norm = NormKind::kNone;
+  int embedding_dim = 0;
+  double init_scale = 0.1;
 
   template <class V>
   void VisitFields(V& v) {
@@ -77,6 +80,12 @@ struct NcModelConfig {
     v.Field("attention_dropout", attention_dropout, "gat: dropout on the attention weights",
             InRange(0.0, 0.95));
     v.Field("norm", norm, "normalisation after each hidden layer: none, batch or layer");
+    v.Field("embedding_dim", embedding_dim,
+            "learnable node embeddings of this width as the GNN's input, instead of the dataset's "
+            "features (for graphs without features; rows in the run directory through the cache, "
+            "written back); 0: the features", InRange(0, 65536));
+    v.Field("init_scale", init_scale, "embeddings start uniform in [-init_scale, init_scale]",
+            InRange(0.0, 10.0));
   }
 };
 
@@ -97,6 +106,8 @@ struct NcTrainConfig {
   double lr = 0.01;
   double weight_decay = 5e-4;
   uint64_t seed = 1;
+  RowOptimizer embedding_optimizer = RowOptimizer::kAdagrad;
+  double embedding_lr = 0.1;
 
   template <class V>
   void VisitFields(V& v) {
@@ -106,6 +117,9 @@ struct NcTrainConfig {
     v.Field("lr", lr, "learning rate", InRange(0.0, 1e6));
     v.Field("weight_decay", weight_decay, "weight decay", InRange(0.0, 1e3));
     v.Field("seed", seed, "seed of the weights, the node order, sampling and dropout");
+    v.Field("embedding_optimizer", embedding_optimizer,
+            "learnable node embeddings (model.embedding_dim): sgd, rowwise_adagrad or adagrad");
+    v.Field("embedding_lr", embedding_lr, "learning rate of the node embeddings", InRange(0.0, 1e6));
   }
 };
 

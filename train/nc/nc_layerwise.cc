@@ -82,6 +82,7 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("layer-wise inference: create " + dir + ": " + ec.message());
+  SLUICE_RETURN_IF_ERROR(SyncRows());  // the arena is reused below: dirty rows go home first
   RowSource in = FeatureSource();
   std::unique_ptr<MemoryRows> held;             // in memory: the previous layer's outputs
   std::unique_ptr<ArrayBacking> file;           // out of core: the previous layer's row file
@@ -113,7 +114,7 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
     }
     file = ArrayBacking::Wrap(std::move(out_file), DType::kFloat32, width);
     RowCacheOptions co = cache_options_;
-    const uint64_t arena_bytes = cache_options_.capacity_rows * features_->row_bytes();
+    const uint64_t arena_bytes = cache_options_.capacity_rows * row_bytes_;
     co.capacity_rows = std::max<uint64_t>(1, arena_bytes / row_bytes);
     co.window_rows = cache_options_.window_rows * co.capacity_rows / std::max<uint64_t>(1, cache_options_.capacity_rows);
     cache = std::make_unique<RowCache>(co);

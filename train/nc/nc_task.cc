@@ -9,8 +9,10 @@
 #include "common/clock.h"
 #include "common/units.h"
 #include "sampler/batch_order.h"
+#include "sampler/random.h"
 #include "train/fingerprint.h"
 #include "train/model_step.h"
+#include "train/row_checkpoint.h"
 #include "train/nc/nc_task_impl.h"
 #include "train/run_dir.h"
 #include "train/torch_io.h"
@@ -48,7 +50,10 @@ KHopOptions SamplerOptions(const std::vector<int>& fanouts, bool replace) {
 
 }  // namespace
 
-NcTask::NcTask(NcConfig config) : cfg_(std::move(config)) { settings_ = RunSettingsOf(cfg_); }
+NcTask::NcTask(NcConfig config) : cfg_(std::move(config)) {
+  settings_ = RunSettingsOf(cfg_);
+  tables_dir_ = cfg_.run_dir + "/tables";
+}
 
 std::string NcTask::ConfigYaml() { return DumpConfig(cfg_); }
 std::string NcTask::ConfigFingerprint() { return sluice::ConfigFingerprint(cfg_); }
@@ -156,6 +161,37 @@ Status NcTask::BuildModel() {
   return Status::Ok();
 }
 
+Status NcTask::OpenFeatures() {
+  const Manifest& m = dataset_.manifest();
+  const std::string where = "dataset " + cfg_.dataset;
+  SLUICE_ASSIGN_OR_RETURN(features_, ArrayBacking::Open(dataset_, "nodes.features", cfg_.io));
+  feature_dim_ = features_->dim();
+  row_bytes_ = features_->row_bytes();
+  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* ff, dataset_.File("nodes.features"));
+  feature_path_ = dataset_.PathOf(*ff);
+  if (m.feature_dim != 0 && m.feature_dim != static_cast<uint64_t>(feature_dim_)) {
+    return InvalidArgument(where + ": nodes.features rows are " + std::to_string(feature_dim_) +
+                           " wide but the manifest says feature_dim " + std::to_string(m.feature_dim));
+  }
+  if (features_->rows() != num_nodes_) {
+    return InvalidArgument(where + ": nodes.features has " + std::to_string(features_->rows()) +
+                           " rows for " + std::to_string(num_nodes_) + " nodes");
+  }
+  return Status::Ok();
+}
+
+RowInit NcTask::Init() const {
+  const uint32_t d = static_cast<uint32_t>(feature_dim_), rb = row_bytes_;
+  const Key key = Key(cfg_.train.seed).With(0xE3B0'C442'98FC'1C14ull);  // the embeddings' domain
+  const auto scale = static_cast<float>(cfg_.model.init_scale);
+  return [key, d, rb, scale](const RowKey& k, std::byte* row) {
+    std::memset(row, 0, rb);  // the optimizer state starts at zero
+    auto* f = reinterpret_cast<float*>(row);
+    const Key node = key.With(k.id);
+    for (uint32_t i = 0; i < d; ++i) f[i] = static_cast<float>(2.0 * node.Unit(i) - 1.0) * scale;
+  };
+}
+
 Status NcTask::Open(Purpose purpose) {
   purpose_ = purpose;
   if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
@@ -182,17 +218,14 @@ Status NcTask::Open(Purpose purpose) {
   num_nodes_ = m.num_nodes;
   classes_ = static_cast<int64_t>(m.num_classes);
   if (classes_ < 2) return InvalidArgument(where + ": the manifest says " + std::to_string(classes_) + " classes (at least 2)");
-  SLUICE_ASSIGN_OR_RETURN(features_, ArrayBacking::Open(dataset_, "nodes.features", cfg_.io));
-  feature_dim_ = features_->dim();
-  SLUICE_ASSIGN_OR_RETURN(const DatasetFile* ff, dataset_.File("nodes.features"));
-  feature_path_ = dataset_.PathOf(*ff);
-  if (m.feature_dim != 0 && m.feature_dim != static_cast<uint64_t>(feature_dim_)) {
-    return InvalidArgument(where + ": nodes.features rows are " + std::to_string(feature_dim_) +
-                           " wide but the manifest says feature_dim " + std::to_string(m.feature_dim));
-  }
-  if (features_->rows() != num_nodes_) {
-    return InvalidArgument(where + ": nodes.features has " + std::to_string(features_->rows()) +
-                           " rows for " + std::to_string(num_nodes_) + " nodes");
+  embeddings_ = cfg_.model.embedding_dim > 0;
+  offsets_ = {0, num_nodes_};
+  if (embeddings_) {
+    feature_dim_ = cfg_.model.embedding_dim;
+    const auto d = static_cast<uint32_t>(feature_dim_);
+    row_bytes_ = (d + RowStateFloats(cfg_.train.embedding_optimizer, d)) * 4;
+  } else {
+    SLUICE_RETURN_IF_ERROR(OpenFeatures());
   }
   SLUICE_RETURN_IF_ERROR(CheckLabelsAndSplits());
   SLUICE_RETURN_IF_ERROR(OpenGraph());
@@ -204,22 +237,48 @@ Status NcTask::Open(Purpose purpose) {
 }
 
 Status NcTask::LoadState(const CheckpointReader& checkpoint) {
+  if (embeddings_ != checkpoint.Has("nodes.bin")) {
+    return InvalidArgument(checkpoint.dir() + ": the checkpoint " +
+                           (embeddings_ ? "holds no node embeddings (nodes.bin)" : "holds node embeddings") +
+                           " but model.embedding_dim is " + std::to_string(cfg_.model.embedding_dim));
+  }
   SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_));
   return LoadTorch(checkpoint, "dense_optimizer.pt", *opt_);
 }
 
-Status NcTask::PrepareTraining(const CheckpointReader*) { return SetUpStorage(); }
-Status NcTask::PrepareReading(const CheckpointReader&) { return SetUpStorage(); }
+Status NcTask::PrepareTraining(const CheckpointReader* resumed) {
+  const bool in_memory = cfg_.storage.mode == StorageMode::kInMemory;
+  if (embeddings_ && resumed != nullptr && !in_memory) {
+    SLUICE_RETURN_IF_ERROR(RestoreRowFile(resumed->dir(), "nodes.bin", tables_dir_));
+  }
+  SLUICE_RETURN_IF_ERROR(SetUpStorage(resumed == nullptr, ""));
+  if (embeddings_ && resumed != nullptr && in_memory) {
+    return LoadDenseRows(*memory_, resumed->dir() + "/nodes.bin", num_nodes_);
+  }
+  return Status::Ok();
+}
+
+Status NcTask::PrepareReading(const CheckpointReader& checkpoint) {
+  SLUICE_RETURN_IF_ERROR(SetUpStorage(false, checkpoint.dir()));
+  if (embeddings_ && memory_) return LoadDenseRows(*memory_, checkpoint.dir() + "/nodes.bin", num_nodes_);
+  return Status::Ok();
+}
 
 std::string NcTask::Describe() const {
   return "sluice train: " + cfg_.dataset + ", " + FormatCount(static_cast<double>(num_nodes_)) + " nodes, " +
-         FormatCount(static_cast<double>(graph_.num_edges())) + " edges, " + std::to_string(feature_dim_) +
-         " features (" + DTypeName(features_->dtype()) + "), " + std::to_string(classes_) + " classes, " +
+         FormatCount(static_cast<double>(graph_.num_edges())) + " edges, " +
+         (embeddings_ ? "learnable node embeddings of " + std::to_string(feature_dim_)
+                      : std::to_string(feature_dim_) + " features (" + DTypeName(features_->dtype()) + ")") +
+         ", " + std::to_string(classes_) + " classes, " +
          std::to_string(Split("train").size()) + " training nodes; " + EnumName(cfg_.model.kind) + ", " +
          std::to_string(cfg_.model.layers) + " layers";
 }
 
 Status NcTask::LoadFeaturesInMemory() {
+  if (embeddings_) {
+    memory_ = std::make_unique<MemoryRows>(row_bytes_, offsets_, Init());
+    return Status::Ok();
+  }
   const uint32_t rb = features_->row_bytes();
   memory_ = std::make_unique<MemoryRows>(rb, std::vector<uint64_t>{0, num_nodes_},
                                          [rb](const RowKey&, std::byte* row) { std::memset(row, 0, rb); });
@@ -257,7 +316,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
   }
   in.keys_per_step = most;
   in.step_record_bytes = edges * 8 + most * 8 * 2;  // a ring slot's subgraph
-  in.row_bytes = features_->row_bytes();
+  in.row_bytes = row_bytes_;
   in.total_rows = num_nodes_;
   in.max_rows = num_nodes_;
   in.oracle = true;
@@ -267,18 +326,43 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
   in.sampled_rows_per_step = most;
   in.cache_rows = cfg_.storage.cache_rows;
-  in.write_back_share = 0;  // feature rows are never written
+  in.write_back_share = 0;  // feature rows are never written; embeddings go to their pages
   return in;
 }
 
-Status NcTask::SetUpStorage() {
+Status NcTask::OpenEmbeddingFile(bool fresh, const std::string& rows_from) {
+  const bool reading = !rows_from.empty();
+  std::string path = tables_dir_ + "/nodes.bin";
+  if (reading) {
+    path = rows_from + "/nodes.bin";
+  } else if (fresh || !std::filesystem::exists(path)) {
+    std::error_code ec;
+    std::filesystem::create_directories(tables_dir_, ec);
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, row_bytes_, offsets_, Init(), cfg_.io));
+  }
+  SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, row_bytes_, num_nodes_, !reading, RowFileOptionsFrom(cfg_.io)));
+  embedding_backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &offsets_, Init(),
+                                                        /*all_written=*/!fresh || reading, /*staging_rows=*/0);
+  backing_ = embedding_backing_.get();
+  return Status::Ok();
+}
+
+Status NcTask::SyncRows() {
+  if (!embeddings_ || !cache_) return Status::Ok();
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  return FlushRowCache(*cache_, arena_.data(), row_bytes_, *backing_, *io);
+}
+
+Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
+  backing_ = features_.get();
   if (cfg_.storage.mode == StorageMode::kInMemory) {
     SLUICE_RETURN_IF_ERROR(LoadFeaturesInMemory());
     run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
     plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + net_->StepBytes() + memory_->bytes() +
                             graph_.num_edges() * 8 + num_nodes_ * 40;
-    memory_plan_ = "in memory: " + FormatCount(static_cast<double>(num_nodes_)) + " feature rows of " +
-                   std::to_string(features_->row_bytes()) + " bytes (" + FormatBytes(memory_->bytes()) + ")";
+    memory_plan_ = "in memory: " + FormatCount(static_cast<double>(num_nodes_)) +
+                   (embeddings_ ? " embedding rows of " : " feature rows of ") + std::to_string(row_bytes_) +
+                   " bytes (" + FormatBytes(memory_->bytes()) + ")";
     return Status::Ok();
   }
   SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
@@ -293,20 +377,22 @@ Status NcTask::SetUpStorage() {
   co.protect_steps = plan_.run_ahead;
   co.window_rows = plan_.window_rows;
   cache_ = std::make_unique<RowCache>(co);
-  arena_ = AlignedBuffer(plan_.cache_rows * features_->row_bytes(), 4096);
+  arena_ = AlignedBuffer(plan_.cache_rows * row_bytes_, 4096);
+  if (embeddings_) SLUICE_RETURN_IF_ERROR(OpenEmbeddingFile(fresh, rows_from));
   memory_plan_ = DescribePlan();
   return Status::Ok();
 }
 
 std::string NcTask::DescribePlan() const {
-  const uint64_t table = num_nodes_ * features_->row_bytes();
+  const uint64_t table = num_nodes_ * row_bytes_;
   return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
          FormatCount(static_cast<double>(plan_.cache_rows)) + " feature rows (" + FormatBytes(plan_.cache_bytes) +
          " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
          "% of the rows), runtime " + FormatBytes(kRuntimeBytes) + ", dense model " +
          FormatBytes(net_->StateBytes()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
          FormatBytes(plan_.pipeline_bytes) + ", window " + std::to_string(plan_.window) + " steps, run-ahead " +
-         std::to_string(plan_.run_ahead) + ", features " + FormatBytes(table) + " on disk; predicted peak " +
+         std::to_string(plan_.run_ahead) + (embeddings_ ? ", embeddings " : ", features ") + FormatBytes(table) +
+         " on disk; predicted peak " +
          FormatBytes(plan_.predicted_bytes);
 }
 
@@ -315,17 +401,18 @@ NcTask::RowSource NcTask::FeatureSource() const {
   s.memory = memory_.get();
   s.cache = cache_.get();
   s.arena = const_cast<std::byte*>(arena_.data());
-  s.backing = features_.get();
-  s.row_bytes = features_->row_bytes();
+  s.backing = backing_;
+  s.row_bytes = row_bytes_;
   s.dim = feature_dim_;
-  s.half = features_->dtype() == DType::kFloat16;
+  s.half = !embeddings_ && features_->dtype() == DType::kFloat16;
+  s.features = !embeddings_;
   return s;
 }
 
 std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const RowSource& source) {
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead_;
-  po.writes = false;
+  po.writes = pass.writes;
   po.io = cfg_.io;
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
     const uint64_t step = pass.first_step + t;
@@ -397,10 +484,16 @@ Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::
 Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training,
                                      const RowSource& source) {
   ModelInput in;
-  TableInput features;
-  SLUICE_RETURN_IF_ERROR(GatherRows(b.rows, source, features.uses));
-  features.rows = features.uses.size(0);
-  in.tables.push_back(std::move(features));
+  if (training && embeddings_) {  // rows that learn: uses that require grad
+    inverse_.assign(b.rows.inverse.begin(), b.rows.inverse.end());
+    const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
+    in.tables.push_back(GatherUses(rows, {inverse_}, feature_dim_, /*requires_grad=*/true));
+  } else {
+    TableInput features;
+    SLUICE_RETURN_IF_ERROR(GatherRows(b.rows, source, features.uses));
+    features.rows = features.uses.size(0);
+    in.tables.push_back(std::move(features));
+  }
   const SampledSubgraph& s = b.sub;
   for (size_t l = s.blocks.size(); l-- > 0;) {  // outermost block first
     const SampledBlock& sb = s.blocks[l];
@@ -433,6 +526,13 @@ Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step
   opt_->zero_grad();
   SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
   opt_->step();
+  if (embeddings_) {  // each row's use gradients summed in use order, then its optimizer
+    const torch::Tensor sums = SumRowGrads({inverse_}, g.use_grads[0], static_cast<int64_t>(b.rows.rows.size()),
+                                           feature_dim_);
+    const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
+    ApplyRowOptimizer(cfg_.train.embedding_optimizer, rows, sums, feature_dim_,
+                      static_cast<float>(cfg_.train.embedding_lr));
+  }
   compute_s_ += SecondsSince(start);
   return g.loss;
 }
@@ -444,6 +544,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   for (size_t i = 0; i < order.size(); ++i) epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
   Pass pass{&epoch_nodes_, train_sampler_.get(), cfg_.train.seed, epoch, first,
             static_cast<uint64_t>(cfg_.train.batch)};
+  pass.writes = embeddings_;
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();

@@ -64,6 +64,7 @@ class NcTask : public Task {
     KHopSampler* sampler = nullptr;
     uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
     uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
+    bool writes = false;    // training learnable embeddings: rows become dirty
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
   };
 
@@ -85,8 +86,15 @@ class NcTask : public Task {
   Status OpenGraph();
   Status CheckLabelsAndSplits();
   Status BuildModel();
-  Status SetUpStorage();
+  Status OpenFeatures();
+  RowInit Init() const;  // a learnable embedding's initial row
+  // rows_from: a checkpoint directory whose embeddings are read, never written ("": the run's).
+  Status SetUpStorage(bool fresh, const std::string& rows_from);
+  Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
+  // Writes the cache's dirty embedding rows back (before a checkpoint, or before layer-wise
+  // inference reuses the arena).
+  Status SyncRows();
   Result<RowPlanInput> PlanInput();
   std::string DescribePlan() const;
   std::unique_ptr<Pipeline> MakePipeline(const Pass& pass, const RowSource& source);
@@ -120,6 +128,16 @@ class NcTask : public Task {
   std::string feature_path_;
   // Storage of the feature rows.
   std::unique_ptr<ArrayBacking> features_;
+  // Learnable node embeddings (model.embedding_dim > 0) instead of features: a row file in
+  // tables/ (out of core) or RAM, each row the embedding then its optimizer state.
+  bool embeddings_ = false;
+  std::string tables_dir_;
+  std::vector<uint64_t> offsets_;  // {0, nodes}: one table
+  std::unique_ptr<RowFile> row_file_;
+  std::unique_ptr<RowFileBacking> embedding_backing_;
+  RowBacking* backing_ = nullptr;  // the features' or the embeddings'
+  uint32_t row_bytes_ = 0;
+  std::vector<int64_t> inverse_;  // the step's uses, widened for the seam
   std::unique_ptr<MemoryRows> memory_;
   std::unique_ptr<RowCache> cache_;
   RowCacheOptions cache_options_;

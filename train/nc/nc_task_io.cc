@@ -8,6 +8,7 @@
 #include "train/run_dir.h"
 #include "train/torch_io.h"
 #include "train/npy.h"
+#include "train/row_checkpoint.h"
 #include "train/torch_io.h"
 
 namespace sluice {
@@ -33,6 +34,15 @@ Result<Metrics> NcTask::Evaluate(const std::string& split) {
 }
 
 Status NcTask::Save(CheckpointWriter& writer) {
+  if (embeddings_) {
+    SLUICE_RETURN_IF_ERROR(SyncRows());
+    if (memory_) {
+      SLUICE_RETURN_IF_ERROR(WriteDenseRows(*memory_, writer.PathOf("nodes.bin"), num_nodes_));
+      SLUICE_RETURN_IF_ERROR(writer.Record("nodes.bin"));
+    } else {
+      SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), "nodes.bin"));
+    }
+  }
   SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", net_));
   return SaveTorch(writer, "dense_optimizer.pt", *opt_);
 }
@@ -92,11 +102,11 @@ void NcTask::Summarize(RunSummary& s) const {
     std::ostringstream c;
     c << "cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps) << " distinct rows per step, hit rate "
       << (cs.accesses ? 100.0 * cs.hits / cs.accesses : 0) << "%, rows loaded " << rows_loaded_ << " ("
-      << FormatCount(rows_loaded_ / steps) << " per step; " << features_->rows_read() << " read from disk)";
+      << FormatCount(rows_loaded_ / steps) << " per step; " << backing_->rows_read() << " read from disk)";
     s.Line(c.str());
     s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", plan_.cache_rows);
     s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
-    s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", features_->rows_read());
+    s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", backing_->rows_read());
   }
   s.Set("memory", "feature_rows", num_nodes_);
 }
