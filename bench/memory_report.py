@@ -19,6 +19,6 @@ for f in glob.glob(sys.argv[1]+'/**/summary.json',recursive=True):
 ok=[r for r in rows if not math.isnan(r[0])]
 print('runs %d, with a prediction %d; measured/predicted min %.3f median %.3f max %.3f' % (len(rows), len(ok), min(r[0] for r in ok), sorted(r[0] for r in ok)[len(ok)//2], max(r[0] for r in ok)))
 bud=[r for r in rows if not math.isnan(r[1])]
-print('out of core runs %d: peak/budget max %.3f' % (len(bud), max(r[1] for r in bud)))
+print('out of core runs %d: peak/budget max %s' % (len(bud), '%.3f' % max(r[1] for r in bud) if bud else '-'))
 for r in rows:
     if not math.isnan(r[0]) and abs(r[0]-1)>0.15: print('outside 15%%: %.3f %s %s' % (r[0], r[2], r[3]))

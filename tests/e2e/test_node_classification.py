@@ -173,6 +173,13 @@ def test_cora_gcn_reaches_the_published_range(sluice_bin, cora, tmp_path):
     assert out.returncode == 0, out.stderr
     acc = float(out.stdout.split("accuracy")[1].split()[0])
     assert acc >= 0.79, out.stdout
+    out = run(sluice_bin, "predict", str(tmp_path / "r"), "--split", "test", "-k", "5")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "node\tpredicted\tp\tlabel" and len(lines) == 6
+    for line in lines[1:]:
+        node, predicted, p, label = line.split("\t")
+        assert 0 <= int(predicted) < 7 and 0 < float(p) <= 1 and 0 <= int(label) < 7
 
 
 def rewrite(ds: pathlib.Path, role: str, dtype, edit) -> None:

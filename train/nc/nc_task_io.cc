@@ -108,7 +108,11 @@ void NcTask::Summarize(RunSummary& s) const {
     s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
     s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", backing_->rows_read());
   }
-  s.Set("memory", "feature_rows", num_nodes_);
+  const bool in_memory = memory_ != nullptr;
+  s.Set("memory", "mode", in_memory ? "in_memory" : "out_of_core");
+  s.Set("memory", "budget_bytes", in_memory ? uint64_t{0} : cfg_.storage.budget.value);
+  s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
+  s.Set("memory", "rows", num_nodes_), s.Set("memory", "row_bytes", row_bytes_);
 }
 
 }  // namespace sluice
