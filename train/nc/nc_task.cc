@@ -124,17 +124,21 @@ Status NcTask::BuildModel() {
   shape.in_dim = feature_dim_;
   shape.classes = classes_;
   shape.max_seeds = std::max(cfg_.train.batch, cfg_.eval.batch);
-  // A bound for the memory plan's activations: the first steps' largest sample, doubled.
+  // A bound for the memory plan: the first training steps' largest sample (nodes, edges),
+  // with a margin; PlanInput reuses the unscaled figures.
   KHopSampler probe(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
   const std::vector<int64_t>& train = Split("train");
-  for (uint64_t t = 0; t < 4 && t * cfg_.train.batch < train.size(); ++t) {
-    const uint64_t begin = t * static_cast<uint64_t>(cfg_.train.batch);
-    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(cfg_.train.batch), train.size() - begin);
-    SampledSubgraph s = probe.Sample({train.data() + begin, n}, {cfg_.train.seed, 0, t});
-    int64_t edges = 0;
-    for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
+  const auto batch = static_cast<uint64_t>(cfg_.train.batch);
+  probe_nodes_ = probe_slot_words_ = 0;
+  for (uint64_t t = 0; t < 8 && t * batch < train.size(); ++t) {
+    const uint64_t n = std::min(batch, train.size() - t * batch);
+    SampledSubgraph s = probe.Sample({train.data() + t * batch, n}, {cfg_.train.seed, 0, t});
+    uint64_t edges = 0, words = 0;
+    for (const SampledBlock& b : s.blocks) edges += b.src_local.size(), words += b.src_local.size() + b.offsets.size();
+    probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
+    probe_slot_words_ = std::max(probe_slot_words_, words);
     shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
-    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
+    shape.max_edges = std::max<int64_t>(shape.max_edges, static_cast<int64_t>(edges) * 5 / 4);
   }
   {  // and an evaluation step: one hop of every neighbour (layer-wise) or the sampled blocks
     std::vector<int64_t> first(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
@@ -301,19 +305,9 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.budget_bytes = cfg_.storage.budget.value;
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
-  // The largest sample of the first steps: its nodes are the step's keys and distinct rows.
-  uint64_t most = 0, edges = 0;
-  const std::vector<int64_t>& train = Split("train");
-  const uint64_t batch = static_cast<uint64_t>(cfg_.train.batch);
-  KHopSampler probe(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
-  for (uint64_t t = 0; t < 8 && t * batch < train.size(); ++t) {
-    const uint64_t n = std::min(batch, train.size() - t * batch);
-    SampledSubgraph s = probe.Sample({train.data() + t * batch, n}, {cfg_.train.seed, 0, t});
-    most = std::max<uint64_t>(most, s.nodes().size());
-    uint64_t e = 0;
-    for (const SampledBlock& b : s.blocks) e += b.src_local.size() + b.offsets.size();
-    edges = std::max(edges, e);
-  }
+  // The largest sample of the first steps (BuildModel's probe): its nodes are the step's keys
+  // and distinct rows.
+  const uint64_t most = probe_nodes_, edges = probe_slot_words_;
   in.keys_per_step = most;
   in.step_record_bytes = edges * 8 + most * 8 * 2;  // a ring slot's subgraph
   in.row_bytes = row_bytes_;

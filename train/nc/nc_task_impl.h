@@ -146,6 +146,8 @@ class NcTask : public Task {
   RowMemoryPlan plan_;
   std::string memory_plan_;
   uint32_t run_ahead_ = 0;
+  // The largest sample of the first training steps: its nodes, and its blocks' index words.
+  uint64_t probe_nodes_ = 0, probe_slot_words_ = 0;
   // Sampling.
   std::unique_ptr<KHopSampler> train_sampler_, eval_sampler_;
   std::vector<int64_t> epoch_nodes_;  // the epoch's training nodes in order
