@@ -22,19 +22,33 @@ RingWait RunAheadRing::Interrupted() const {
   return RingWait::kOk;
 }
 
+void RunAheadRing::Wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred) {
+  if (pred()) return;
+  waiters_.push_back(&pred);
+  cv_.wait(lock, pred);
+  waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &pred));
+}
+
+bool RunAheadRing::AnyWaiterReady() const {
+  for (const std::function<bool()>* w : waiters_) {
+    if ((*w)()) return true;
+  }
+  return false;
+}
+
 uint64_t RunAheadRing::ReadyLocked() const {
   return *std::min_element(published_.begin(), published_.end());
 }
 
 RingWait RunAheadRing::Reserve(uint64_t t) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return stopped_ || aborted_ || t < computed_ + capacity_; });
+  Wait(lock, [&] { return stopped_ || aborted_ || t < computed_ + capacity_; });
   return Interrupted();
 }
 
 RingWait RunAheadRing::WaitPublished(uint32_t stage, uint64_t t) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] {
+  Wait(lock, [&] {
     return stopped_ || aborted_ || published_[stage] > t || total_[stage] <= t;
   });
   if (RingWait w = Interrupted(); w != RingWait::kOk) return w;
@@ -43,16 +57,18 @@ RingWait RunAheadRing::WaitPublished(uint32_t stage, uint64_t t) {
 
 RingWait RunAheadRing::WaitComputed(uint64_t n) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return stopped_ || aborted_ || computed_ >= n; });
+  Wait(lock, [&] { return stopped_ || aborted_ || computed_ >= n; });
   if (aborted_) return RingWait::kAborted;
   return computed_ >= n ? RingWait::kOk : RingWait::kStopped;
 }
 
 void RunAheadRing::Publish(uint32_t stage, uint64_t t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   SLUICE_CHECK(t == published_[stage], "stage %u published step %llu out of order", stage,
                static_cast<unsigned long long>(t));
   published_[stage] = t + 1;
+  if (!AnyWaiterReady()) return;
+  lock.unlock();
   cv_.notify_all();
 }
 
@@ -71,7 +87,7 @@ Status RunAheadRing::WaitReady(uint64_t t) {
     }
     return false;
   };
-  cv_.wait(lock, [&] { return aborted_ || stopped_ || ReadyLocked() > t || ended_before(); });
+  Wait(lock, [&] { return aborted_ || stopped_ || ReadyLocked() > t || ended_before(); });
   compute_wait_s_ += SecondsSince(start);
   if (aborted_) return error_.ok() ? Aborted("pipeline aborted") : error_;
   if (ReadyLocked() > t) return Status::Ok();
@@ -83,8 +99,10 @@ Status RunAheadRing::WaitReady(uint64_t t) {
 }
 
 void RunAheadRing::Computed(uint64_t t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   computed_ = std::max(computed_, t + 1);
+  if (!AnyWaiterReady()) return;
+  lock.unlock();
   cv_.notify_all();
 }
 
