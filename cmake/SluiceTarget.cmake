@@ -13,17 +13,22 @@ if(SLUICE_SANITIZE)
   set(SLUICE_SANITIZE_FLAGS -fsanitize=${_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
 endif()
 
-# sluice_configure(target): warnings, sanitizers, includes from the repo root.
+# sluice_configure(target): warnings, sanitizers, includes from the repo root and include/.
 function(sluice_configure target)
   target_compile_options(${target} PRIVATE ${SLUICE_WARNINGS} ${SLUICE_SANITIZE_FLAGS})
   target_link_options(${target} PRIVATE ${SLUICE_SANITIZE_FLAGS})
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
+  # Installed, a target sees only the public headers (include/sluice/).
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/generated> $<INSTALL_INTERFACE:include>)
 endfunction()
 
 # sluice_library(name SOURCES ... DEPS ...): one static library per top-level folder.
 function(sluice_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
+  # Position-independent: the installed static libraries link into users' shared objects too.
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   sluice_configure(${name})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   if(SLUICE_SANITIZE)

@@ -14,14 +14,9 @@
 #include <vector>
 
 #include "sampler/csr_graph.h"
+#include "sluice/sample_key.h"
 
 namespace sluice {
-
-struct SampleKey {
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
-  uint64_t step = 0;
-};
 
 struct SampledBlock {
   // dst nodes are layer h-1 (local ids [0, num_dst)); src nodes are layer h.

@@ -27,18 +27,11 @@
 
 namespace sluice {
 
-struct TrainOptions {
-  bool resume = false;            // continue from the run directory's latest checkpoint
-  bool overwrite = false;         // discard the run directory's checkpoints and start over
-  int64_t stop_after_steps = -1;  // tests: stop as if interrupted after this many steps
-};
+// TrainOptions and InterruptExitCode are public (sluice/run.h).
 
 // Trains `task` (not yet opened) as its settings say. Returns Aborted after an interrupt (a
 // checkpoint was written).
 Status Train(Task& task, const TrainOptions& options);
-
-// The exit status for an Aborted Train: 130 after SIGINT (or the stop hook), 143 after SIGTERM.
-int InterruptExitCode();
 
 // Opens a trained run for eval/export/predict: `which` is "default" (best when it exists, else
 // latest), "latest", "best" or a checkpoint's name. The checkpoint is verified (CRC-32 of every

@@ -1,6 +1,6 @@
-// The sluice executable. Every subcommand's errors, command-line errors included, end here,
-// converted in one place to one line on stderr ("sluice: error: what, where, why") and a
-// non-zero exit. Tasks are dispatched through one table (kTasks).
+// The sluice executable, built on the public API (include/sluice/). Every subcommand's errors,
+// command-line errors included, end here, converted in one place to one line on stderr
+// ("sluice: error: what, where, why") and a non-zero exit.
 
 #include <CLI/CLI.hpp>
 
@@ -10,28 +10,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
-#include "common/status.h"
 #include "common/thread_plan.h"
-#include "common/version.h"
-#include "storage/dataset.h"
-#include "train/dlrm/dlrm_task.h"
-#include "train/lp/lp_task.h"
-#include "train/nc/nc_task.h"
-#include "train/runner.h"
+#include "sluice/dataset.h"
+#include "sluice/run.h"
+#include "sluice/status.h"
+#include "sluice/version.h"
 #include "train/storage_demo.h"
 #include "train/torch_runtime.h"
 
 namespace sluice {
 namespace {
 
-namespace fs = std::filesystem;
 
 int Fail(const Status& status) {
   if (status.code() == StatusCode::kAborted) {  // Ctrl-C / SIGTERM: stopped cleanly
@@ -40,60 +35,6 @@ int Fail(const Status& status) {
   }
   std::fprintf(stderr, "sluice: error: %s\n", status.message().c_str());
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
-}
-
-// Loads a task's config from `path` plus overrides; `run_dir` (when not empty) replaces the
-// config's (a run directory read where it is, even if moved).
-template <class Config, std::unique_ptr<Task> (*Make)(const Config&)>
-Result<std::unique_ptr<Task>> LoadTask(const std::string& path,
-                                       const std::vector<std::string>& overrides,
-                                       const std::string& run_dir) {
-  Config config;
-  SLUICE_RETURN_IF_ERROR(LoadConfig(path, overrides, config));
-  if (!run_dir.empty()) config.run_dir = run_dir;
-  return Make(config);
-}
-
-struct TaskEntry {
-  const char* name;
-  Result<std::unique_ptr<Task>> (*load)(const std::string& path,
-                                        const std::vector<std::string>& overrides,
-                                        const std::string& run_dir);
-};
-
-// Every task sluice trains. A config's `task` key picks one (link_prediction by default).
-constexpr TaskEntry kTasks[] = {
-    {"link_prediction", &LoadTask<LpConfig, &MakeLpTask>},
-    {"recommendation", &LoadTask<DlrmConfig, &MakeDlrmTask>},
-    {"node_classification", &LoadTask<NcConfig, &MakeNcTask>},
-};
-
-// The task a config (with its overrides) names: its `task` key, link_prediction by default.
-Result<const TaskEntry*> ConfigTask(const std::string& path, const std::vector<std::string>& overrides) {
-  SLUICE_ASSIGN_OR_RETURN(ConfigNode root, ParseConfigFile(path));
-  std::string name = "link_prediction";
-  if (root.kind == ConfigNode::Kind::kMap) {
-    if (ConfigNode* task = root.Find("task"); task != nullptr && task->kind == ConfigNode::Kind::kScalar) {
-      name = task->scalar;
-    }
-  }
-  for (const std::string& o : overrides) {
-    if (o.rfind("task=", 0) == 0) name = o.substr(5);
-  }
-  std::string names;
-  for (const TaskEntry& e : kTasks) {
-    if (name == e.name) return &e;
-    names += (names.empty() ? "" : ", ") + std::string(e.name);
-  }
-  return InvalidArgument(path + ": task '" + name + "' is not one of " + names);
-}
-
-// Loads the task of a run directory from its config.yaml.
-Result<std::unique_ptr<Task>> LoadRun(const std::string& run_dir) {
-  const std::string path = run_dir + "/config.yaml";
-  if (!fs::exists(path)) return NotFound(path + ": not a run directory (no config.yaml)");
-  SLUICE_ASSIGN_OR_RETURN(const TaskEntry* entry, ConfigTask(path, {}));
-  return entry->load(path, {}, run_dir);
 }
 
 struct Args {
@@ -114,13 +55,11 @@ int RunVersion() {
 }
 
 int RunInfo(const Args& a) {
-  auto dataset = Dataset::Open(a.dataset);
+  auto dataset = OpenDataset(a.dataset, a.verify);
   if (!dataset.ok()) return Fail(dataset.status());
-  std::printf("%s", dataset->Summary().c_str());
+  std::printf("%s", dataset->summary.c_str());
   if (a.verify) {
-    Status s = dataset->Verify();
-    if (!s.ok()) return Fail(s);
-    std::printf("  checksums: all %zu files verified\n", dataset->manifest().files.size());
+    std::printf("  checksums: all %llu files verified\n", static_cast<unsigned long long>(dataset->files));
   }
   return 0;
 }
@@ -142,12 +81,10 @@ int RunDemo(const Args& a) {
 }
 
 int RunTrain(const Args& a) {
-  auto entry = ConfigTask(a.config, a.overrides);
-  if (!entry.ok()) return Fail(entry.status());
-  auto task = (*entry)->load(a.config, a.overrides, "");
-  if (!task.ok()) return Fail(task.status());
+  auto run = Run::FromConfig(a.config, a.overrides);
+  if (!run.ok()) return Fail(run.status());
   if (a.print_config) {
-    std::printf("%s", (*task)->ConfigYaml().c_str());
+    std::printf("%s", run->ConfigYaml().c_str());
     return 0;
   }
   TrainOptions options;
@@ -155,46 +92,31 @@ int RunTrain(const Args& a) {
   options.overwrite = a.overwrite;
   // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
   if (const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS")) options.stop_after_steps = std::atoll(stop);
-  Status s = Train(**task, options);
+  Status s = run->Train(options);
   return s.ok() ? 0 : Fail(s);
 }
 
-// eval, export and predict: the run's task, opened at the chosen checkpoint.
+// eval, export and predict: the run, opened at the chosen checkpoint.
 int RunRead(const std::string& command, const Args& a) {
-  auto task = LoadRun(a.run_dir);
-  if (!task.ok()) return Fail(task.status());
-  if (command == "export" && fs::exists(a.out)) {
-    return Fail(InvalidArgument("export: " + a.out + " exists; choose a new directory"));
-  }
-  ThreadPlan plan = MakeThreadPlan((*task)->settings().threads, OnlineCores());
-  auto threads = ApplyThreadPlan(plan);
-  ApplyTorchThreads(plan);
-  auto opened = OpenTrained(**task, a.checkpoint);
-  if (!opened.ok()) return Fail(opened.status());
+  auto run = Run::Open(a.run_dir);
+  if (!run.ok()) return Fail(run.status());
   if (command == "eval") {
-    auto m = (*task)->Evaluate(a.split);
+    auto m = run->Evaluate(a.split, a.checkpoint);
     if (!m.ok()) return Fail(m.status());
-    std::printf("%s %s (checkpoint %s)\n", a.split.c_str(), m->text.c_str(), opened->c_str());
+    std::printf("%s %s (checkpoint %s)\n", a.split.c_str(), m->text.c_str(), run->checkpoint().c_str());
     return 0;
   }
   if (command == "predict") {
     PredictRequest request = a.predict;
     request.k = static_cast<uint64_t>(a.k);
-    auto out = (*task)->Predict(request);
+    auto out = run->Predict(request, a.checkpoint);
     if (!out.ok()) return Fail(out.status());
     std::printf("%s", out->c_str());
     return 0;
   }
-  const std::string temp = a.out + ".tmp";
-  std::error_code ec;
-  fs::remove_all(temp, ec);
-  fs::create_directories(temp, ec);
-  if (ec) return Fail(IoError("export: create " + temp + ": " + ec.message()));
-  Status s = (*task)->Export(temp);
+  Status s = run->Export(a.out, a.checkpoint);
   if (!s.ok()) return Fail(s);
-  fs::rename(temp, a.out, ec);
-  if (ec) return Fail(IoError("export: rename " + temp + " to " + a.out + ": " + ec.message()));
-  std::printf("exported checkpoint %s to %s\n", opened->c_str(), a.out.c_str());
+  std::printf("exported checkpoint %s to %s\n", run->checkpoint().c_str(), a.out.c_str());
   return 0;
 }
 

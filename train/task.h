@@ -15,6 +15,8 @@
 #include <string>
 
 #include "common/status.h"
+#include "sluice/model_factory.h"
+#include "sluice/run.h"
 #include "common/thread_plan.h"
 #include "train/checkpoint_store.h"
 #include "train/run_summary.h"
@@ -35,12 +37,7 @@ struct RunSettings {
   ThreadConfig threads;
 };
 
-// One evaluation's result.
-struct Metrics {
-  double score = 0;  // higher is better (MRR, AUC); picks the best checkpoint; NaN never wins
-  std::string text;  // one line: "MRR 0.2534 Hits@1 ..."
-  std::string json;  // one JSON object
-};
+// Metrics, PredictRequest and TrainOptions are public types (sluice/run.h).
 
 // The runner's side of a training epoch; the task calls it once per step.
 class StepSink {
@@ -60,18 +57,18 @@ struct EpochOutcome {
   uint64_t next_step = 0;  // when stopped: the first step not trained
 };
 
-struct PredictRequest {
-  std::string head, relation;  // link prediction
-  std::string split = "test";  // recommendation
-  uint64_t k = 10;
-};
-
 class Task {
  public:
   enum class Purpose { kTrain, kRead };
   virtual ~Task() = default;
 
   virtual const RunSettings& settings() const = 0;
+  // Replaces the task's built-in model by the factory's (before Open); `name` joins the config
+  // fingerprint. Tasks that take no user's model yet refuse.
+  virtual Status SetModelFactory(const std::string& /*name*/, ModelFactory /*factory*/) {
+    return FailedPrecondition("task " + settings().task + " does not take a user's model yet "
+                              "(recommendation does)");
+  }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;
   // The effective config as YAML (config.yaml) and its fingerprint (train/fingerprint.h).

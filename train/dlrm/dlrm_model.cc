@@ -51,14 +51,14 @@ torch::Tensor DlrmNetImpl::forward(const torch::Tensor& dense, const torch::Tens
   return logit;
 }
 
-torch::Tensor DlrmNetImpl::Logits(const ModelInput& in) {
+torch::Tensor DlrmNetImpl::Predict(const ModelInput& in) {
   const torch::Tensor& uses = in.tables.at(0).uses;
   const int64_t b = in.dense.size(0);
   return forward(in.dense, uses.view({b, features - 1, uses.size(1)}));
 }
 
 torch::Tensor DlrmNetImpl::Loss(const ModelInput& in) {
-  return torch::binary_cross_entropy_with_logits(Logits(in), in.labels);
+  return torch::binary_cross_entropy_with_logits(Predict(in), in.labels);
 }
 
 uint64_t DlrmNetImpl::StepBytes() const {

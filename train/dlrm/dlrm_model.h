@@ -23,8 +23,8 @@ struct DlrmNetImpl : Model {
 
   // dense [B, D], rows [B, C, dim (+1 with the linear term)] -> logits [B]
   torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& rows);
-  // The logits of a step's input.
-  torch::Tensor Logits(const ModelInput& input);
+  // The logits of a step's input [B].
+  torch::Tensor Predict(const ModelInput& input) override;
   torch::Tensor Loss(const ModelInput& input) override;
   // Activations and their gradients: gathered rows and their sums, the embedding batch and its
   // gradient, interactions, MLP layers (kept for backward), each a few times.

@@ -31,7 +31,43 @@ DlrmTask::DlrmTask(DlrmConfig config) : cfg_(std::move(config)) {
 }
 
 std::string DlrmTask::ConfigYaml() { return DumpConfig(cfg_); }
-std::string DlrmTask::ConfigFingerprint() { return sluice::ConfigFingerprint(cfg_); }
+std::string DlrmTask::ConfigFingerprint() {
+  std::string fp = sluice::ConfigFingerprint(cfg_);
+  return model_name_.empty() ? fp : fp + " model=" + model_name_;
+}
+
+Status DlrmTask::SetModelFactory(const std::string& name, ModelFactory factory) {
+  model_name_ = name;
+  factory_ = std::move(factory);
+  return Status::Ok();
+}
+
+Status DlrmTask::BuildModel() {
+  torch::manual_seed(cfg_.train.seed);
+  if (!factory_) {
+    net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
+                   cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch).ptr();
+    return Status::Ok();
+  }
+  ModelSpec spec;
+  spec.task = "recommendation";
+  spec.seed = cfg_.train.seed;
+  spec.batch = cfg_.train.batch;
+  spec.dense_features = rec_.dense;
+  spec.tables = rec_.sparse;
+  spec.dim = cfg_.model.dim;
+  spec.row_width = tables_->width();
+  spec.linear = cfg_.model.linear;
+  spec.bottom_layers = cfg_.model.bottom;
+  spec.top_layers = cfg_.model.top;
+  try {
+    net_ = factory_(spec);
+  } catch (const std::exception& e) {
+    return InvalidArgument("model " + model_name_ + ": its factory failed: " + FirstLine(e.what()));
+  }
+  if (net_ == nullptr) return InvalidArgument("model " + model_name_ + ": its factory returned no model");
+  return Status::Ok();
+}
 
 uint64_t DlrmTask::NumSamples(const std::string& split) const {
   auto it = dataset_.manifest().samples.find(split);
@@ -76,9 +112,7 @@ Status DlrmTask::Open(Purpose purpose) {
   }
   SLUICE_ASSIGN_OR_RETURN(DlrmTables tables, DlrmTables::Make(cfg_, dataset_));
   tables_.emplace(std::move(tables));
-  torch::manual_seed(cfg_.train.seed);
-  net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
-                 cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch);
+  SLUICE_RETURN_IF_ERROR(BuildModel());
   const double lr = cfg_.train.dense_lr;
   if (cfg_.train.dense_optimizer == DenseOptimizer::kSgd) {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
@@ -321,7 +355,23 @@ Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t
       (void)FinishPass(*p);
       return in.status();
     }
-    torch::Tensor prob = torch::sigmoid(net_->Logits(*in));
+    torch::Tensor prob;
+    try {
+      prob = torch::sigmoid(net_->Predict(*in)).contiguous();
+    } catch (const std::exception& e) {
+      Status err = InvalidArgument("evaluate " + split + " step " + std::to_string(t) + ": the model failed: " +
+                                   FirstLine(e.what()));
+      p->Abort(err);
+      (void)FinishPass(*p);
+      return err;
+    }
+    if (prob.dim() != 1 || prob.size(0) != in->labels.size(0) || prob.scalar_type() != torch::kFloat32) {
+      Status err = InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
+                                   std::to_string(in->labels.size(0)) + "] logits");
+      p->Abort(err);
+      (void)FinishPass(*p);
+      return err;
+    }
     p->Computed(t);
     const float* pp = prob.data_ptr<float>();
     const float* lp = in->labels.data_ptr<float>();

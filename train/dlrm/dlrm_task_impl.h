@@ -54,8 +54,11 @@ class DlrmTask : public Task {
   std::string MemorySummary() const override { return memory_plan_; }
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
+  Status SetModelFactory(const std::string& name, ModelFactory factory) override;
 
  private:
+  // The model: the factory's (Run::SetModel) or the built-in DLRM network.
+  Status BuildModel();
   struct TimeSplit {
     double wait_s = 0, gather_s = 0, compute_s = 0, update_s = 0;
   };
@@ -114,7 +117,9 @@ class DlrmTask : public Task {
   std::string memory_plan_;
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
   // Model.
-  DlrmNet net_{nullptr};
+  std::shared_ptr<Model> net_;
+  std::string model_name_;  // a user's model ("" = the built-in DLRM)
+  ModelFactory factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   // Bookkeeping.
   TimeSplit time_;

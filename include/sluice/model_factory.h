@@ -1,0 +1,38 @@
+#pragma once
+// Public API. What a user's model is built from: the shapes of the run it joins (ModelSpec),
+// and the factory Run::SetModel takes. Torch-free: sluice/model.h defines Model.
+//
+// Thread safety: values; the factory is called once per Run, on the calling thread, after the
+// dataset is opened and before training or reading starts.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+class Model;  // sluice/model.h
+
+// The shapes a model of a run must fit, from the config and the dataset.
+struct ModelSpec {
+  std::string task;            // "recommendation" (the task that takes a user's model so far)
+  uint64_t seed = 0;           // train.seed; torch::manual_seed(seed) runs before the factory
+  int64_t batch = 0;           // samples per training step
+  // recommendation: dense features D (0: none), categorical features C (tables), embedding
+  // dim, floats per gathered row (dim, +1 with model.linear: the row's first-order weight
+  // last), and the config's model.bottom / model.top hidden widths.
+  int64_t dense_features = 0;
+  int64_t tables = 0;
+  int64_t dim = 0;
+  int64_t row_width = 0;
+  bool linear = false;
+  std::vector<int> bottom_layers, top_layers;
+};
+
+// Builds the model for a spec. May throw (the exception becomes the returned Status) or return
+// null (refused: InvalidArgument).
+using ModelFactory = std::function<std::shared_ptr<Model>(const ModelSpec&)>;
+
+}  // namespace sluice

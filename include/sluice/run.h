@@ -1,0 +1,114 @@
+#pragma once
+// Public API. A training run, built from a YAML config exactly as `sluice train CONFIG` builds
+// it (the executable is this class's first user): the dataset, storage (in memory or out of
+// core), the cache and its planner, the sampler, the thread plan and the memory plan from one
+// budget all come from the config (docs/configuration.md lists every key). A user's model
+// replaces the task's built-in one through SetModel (sluice/model.h says what a model gets).
+//
+//   auto run = sluice::Run::FromConfig("my.yaml", {"train.epochs=3"});
+//   if (!run.ok()) ...;                       // one line: what, where, why
+//   run->SetModel("dcn", [](const sluice::ModelSpec& s) { return std::make_shared<Dcn>(s); });
+//   sluice::Status st = run->Train();         // checkpoints, metrics.jsonl, summary.json
+//
+// Reading a trained run: Run::Open(RUN_DIR), then Evaluate / Export / Predict, each at a
+// checkpoint ("default": the best by validation when there is one, else the latest). A run
+// trained with a user's model is opened with the same SetModel first.
+//
+// Errors: every call returns a Status or Result and never throws; an exception thrown by a
+// user's model or factory is returned as a Status naming the step. Bad input (malformed config,
+// unknown key, missing or truncated dataset, wrong dimension) is one line and changes nothing
+// on disk. Ctrl-C during Train finishes the step, writes a checkpoint and returns Aborted
+// (InterruptExitCode() is the exit status the executable uses).
+//
+// Ownership: a Run owns its task, its storage and the model; it is movable, not copyable.
+// Thread safety: one thread uses a Run at a time; Train runs its pipeline on threads of its own
+// and applies the config's thread plan (threads.*) for the run's duration. Train locks the
+// run directory: a second trainer of the same directory, in any process, is refused.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/model_factory.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Task;  // the engine's task (link prediction, recommendation, node classification)
+class ThreadPlanHandle;
+
+struct TrainOptions {
+  bool resume = false;            // continue from the run directory's latest checkpoint
+  bool overwrite = false;         // discard the run directory's checkpoints and start over
+  int64_t stop_after_steps = -1;  // tests: stop as if interrupted after this many steps
+};
+
+// One evaluation's result.
+struct Metrics {
+  double score = 0;  // higher is better (MRR, AUC, accuracy); picks the best checkpoint
+  std::string text;  // one line: "MRR 0.2534 Hits@1 ..."
+  std::string json;  // one JSON object
+};
+
+struct PredictRequest {
+  std::string head, relation;  // link prediction: a head and relation, original ids or names
+  std::string split = "test";  // recommendation and node classification: the split to score
+  uint64_t k = 10;             // how many tails or samples
+};
+
+class Run {
+ public:
+  // A run from a YAML config file plus overrides ("train.epochs=3", as `--set` takes them).
+  // The config's `task` key picks the workload (link_prediction by default).
+  static Result<Run> FromConfig(const std::string& config_path,
+                                const std::vector<std::string>& overrides = {});
+  // A trained run directory (its config.yaml), for Evaluate, Export and Predict.
+  static Result<Run> Open(const std::string& run_dir);
+
+  Run(Run&&) noexcept;
+  Run& operator=(Run&&) noexcept;
+  ~Run();
+
+  // The workload ("link_prediction", "recommendation", "node_classification").
+  const std::string& task() const;
+  // The effective config as YAML (what config.yaml of the run directory holds).
+  std::string ConfigYaml() const;
+
+  // Replaces the built-in model by `factory`'s (recommendation so far; other tasks return
+  // FailedPrecondition). Call before Train or the first read. `name` joins the config
+  // fingerprint: a checkpoint resumes and opens only with the model of the same name.
+  Status SetModel(const std::string& name, ModelFactory factory);
+
+  // Trains as the config says (a FromConfig run; once).
+  Status Train(const TrainOptions& options = {});
+
+  // An Open run's checkpoint: the first of these calls opens and verifies it (CRC-32 of every
+  // file, the config and dataset fingerprints); later calls must name the same checkpoint.
+  Result<Metrics> Evaluate(const std::string& split, const std::string& checkpoint = "default");
+  // Writes the embeddings (.npy with the original-id maps) into `out_dir`, which must not
+  // exist; it appears complete or not at all (written under a temporary name, then renamed).
+  Status Export(const std::string& out_dir, const std::string& checkpoint = "default");
+  // Link prediction: the k best tails; recommendation: click probabilities of a split's first
+  // k samples; node classification: class predictions. Text, one line per result.
+  Result<std::string> Predict(const PredictRequest& request,
+                              const std::string& checkpoint = "default");
+  // The checkpoint an Open run reads ("" before the first read).
+  const std::string& checkpoint() const { return opened_; }
+
+ private:
+  Run(std::string task, std::unique_ptr<Task> impl, bool trained);
+  Status OpenCheckpoint(const std::string& checkpoint);
+
+  std::string task_name_;
+  std::unique_ptr<Task> impl_;
+  std::unique_ptr<ThreadPlanHandle> threads_;
+  bool read_only_ = false;  // from Open
+  bool trained_ = false;    // Train ran (it runs once)
+  std::string opened_;      // the checkpoint opened for reading
+};
+
+// The exit status for an Aborted Train: 130 after SIGINT, 143 after SIGTERM.
+int InterruptExitCode();
+
+}  // namespace sluice
