@@ -109,6 +109,7 @@ Result<Run> Run::Open(const std::string& run_dir) {
 }
 
 const std::string& Run::task() const { return task_name_; }
+const std::string& Run::run_dir() const { return impl_->settings().run_dir; }
 
 std::string Run::ConfigYaml() const {
   try {

@@ -72,6 +72,8 @@ class Run {
 
   // The workload ("link_prediction", "recommendation", "node_classification").
   const std::string& task() const;
+  // The run directory (the config's run_dir).
+  const std::string& run_dir() const;
   // The effective config as YAML (what config.yaml of the run directory holds).
   std::string ConfigYaml() const;
 

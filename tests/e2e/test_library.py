@@ -1,0 +1,151 @@
+"""The library, as its users get it: `cmake --install` into a fresh prefix, every public header
+compiled alone against that prefix, find_package(sluice) refusing another libtorch in one line,
+and examples/dlrm_custom built from a copy outside the repository, trained out of core and in
+memory (the two bitwise equal) and, with the built-in interaction re-implemented, bitwise equal
+to `sluice train` of the same config."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build/release"))
+
+
+def sh(args, cwd=None, timeout=600):
+    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory) -> pathlib.Path:
+    if not (BUILD / "CMakeCache.txt").exists():
+        pytest.fail(f"no build at {BUILD}: build first (scripts/test.sh does)")
+    p = tmp_path_factory.mktemp("prefix")
+    out = sh(["cmake", "--install", BUILD, "--prefix", p])
+    assert out.returncode == 0, out.stderr
+    return p
+
+
+def configure_and_build(src: pathlib.Path, prefix: pathlib.Path, *extra: str):
+    out = sh(["cmake", "-S", src, "-B", src / "build", "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefix}", *extra])
+    if out.returncode != 0:
+        return out
+    return sh(["cmake", "--build", src / "build"])
+
+
+def test_install_layout(prefix):
+    for f in ["bin/sluice", "bin/sluice-prep", "include/sluice/sluice.h", "include/sluice/version.h",
+              "lib/cmake/sluice/sluiceConfig.cmake", "lib/cmake/sluice/sluiceConfigVersion.cmake",
+              "lib/libsluice_train.a", "share/sluice/sluice_prep.py"]:
+        assert (prefix / f).exists(), f
+    headers = {p.name for p in (prefix / "include").rglob("*")}
+    assert not headers & {"runner.h", "task.h", "row_cache.h", "dataset.cc"}, "internal headers installed"
+    assert sh([prefix / "bin/sluice", "--version"]).returncode == 0
+    help_ = sh([prefix / "bin/sluice-prep", "--help"])
+    assert help_.returncode == 0 and "gen-clicks" in help_.stdout
+
+
+def test_every_public_header_compiles_alone(prefix, tmp_path):
+    headers = sorted((prefix / "include/sluice").glob("*.h"))
+    assert len(headers) >= 8
+    src = tmp_path / "headers"
+    src.mkdir()
+    for h in headers:
+        text = h.read_text()
+        for internal in ('"common/', '"train/', '"storage/', '"cache/', '"prefetch/', '"sampler/'):
+            assert internal not in text, f"{h.name} includes a repository path {internal}"
+        (src / f"{h.stem}.cc").write_text(f"#include <sluice/{h.name}>\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.22)\nproject(headers CXX)\nset(CMAKE_CXX_STANDARD 20)\n"
+        "find_package(sluice 0.1 REQUIRED)\n"
+        f"add_library(headers OBJECT {' '.join(h.stem + '.cc' for h in headers)})\n"
+        "target_compile_options(headers PRIVATE -Wall -Wextra -Werror)\n"
+        "target_link_libraries(headers PRIVATE sluice::sluice)\n")
+    out = configure_and_build(src, prefix)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_find_package_refuses_another_libtorch(prefix, tmp_path):
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "TorchConfig.cmake").write_text("set(TORCH_FOUND TRUE)\n")
+    (fake / "TorchConfigVersion.cmake").write_text(
+        'set(PACKAGE_VERSION "9.9.0")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n')
+    src = tmp_path / "consumer"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.22)\nproject(consumer CXX)\nfind_package(sluice REQUIRED)\n")
+    out = sh(["cmake", "-S", src, "-B", src / "build", f"-DCMAKE_PREFIX_PATH={prefix}", f"-DTorch_DIR={fake}"])
+    assert out.returncode != 0
+    assert "sluice: built with libtorch" in out.stderr and "found libtorch 9.9.0" in out.stderr, out.stderr
+
+
+CONFIG = """task: recommendation
+dataset: {dataset}
+run_dir: {run_dir}
+progress: false
+model: {{dim: 8, bottom: [16], top: [16], ids: modulo, table_rows: 4096, linear: true}}
+train: {{epochs: 2, batch: 200, optimizer: rowwise_adagrad, lr: 0.05, adagrad_init: 1.0e-4, seed: 3}}
+eval: {{every: 1}}
+storage: {{mode: out_of_core, cache_rows: 5000, window: 2, run_ahead: 2}}
+"""
+
+
+def tables(export: pathlib.Path) -> dict[str, bytes]:
+    found = {p.name: p.read_bytes() for p in sorted(export.glob("table_*.npy"))}
+    assert found, f"no tables in {export}"
+    return found
+
+
+def test_dlrm_example_outside_the_repository(prefix, tmp_path):
+    src = tmp_path / "dlrm_custom"
+    shutil.copytree(ROOT / "examples/dlrm_custom", src)
+    out = configure_and_build(src, prefix)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    example = src / "build/dlrm_custom"
+
+    ds = tmp_path / "clicks"
+    out = sh([prefix / "bin/sluice-prep", "gen-clicks", "--samples", "24000", "--sparse", "6", "--dense", "3",
+              "--vocab", "6000", "--seed", "4", "--out", ds])
+    assert out.returncode == 0, out.stderr
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG.format(dataset=ds, run_dir=tmp_path / "builtin"))
+
+    out = sh([prefix / "bin/sluice", "train", cfg])
+    assert out.returncode == 0, out.stderr
+    out = sh([prefix / "bin/sluice", "export", tmp_path / "builtin", "--out", tmp_path / "builtin-export"])
+    assert out.returncode == 0, out.stderr
+    builtin_eval = sh([prefix / "bin/sluice", "eval", tmp_path / "builtin", "--split", "test"]).stdout.split(" (checkpoint")[0]
+
+    lines = {}
+    for name, sets in {"dot": ["storage.mode=out_of_core"], "dot-mem": ["storage.mode=in_memory"],
+                       "dcn": [], "dcn-mem": ["storage.mode=in_memory"]}.items():
+        args = [example, "--model", name.split("-")[0], cfg, "--set", f"run_dir={tmp_path / name}",
+                "--export", tmp_path / f"{name}-export"]
+        for s in sets:
+            args += ["--set", s]
+        out = sh(args)
+        assert out.returncode == 0, out.stderr
+        lines[name] = out.stdout.strip().splitlines()[-1]
+        assert lines[name].startswith("test AUC"), out.stdout
+    # The built-in interaction, re-implemented: the same bits as sluice's own model.
+    assert tables(tmp_path / "dot-export") == tables(tmp_path / "builtin-export")
+    assert lines["dot"].split(" (model")[0] == builtin_eval
+    # Out of core == in memory, for both models.
+    assert tables(tmp_path / "dot-mem-export") == tables(tmp_path / "dot-export")
+    assert tables(tmp_path / "dcn-mem-export") == tables(tmp_path / "dcn-export")
+    assert lines["dcn"].split(" (model")[0] == lines["dcn-mem"].split(" (model")[0]
+    assert tables(tmp_path / "dcn-export") != tables(tmp_path / "dot-export")
+
+    # A run trained with a user's model resumes and opens only with that model.
+    out = sh([example, "--model", "dcn", cfg, "--set", f"run_dir={tmp_path / 'dot'}", "--set", "train.epochs=3",
+              "--resume"])
+    assert out.returncode != 0 and "another config" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    out = sh([example, "--model", "dot", cfg, "--set", f"run_dir={tmp_path / 'dot'}", "--set", "train.epochs=3",
+              "--resume"])
+    assert out.returncode == 0, out.stderr
