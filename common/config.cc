@@ -173,6 +173,11 @@ std::string FormatValue(double v) {
   std::snprintf(text, sizeof(text), "%.17g", v);
   return text;
 }
+std::string ShortestValue(double v) {
+  char text[32];
+  const auto r = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, r.ptr);
+}
 std::string FormatValue(const std::string& v) {
   std::string quoted = "\"";
   for (char c : v) {
@@ -207,6 +212,17 @@ Status ConfigLoader::Finish() {
     }
   }
   return Status::Ok();
+}
+
+void ConfigReferenceWriter::Row(const std::string& key, const std::string& type,
+                                const std::string& value, const char* doc) {
+  auto cell = [](std::string text) {
+    std::string out;
+    for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  out_ << "| `" << key << "` | " << cell(type) << " | " << (value.empty() ? "" : "`" + cell(value) + "`")
+       << " | " << cell(doc != nullptr ? doc : "") << " |\n";
 }
 
 void ConfigDumper::Comment(const char* doc) {

@@ -255,6 +255,68 @@ class ConfigDumper {
   std::ostringstream out_;
 };
 
+// The shortest text that reads back as `v` (0.1, not 0.10000000000000001).
+std::string ShortestValue(double v);
+
+// What a field's value is, in words (the configuration reference).
+template <typename T>
+std::string TypeWords() {
+  if constexpr (std::is_same_v<T, bool>) {
+    return "bool";
+  } else if constexpr (ConfigEnum<T>) {
+    return "one of " + EnumNameList<T>();
+  } else if constexpr (std::is_integral_v<T>) {
+    return "integer";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "number";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return "string";
+  } else if constexpr (std::is_same_v<T, Bytes>) {
+    return "bytes (e.g. 512MiB)";
+  } else {
+    return "list of " + TypeWords<typename T::value_type>();
+  }
+}
+
+// Visitor that writes a Markdown table of a config's keys: key, type, default, description.
+class ConfigReferenceWriter {
+ public:
+  explicit ConfigReferenceWriter(std::string prefix = "") : prefix_(std::move(prefix)) {}
+
+  template <typename T, typename Check = NoCheck>
+  void Field(const char* name, T& value, const char* doc, Check check = {}) {
+    std::string type = TypeWords<T>();
+    if constexpr (requires { check.List(); }) type = "one of " + check.List();
+    if constexpr (std::is_floating_point_v<T>) {
+      Row(prefix_ + name, type, ShortestValue(value), doc);
+    } else {
+      Row(prefix_ + name, type, FormatValue(value), doc);
+    }
+  }
+  template <typename S>
+  void Section(const char* name, S& section, const char* doc) {
+    Row(prefix_ + name, "section", "", doc);
+    ConfigReferenceWriter inner(prefix_ + name + ".");
+    section.VisitFields(inner);
+    out_ << inner.str();
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  void Row(const std::string& key, const std::string& type, const std::string& value, const char* doc);
+
+  std::string prefix_;
+  std::ostringstream out_;
+};
+
+// The Markdown table of a config struct's keys, under a header row.
+template <typename Config>
+std::string ConfigReferenceTable(Config config) {
+  ConfigReferenceWriter writer;
+  config.VisitFields(writer);
+  return "| key | type | default | what it does |\n|---|---|---|---|\n" + writer.str();
+}
+
 // Loads `config` from a YAML file (empty path: defaults only) plus "key=value" overrides.
 template <typename Config>
 Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides,

@@ -18,3 +18,17 @@ def sluice_bin() -> pathlib.Path:
 
 def run(binary: pathlib.Path, *args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build/release"))
+
+
+@pytest.fixture(scope="session")
+def prefix(tmp_path_factory) -> pathlib.Path:
+    """sluice installed (`cmake --install`) into a fresh prefix."""
+    if not (BUILD / "CMakeCache.txt").exists():
+        pytest.fail(f"no build at {BUILD}: build first (scripts/test.sh does)")
+    p = tmp_path_factory.mktemp("prefix")
+    out = subprocess.run(["cmake", "--install", str(BUILD), "--prefix", str(p)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return p

@@ -1,7 +1,10 @@
 // The public Run (sluice/run.h) over the training core: tasks are dispatched through one table
 // (kTasks), trained by the runner (train/runner.h) and read through OpenTrained.
 
+#include <malloc.h>
+
 #include <exception>
+#include <mutex>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -36,18 +39,24 @@ Result<std::unique_ptr<Task>> LoadTask(const std::string& path,
   return Make(config);
 }
 
+template <class Config>
+std::string Reference() {
+  return ConfigReferenceTable(Config{});
+}
+
 struct TaskEntry {
   const char* name;
   Result<std::unique_ptr<Task>> (*load)(const std::string& path,
                                         const std::vector<std::string>& overrides,
                                         const std::string& run_dir);
+  std::string (*reference)();  // the config's keys as a Markdown table
 };
 
 // Every task sluice trains. A config's `task` key picks one (link_prediction by default).
 constexpr TaskEntry kTasks[] = {
-    {"link_prediction", &LoadTask<LpConfig, &MakeLpTask>},
-    {"recommendation", &LoadTask<DlrmConfig, &MakeDlrmTask>},
-    {"node_classification", &LoadTask<NcConfig, &MakeNcTask>},
+    {"link_prediction", &LoadTask<LpConfig, &MakeLpTask>, &Reference<LpConfig>},
+    {"recommendation", &LoadTask<DlrmConfig, &MakeDlrmTask>, &Reference<DlrmConfig>},
+    {"node_classification", &LoadTask<NcConfig, &MakeNcTask>, &Reference<NcConfig>},
 };
 
 // The task a config (with its overrides) names: its `task` key, link_prediction by default.
@@ -82,6 +91,17 @@ auto Guard(const std::string& what, F&& f) -> decltype(f()) {
   }
 }
 
+// Training allocates and frees the same multi-megabyte tensors every step. glibc would map and
+// unmap each one (page faults and zeroing: a fifth of a DLRM step, 8% of a whole run measured
+// through the library before this moved here from the executable); keep them in the heap.
+void TuneAllocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 512 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  });
+}
+
 }  // namespace
 
 Run::Run(std::string task, std::unique_ptr<Task> impl, bool read_only)
@@ -91,6 +111,7 @@ Run& Run::operator=(Run&&) noexcept = default;
 Run::~Run() = default;
 
 Result<Run> Run::FromConfig(const std::string& config_path, const std::vector<std::string>& overrides) {
+  TuneAllocator();
   return Guard("config " + config_path, [&]() -> Result<Run> {
     SLUICE_ASSIGN_OR_RETURN(const TaskEntry* entry, ConfigTask(config_path, overrides));
     SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, entry->load(config_path, overrides, ""));
@@ -99,6 +120,7 @@ Result<Run> Run::FromConfig(const std::string& config_path, const std::vector<st
 }
 
 Result<Run> Run::Open(const std::string& run_dir) {
+  TuneAllocator();
   return Guard("open run", [&]() -> Result<Run> {
     const std::string path = run_dir + "/config.yaml";
     if (!fs::exists(path)) return NotFound(path + ": not a run directory (no config.yaml)");
@@ -177,6 +199,20 @@ Result<std::string> Run::Predict(const PredictRequest& request, const std::strin
     SLUICE_RETURN_IF_ERROR(OpenCheckpoint(checkpoint));
     return impl_->Predict(request);
   });
+}
+
+std::string ConfigReference() {
+  std::string text =
+      "# Configuration reference\n\n"
+      "Generated from the config structs by `sluice config-reference` (the build writes it to "
+      "`build/<preset>/docs/configuration.md`; a test checks that this copy matches). Every key "
+      "can be set in the YAML file or with `--set key=value`; an unknown key, a value of the "
+      "wrong type or out of range is refused in one line naming the file and line. The `task` "
+      "key picks the table.\n";
+  for (const TaskEntry& e : kTasks) {
+    text += std::string("\n## task: ") + e.name + "\n\n" + e.reference();
+  }
+  return text;
 }
 
 Result<DatasetInfo> OpenDataset(const std::string& dir, bool verify) {

@@ -4,8 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <malloc.h>
-
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +95,23 @@ int RunTrain(const Args& a) {
   return s.ok() ? 0 : Fail(s);
 }
 
+int RunConfigReference(const Args& a) {
+  const std::string text = ConfigReference();
+  if (a.out.empty()) {
+    std::printf("%s", text.c_str());
+    return 0;
+  }
+  const std::string temp = a.out + ".tmp";
+  std::FILE* f = std::fopen(temp.c_str(), "w");
+  if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) {
+    return Fail(IoError("config-reference: write " + temp + ": " + std::strerror(errno)));
+  }
+  if (std::rename(temp.c_str(), a.out.c_str()) != 0) {
+    return Fail(IoError("config-reference: rename " + temp + ": " + std::strerror(errno)));
+  }
+  return 0;
+}
+
 // eval, export and predict: the run, opened at the chosen checkpoint.
 int RunRead(const std::string& command, const Args& a) {
   auto run = Run::Open(a.run_dir);
@@ -172,6 +188,9 @@ void BuildCli(CLI::App& app, Args& a) {
   demo->add_option("--set", a.overrides, "override a config key: --set io.queue_depth=64")
       ->allow_extra_args(false);
   demo->add_flag("--print-config", a.print_config, "print the effective config and exit");
+  auto* ref = app.add_subcommand("config-reference",
+                                 "write every task's config keys as Markdown (docs/configuration.md)");
+  ref->add_option("--out", a.out, "output file (default: standard output)");
   AddTrain(app, a);
   AddReaders(app, a);
 }
@@ -215,6 +234,7 @@ int Main(int argc, char** argv) {
   if (command == "info") return RunInfo(a);
   if (command == "demo-storage") return RunDemo(a);
   if (command == "train") return RunTrain(a);
+  if (command == "config-reference") return RunConfigReference(a);
   return RunRead(command, a);
 }
 
@@ -222,10 +242,6 @@ int Main(int argc, char** argv) {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
-  // Training allocates and frees the same multi-megabyte tensors every step. glibc would map
-  // and unmap each one (page faults and zeroing: a fifth of the step); keep them in the heap.
-  mallopt(M_MMAP_THRESHOLD, 512 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   try {
     return sluice::Main(argc, argv);
   } catch (const std::exception& e) {

@@ -7,9 +7,10 @@
 //        MLP.
 //
 //   dlrm_custom --model dot|dcn CONFIG [--set key=value ...] [--export DIR] [--resume]
-// trains (--resume: on from the run directory's latest checkpoint), then evaluates the run's
-// best checkpoint on the test split and prints its metrics (and exports its embedding tables
-// into DIR).
+//               [--train-only]
+// trains (--resume: on from the run directory's latest checkpoint), then, unless --train-only,
+// evaluates the run's best checkpoint on the test split and prints its metrics (and exports
+// its embedding tables into DIR).
 
 #include <sluice/sluice.h>
 #include <torch/torch.h>
@@ -158,10 +159,13 @@ int main(int argc, char** argv) {
   std::string kind = "dot", config, export_dir;
   std::vector<std::string> overrides;
   sluice::TrainOptions options;
+  bool train_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
       kind = argv[++i];
+    } else if (a == "--train-only") {
+      train_only = true;
     } else if (a == "--resume") {
       options.resume = true;
     } else if (a == "--export" && i + 1 < argc) {
@@ -176,13 +180,14 @@ int main(int argc, char** argv) {
     }
   }
   if (config.empty() || (kind != "dot" && kind != "dcn")) {
-    std::fprintf(stderr, "usage: dlrm_custom --model dot|dcn CONFIG [--set key=value ...] [--export DIR] [--resume]\n");
+    std::fprintf(stderr, "usage: dlrm_custom --model dot|dcn CONFIG [--set key=value ...] [--export DIR] [--resume] [--train-only]\n");
     return 2;
   }
   auto run = sluice::Run::FromConfig(config, overrides);
   if (!run.ok()) return Fail(run.status());
   if (sluice::Status s = run->SetModel(kind, Factory(kind)); !s.ok()) return Fail(s);
   if (sluice::Status s = run->Train(options); !s.ok()) return Fail(s);
+  if (train_only) return 0;
 
   // Read the trained run back: its best checkpoint, with the same model.
   auto trained = sluice::Run::Open(run->run_dir());

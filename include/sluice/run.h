@@ -20,6 +20,10 @@
 // on disk. Ctrl-C during Train finishes the step, writes a checkpoint and returns Aborted
 // (InterruptExitCode() is the exit status the executable uses).
 //
+// Process-wide: the first FromConfig or Open raises glibc's mmap threshold to 512 MiB and its
+// trim threshold to 1 GiB (mallopt), so the multi-megabyte tensors of every step stay in the
+// heap instead of being mapped, zeroed and unmapped each time (8% of a DLRM run).
+//
 // Ownership: a Run owns its task, its storage and the model; it is movable, not copyable.
 // Thread safety: one thread uses a Run at a time; Train runs its pipeline on threads of its own
 // and applies the config's thread plan (threads.*) for the run's duration. Train locks the
@@ -109,6 +113,10 @@ class Run {
   bool trained_ = false;    // Train ran (it runs once)
   std::string opened_;      // the checkpoint opened for reading
 };
+
+// Every task's config keys (type, default, what each does) as a Markdown document: what
+// docs/configuration.md holds.
+std::string ConfigReference();
 
 // The exit status for an Aborted Train: 130 after SIGINT, 143 after SIGTERM.
 int InterruptExitCode();

@@ -164,7 +164,7 @@ struct DlrmConfig {
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("task", task, "recommendation", OneOf({"recommendation"}));
+    v.Field("task", task, "the workload: recommendation here", OneOf({"recommendation"}));
     VisitRunFields(v, *this);
   }
 };

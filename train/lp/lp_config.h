@@ -168,7 +168,7 @@ struct LpConfig {
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("task", task, "link_prediction (or recommendation: see configs/movielens_dlrm.yaml)",
+    v.Field("task", task, "the workload: link_prediction (the default), recommendation or node_classification",
             OneOf({"link_prediction"}));
     VisitRunFields(v, *this);
   }

@@ -187,7 +187,7 @@ struct NcConfig {
 
   template <class V>
   void VisitFields(V& v) {
-    v.Field("task", task, "node_classification", OneOf({"node_classification"}));
+    v.Field("task", task, "the workload: node_classification here", OneOf({"node_classification"}));
     VisitRunFields(v, *this);
     v.Section("features", features, "node features");
   }
