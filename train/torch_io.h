@@ -13,7 +13,8 @@
 
 namespace sluice {
 
-// The first line of a libtorch error (the rest is a C++ stack trace).
+// The line of a libtorch error that says what failed: its first (the rest is a C++ stack
+// trace), or for a TorchScript interpreter error the cause (its last "...Error: " line).
 std::string FirstLine(const std::string& text);
 
 // Saves a tensor, module or optimizer as `name`.

@@ -205,3 +205,62 @@ def test_bad_input_is_one_clear_line(sluice_bin, clicks, tmp_path):
     assert run(sluice_bin, "train", str(good)).returncode == 0
     out = run(sluice_bin, "train", str(good), "--resume", "--set", "model.dim=4")
     assert out.returncode == 2 and "another model" in out.stderr, out.stderr
+
+
+SCRIPTED = '''
+import sys
+import torch
+
+
+class Net(torch.nn.Module):
+    """A small click model over the dense features and every table's row, flattened."""
+
+    def __init__(self, dense: int, tables: int, width: int):
+        super().__init__()
+        self.bottom = torch.nn.Sequential(torch.nn.Linear(dense, 8), torch.nn.ReLU())
+        self.top = torch.nn.Sequential(torch.nn.Linear(8 + tables * width, 16), torch.nn.ReLU(),
+                                       torch.nn.Linear(16, 1))
+
+    def forward(self, dense: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return self.top(torch.cat([self.bottom(dense), rows.flatten(1)], 1)).squeeze(1)
+
+
+class Wrong(torch.nn.Module):
+    def forward(self, dense: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return rows.sum(2)  # [B, C]: not one logit per sample
+
+
+torch.manual_seed(0)
+torch.jit.script(Net(3, 6, 9)).save(sys.argv[1])
+torch.jit.script(Wrong()).save(sys.argv[2])
+'''
+
+
+def test_torchscript_model_trains_out_of_core_as_in_memory(sluice_bin, clicks, tmp_path):
+    pytest.importorskip("torch", reason="python3-torch scripts the model (scripts/install_deps.sh installs it)")
+    script = tmp_path / "make.py"
+    script.write_text(SCRIPTED)
+    out = subprocess.run(["/usr/bin/python3", str(script), str(tmp_path / "net.pt"), str(tmp_path / "wrong.pt")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    tables, dense = {}, {}
+    for name, storage in {"mem": {"mode": "in_memory"}, "ooc": dict(OOC, backend="rowfile")}.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
+        out = run(sluice_bin, "train", str(cfg), "--set", f"model.torchscript={tmp_path / 'net.pt'}")
+        assert out.returncode == 0, out.stderr
+        tables[name], dense[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name)
+    assert tables["ooc"] == tables["mem"] and dense["ooc"] == dense["mem"]
+    ev = run(sluice_bin, "eval", str(tmp_path / "ooc"), "--split", "test")
+    assert ev.returncode == 0, ev.stderr
+    assert float(ev.stdout.split("AUC ")[1].split()[0]) > 0.6, ev.stdout
+    # The scripted network's parameters were trained (they are in the checkpoint, not the file's).
+    builtin = write_config(tmp_path / "b.yaml", clicks, tmp_path / "b", mode="in_memory")
+    assert run(sluice_bin, "train", str(builtin)).returncode == 0
+    assert dense_bytes(tmp_path / "b") != dense["mem"]
+    for bad, why in [(tmp_path / "wrong.pt", "must return float32 logits [B]"),
+                     (tmp_path / "mem.yaml", "not a TorchScript file"),
+                     (tmp_path / "absent.pt", "absent.pt: no such file")]:
+        cfg = write_config(tmp_path / "x.yaml", clicks, tmp_path / "x", mode="in_memory")
+        out = run(sluice_bin, "train", str(cfg), "--set", f"model.torchscript={bad}", "--overwrite")
+        assert out.returncode != 0 and why in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -43,3 +43,13 @@ TEST(TorchIoTest, SavedTensorsLoadBackAndDamagedOnesAreOneLineNamingTheFile) {
 
 }  // namespace
 }  // namespace sluice
+
+TEST(TorchIoTest, FirstLineOfAnErrorSaysWhatFailed) {
+  EXPECT_EQ(sluice::FirstLine("index out of range\nException raised from ... (frame 1)\nframe 2"), "index out of range");
+  // The TorchScript interpreter's preamble says nothing; its cause comes last.
+  EXPECT_EQ(sluice::FirstLine("The following operation failed in the TorchScript interpreter.\n"
+                      "Traceback of TorchScript (most recent call last):\n  File \"<x>\", line 3\n"
+                      "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x13 and 5x1)\n"),
+            "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x13 and 5x1)");
+  EXPECT_EQ(sluice::FirstLine(std::string(400, 'x')).size(), 303u);
+}

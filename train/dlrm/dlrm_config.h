@@ -38,6 +38,7 @@ struct DlrmModelConfig {
   uint64_t table_rows = 1'000'000;    // rows per table when ids are reduced modulo
   double init_scale = 0.05;
   bool linear = false;
+  std::string torchscript;  // a scripted model in place of the built-in network
 
   template <class V>
   void VisitFields(V& v) {
@@ -54,6 +55,11 @@ struct DlrmModelConfig {
     v.Field("linear", linear,
             "add a first-order term: each row also holds a weight, summed into the logit "
             "(stored after the embedding, trained by the same row optimizer)");
+    v.Field("torchscript", torchscript,
+            "a TorchScript file (torch.jit.script(module).save(FILE)) in place of the built-in "
+            "network: forward(dense [B, D], rows [B, C, W]) returns logits [B] (W: dim, +1 with "
+            "linear); its parameters are trained by train.dense_optimizer; bottom and top are "
+            "unused (\"\": the built-in network)");
   }
 };
 

@@ -14,6 +14,7 @@
 #include "train/row_checkpoint.h"
 #include "train/run_dir.h"
 #include "train/torch_io.h"
+#include "train/torchscript_model.h"
 
 namespace sluice {
 namespace {
@@ -44,7 +45,7 @@ Status DlrmTask::SetModelFactory(const std::string& name, ModelFactory factory) 
 
 Status DlrmTask::BuildModel() {
   torch::manual_seed(cfg_.train.seed);
-  if (!factory_) {
+  if (!factory_ && cfg_.model.torchscript.empty()) {
     net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
                    cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch).ptr();
     return Status::Ok();
@@ -60,6 +61,14 @@ Status DlrmTask::BuildModel() {
   spec.linear = cfg_.model.linear;
   spec.bottom_layers = cfg_.model.bottom;
   spec.top_layers = cfg_.model.top;
+  if (!cfg_.model.torchscript.empty()) {
+    if (factory_) {
+      return InvalidArgument("model.torchscript is set and a model was given through Run::SetModel (" +
+                             model_name_ + "): choose one");
+    }
+    SLUICE_ASSIGN_OR_RETURN(net_, LoadScriptedClickModel(cfg_.model.torchscript, spec));
+    return Status::Ok();
+  }
   try {
     net_ = factory_(spec);
   } catch (const std::exception& e) {
