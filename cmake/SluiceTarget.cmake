@@ -28,7 +28,10 @@ function(sluice_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   # Position-independent: the installed static libraries link into users' shared objects too.
+  # Without semantic interposition GCC still inlines and calls directly the functions a library
+  # defines (-fPIC alone routes them through the PLT and stops inlining them).
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${name} PRIVATE -fno-semantic-interposition)
   sluice_configure(${name})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   if(SLUICE_SANITIZE)

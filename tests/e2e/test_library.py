@@ -134,3 +134,81 @@ def test_dlrm_example_outside_the_repository(prefix, tmp_path):
     out = sh([example, "--model", "dot", cfg, "--set", f"run_dir={tmp_path / 'dot'}", "--set", "train.epochs=3",
               "--resume"])
     assert out.returncode == 0, out.stderr
+
+
+THROWING = r"""
+#include <sluice/sluice.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+// A model whose loss throws once the run reaches step 3.
+struct Flaky : sluice::Model {
+  Flaky() { w = register_parameter("w", torch::zeros({1})); }
+  torch::Tensor Predict(const sluice::ModelInput& in) override {
+    return in.tables.at(0).uses.view({in.labels.size(0), -1}).sum(1) + w;
+  }
+  torch::Tensor Loss(const sluice::ModelInput& in) override {
+    if (in.key.step == 3) throw std::runtime_error("user bug: tensor of the wrong shape");
+    return torch::binary_cross_entropy_with_logits(Predict(in), in.labels);
+  }
+  uint64_t StepBytes() const override { return 1 << 20; }
+  torch::Tensor w;
+};
+
+int main(int argc, char** argv) {
+  const std::string config = argv[1], dir = argv[2];
+  // 1. A factory that throws: a Status, no exception.
+  auto run = sluice::Run::FromConfig(config, {"run_dir=" + dir + "/a"});
+  if (!run.ok()) { std::printf("config: %s\n", run.status().message().c_str()); return 1; }
+  sluice::Status s = run->SetModel("boom", [](const sluice::ModelSpec&) -> std::shared_ptr<sluice::Model> {
+    throw std::invalid_argument("no model for these shapes");
+  });
+  if (s.ok()) s = run->Train();
+  std::printf("factory: %s\n", s.message().c_str());
+  // 2. A model that throws at step 3: a Status naming the step.
+  auto run2 = sluice::Run::FromConfig(config, {"run_dir=" + dir + "/b"});
+  if (!run2.ok()) return 1;
+  s = run2->SetModel("flaky", [](const sluice::ModelSpec&) { return std::make_shared<Flaky>(); });
+  if (s.ok()) s = run2->Train();
+  std::printf("model: %s\n", s.message().c_str());
+  // 3. Calls out of order: Status, not a crash.
+  std::printf("again: %s\n", run2->Train().message().c_str());
+  std::printf("set late: %s\n", run2->SetModel("x", [](const sluice::ModelSpec&) { return std::make_shared<Flaky>(); }).message().c_str());
+  auto missing = sluice::Run::FromConfig(dir + "/absent.yaml");
+  std::printf("missing: %s\n", missing.ok() ? "ok?" : missing.status().message().c_str());
+  auto info = sluice::OpenDataset(dir + "/clicks", /*verify=*/true);
+  std::printf("dataset: %s %llu\n", info.ok() ? info->task.c_str() : info.status().message().c_str(),
+              info.ok() ? static_cast<unsigned long long>(info->sparse_features) : 0ULL);
+  return 0;
+}
+"""
+
+
+def test_user_exceptions_and_misuse_come_back_as_status(prefix, tmp_path):
+    src = tmp_path / "throwing"
+    src.mkdir()
+    (src / "main.cc").write_text(THROWING)
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.22)\nproject(throwing CXX)\nset(CMAKE_CXX_STANDARD 20)\n"
+        "find_package(sluice 0.1 REQUIRED)\nadd_executable(throwing main.cc)\n"
+        "target_link_libraries(throwing PRIVATE sluice::sluice)\n")
+    out = configure_and_build(src, prefix)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ds = tmp_path / "clicks"
+    out = sh([prefix / "bin/sluice-prep", "gen-clicks", "--samples", "6000", "--sparse", "4", "--dense", "2",
+              "--vocab", "500", "--seed", "2", "--out", ds])
+    assert out.returncode == 0, out.stderr
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG.format(dataset=ds, run_dir=tmp_path / "unused"))
+    out = sh([src / "build/throwing", cfg, tmp_path])
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = dict(l.split(": ", 1) for l in out.stdout.strip().splitlines())
+    assert "its factory failed: no model for these shapes" in lines["factory"], out.stdout
+    assert "step 3" in lines["model"] and "user bug: tensor of the wrong shape" in lines["model"], out.stdout
+    assert "has trained" in lines["again"], out.stdout
+    assert "has started" in lines["set late"], out.stdout
+    assert "absent.yaml" in lines["missing"], out.stdout
+    assert lines["dataset"] == "recommendation 4", out.stdout
