@@ -84,7 +84,8 @@ class Model : public torch::nn::Module {
   // The step's loss, a scalar tensor; the engine runs backward through it.
   virtual torch::Tensor Loss(const ModelInput& input) = 0;
   // The model's outputs for evaluation and prediction (no gradients are taken): recommendation,
-  // one logit per sample [B]. The default throws (a model a task evaluates must override it).
+  // one logit per sample [B]; node classification, [seeds, classes] logits. The default throws
+  // (a model a task evaluates must override it).
   virtual torch::Tensor Predict(const ModelInput& /*input*/) {
     throw std::logic_error("this model does not implement Predict (evaluation needs it)");
   }

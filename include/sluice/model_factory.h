@@ -17,7 +17,7 @@ class Model;  // sluice/model.h
 
 // The shapes a model of a run must fit, from the config and the dataset.
 struct ModelSpec {
-  std::string task;            // "recommendation" (the task that takes a user's model so far)
+  std::string task;            // "recommendation" or "node_classification"
   uint64_t seed = 0;           // train.seed; torch::manual_seed(seed) runs before the factory
   int64_t batch = 0;           // samples per training step
   // recommendation: dense features D (0: none), categorical features C (tables), embedding
@@ -29,6 +29,14 @@ struct ModelSpec {
   int64_t row_width = 0;
   bool linear = false;
   std::vector<int> bottom_layers, top_layers;
+  // node_classification: the feature width (0 without features), the classes, the sampled
+  // hops (model.layers) and their fanouts (model.fanouts; -1: every neighbour), and the
+  // learnable node embedding width (model.embedding_dim, 0: none).
+  int64_t feature_dim = 0;
+  int64_t classes = 0;
+  int64_t layers = 0;
+  std::vector<int> fanouts;
+  int64_t embedding_dim = 0;
 };
 
 // Builds the model for a spec. May throw (the exception becomes the returned Status) or return

@@ -212,3 +212,40 @@ def test_user_exceptions_and_misuse_come_back_as_status(prefix, tmp_path):
     assert "has started" in lines["set late"], out.stdout
     assert "absent.yaml" in lines["missing"], out.stdout
     assert lines["dataset"] == "recommendation 4", out.stdout
+
+
+GNN_CONFIG = """task: node_classification
+dataset: {dataset}
+run_dir: {run_dir}
+progress: false
+model: {{kind: graphsage, layers: 2, hidden: 32, fanouts: [5, 5], dropout: 0.0}}
+train: {{epochs: 3, batch: 32, lr: 0.01, seed: 3}}
+eval: {{every: 1, fanouts: [5, 5], batch: 16}}
+storage: {storage}
+"""
+
+
+def test_gnn_example_outside_the_repository(prefix, tmp_path):
+    src = tmp_path / "gnn_custom"
+    shutil.copytree(ROOT / "examples/gnn_custom", src)
+    out = configure_and_build(src, prefix)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ds = tmp_path / "graph"
+    out = sh([prefix / "bin/sluice-prep", "gen-nc", "--nodes", "6000", "--edges", "60000", "--features", "32",
+              "--classes", "5", "--seed", "5", "--out", ds])
+    assert out.returncode == 0, out.stderr
+    lines, preds = {}, {}
+    # A cache of 2,000 feature rows of 6,000 out of core.
+    for name, storage in {"ooc": "{mode: out_of_core, cache_rows: 2000, window: 1, run_ahead: 1}",
+                          "mem": "{mode: in_memory}"}.items():
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(GNN_CONFIG.format(dataset=ds, run_dir=tmp_path / name, storage=storage))
+        out = sh([src / "build/gnn_custom", cfg])
+        assert out.returncode == 0, out.stderr
+        lines[name] = out.stdout.strip().splitlines()[-1]
+        latest = (tmp_path / name / "checkpoints/latest").read_text().strip()
+        preds[name] = (tmp_path / name / "checkpoints" / latest / "dense.pt").read_bytes()
+    assert lines["ooc"] == lines["mem"], lines
+    assert preds["ooc"] == preds["mem"]
+    accuracy = float(lines["ooc"].split("accuracy ")[1].split()[0])
+    assert accuracy > 0.5, lines  # 5 planted classes: chance is 0.2

@@ -39,7 +39,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   }
   auto p = MakePipeline(pass, in);
   p->Start();
-  const int64_t width = net_->OutputWidth(l);
+  const int64_t width = gnn_->OutputWidth(l);
   std::vector<uint64_t> ids;
   for (uint64_t t = 0; t < pass.steps(); ++t) {
     Status st;
@@ -49,7 +49,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
     if (s.ok()) {
       try {
         const torch::Tensor out =
-            net_->Apply(l, input->tables[0].uses, input->blocks[0], input->ids.at("nodes"), *input).contiguous();
+            gnn_->Apply(l, input->tables[0].uses, input->blocks[0], input->ids.at("nodes"), *input).contiguous();
         const std::vector<int64_t>& dst = b->sub.layers.front();  // this step's nodes, in order
         const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
         const size_t row_bytes = static_cast<size_t>(width) * 4;
@@ -77,7 +77,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
 
 Result<torch::Tensor> NcTask::InferLayerwise() {
   torch::NoGradGuard no_grad;
-  net_->eval();
+  gnn_->eval();
   const std::string dir = cfg_.run_dir + "/inference";
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -89,9 +89,9 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
   std::unique_ptr<RowCache> cache;              // ... and a cache over it in the arena
   torch::Tensor logits = torch::empty({static_cast<int64_t>(num_nodes_), classes_});
   Status s = Status::Ok();
-  for (int l = 0; l < net_->layers() && s.ok(); ++l) {
-    const bool last = l + 1 == net_->layers();
-    const auto width = static_cast<uint32_t>(net_->OutputWidth(l));
+  for (int l = 0; l < gnn_->layers() && s.ok(); ++l) {
+    const bool last = l + 1 == gnn_->layers();
+    const auto width = static_cast<uint32_t>(gnn_->OutputWidth(l));
     const uint32_t row_bytes = width * 4;
     std::unique_ptr<MemoryRows> out_memory;
     std::unique_ptr<RowFile> out_file;
@@ -129,7 +129,8 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
 }
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
-  if (!full_neighbourhood || !cfg_.eval.layerwise) return Infer(nodes);
+  // A user's model has no per-layer outputs: it infers through blocks of every neighbour.
+  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_) return Infer(nodes);
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
   return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
                                               {static_cast<int64_t>(nodes.size())}, torch::kLong));

@@ -44,6 +44,7 @@ class GnnModelImpl : public Model {
 
   // [seeds, classes] logits of the step's seeds.
   torch::Tensor Logits(const ModelInput& input);
+  torch::Tensor Predict(const ModelInput& input) override { return Logits(input); }
   // One layer's output for every destination of `block` from its sources' rows `h`; `nodes`
   // are the global ids of the sources (GCN's degrees). Exposed for layer-wise inference.
   torch::Tensor Layer(int l, const torch::Tensor& h, const BlockInput& block,

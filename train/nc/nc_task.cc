@@ -56,7 +56,10 @@ NcTask::NcTask(NcConfig config) : cfg_(std::move(config)) {
 }
 
 std::string NcTask::ConfigYaml() { return DumpConfig(cfg_); }
-std::string NcTask::ConfigFingerprint() { return sluice::ConfigFingerprint(cfg_); }
+std::string NcTask::ConfigFingerprint() {
+  const std::string fp = sluice::ConfigFingerprint(cfg_);
+  return model_name_.empty() ? fp : fp + " model=" + model_name_;
+}
 
 const std::vector<int64_t>& NcTask::Split(const std::string& name) const {
   static const std::vector<int64_t> kNone;
@@ -119,6 +122,32 @@ Status NcTask::CheckLabelsAndSplits() {
   return Status::Ok();
 }
 
+// The built-in GNN, or the user's model from its factory.
+Status NcTask::MakeModel(const GnnShape& shape) {
+  if (!factory_) {
+    gnn_ = GnnModel(cfg_.model, shape, in_degree_);
+    net_ = gnn_.ptr();
+    return Status::Ok();
+  }
+  ModelSpec spec;
+  spec.task = "node_classification";
+  spec.seed = cfg_.train.seed;
+  spec.batch = cfg_.train.batch;
+  spec.feature_dim = shape.in_dim;
+  spec.classes = shape.classes;
+  spec.layers = cfg_.model.layers;
+  spec.fanouts = cfg_.model.fanouts;
+  spec.embedding_dim = cfg_.model.embedding_dim;
+  spec.dim = cfg_.model.hidden;
+  try {
+    net_ = factory_(spec);
+  } catch (const std::exception& e) {
+    return InvalidArgument("model " + model_name_ + ": its factory failed: " + FirstLine(e.what()));
+  }
+  if (net_ == nullptr) return InvalidArgument("model " + model_name_ + ": its factory returned no model");
+  return Status::Ok();
+}
+
 Status NcTask::BuildModel() {
   GnnShape shape;
   shape.in_dim = feature_dim_;
@@ -143,7 +172,7 @@ Status NcTask::BuildModel() {
   {  // and an evaluation step: one hop of every neighbour (layer-wise) or the sampled blocks
     std::vector<int64_t> first(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
     std::iota(first.begin(), first.end(), int64_t{0});
-    const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty();
+    const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_;
     KHopSampler eval(graph_, layerwise ? KHopOptions{{-1}, false}
                                        : SamplerOptions(cfg_.eval.fanouts.empty()
                                                             ? std::vector<int>(static_cast<size_t>(cfg_.model.layers), -1)
@@ -155,7 +184,7 @@ Status NcTask::BuildModel() {
     shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
   }
   torch::manual_seed(cfg_.train.seed);
-  net_ = GnnModel(cfg_.model, shape, in_degree_);
+  SLUICE_RETURN_IF_ERROR(MakeModel(shape));
   const double lr = cfg_.train.lr, wd = cfg_.train.weight_decay;
   if (cfg_.train.optimizer == GnnOptimizer::kAdamW) {
     opt_ = std::make_unique<torch::optim::AdamW>(net_->parameters(), torch::optim::AdamWOptions(lr).weight_decay(wd));
@@ -584,11 +613,11 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
       return in.status();
     }
     try {
-      logits.push_back(net_->Logits(*in));
+      logits.push_back(net_->Predict(*in));
     } catch (const std::exception& e) {
       p->Abort(Aborted("the model failed"));
       (void)FinishPass(*p);
-      return InvalidArgument("the model failed in evaluation step " + std::to_string(t) + ": " + e.what());
+      return InvalidArgument("the model failed in evaluation step " + std::to_string(t) + ": " + FirstLine(e.what()));
     }
     p->Computed(t);
   }

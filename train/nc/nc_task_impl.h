@@ -49,6 +49,11 @@ class NcTask : public Task {
   uint64_t PredictedPeakBytes() const override { return plan_.predicted_bytes; }
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
+  Status SetModelFactory(const std::string& name, ModelFactory factory) override {
+    model_name_ = name;
+    factory_ = std::move(factory);
+    return Status::Ok();
+  }
 
  private:
   // A step: its sampled subgraph and its rows (one key per node of the sample, layer order).
@@ -86,6 +91,7 @@ class NcTask : public Task {
   Status OpenGraph();
   Status CheckLabelsAndSplits();
   Status BuildModel();
+  Status MakeModel(const GnnShape& shape);
   Status OpenFeatures();
   RowInit Init() const;  // a learnable embedding's initial row
   // rows_from: a checkpoint directory whose embeddings are read, never written ("": the run's).
@@ -152,7 +158,10 @@ class NcTask : public Task {
   std::unique_ptr<KHopSampler> train_sampler_, eval_sampler_;
   std::vector<int64_t> epoch_nodes_;  // the epoch's training nodes in order
   // Model.
-  GnnModel net_{nullptr};
+  std::shared_ptr<Model> net_;  // the model the seam runs: gnn_, or the user's
+  GnnModel gnn_{nullptr};       // the built-in GNN (null with a user's model)
+  std::string model_name_;      // a user's model ("" = the built-in GNN)
+  ModelFactory factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
