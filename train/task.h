@@ -67,7 +67,7 @@ class Task {
   // fingerprint. Tasks that take no user's model yet refuse.
   virtual Status SetModelFactory(const std::string& /*name*/, ModelFactory /*factory*/) {
     return FailedPrecondition("task " + settings().task + " does not take a user's model yet "
-                              "(recommendation does)");
+                              "(recommendation and node classification do)");
   }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;

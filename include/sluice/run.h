@@ -81,8 +81,8 @@ class Run {
   // The effective config as YAML (what config.yaml of the run directory holds).
   std::string ConfigYaml() const;
 
-  // Replaces the built-in model by `factory`'s (recommendation so far; other tasks return
-  // FailedPrecondition). Call before Train or the first read. `name` joins the config
+  // Replaces the built-in model by `factory`'s (recommendation and node classification; link
+  // prediction returns FailedPrecondition). Call before Train or the first read. `name` joins the config
   // fingerprint: a checkpoint resumes and opens only with the model of the same name.
   Status SetModel(const std::string& name, ModelFactory factory);
 
