@@ -109,4 +109,16 @@ void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const tor
   });
 }
 
+Result<std::shared_ptr<Model>> CallModelFactory(const std::string& name, const ModelFactory& factory,
+                                                const ModelSpec& spec) {
+  std::shared_ptr<Model> model;
+  try {
+    model = factory(spec);
+  } catch (const std::exception& e) {
+    return InvalidArgument("model " + name + ": its factory failed: " + FirstLine(e.what()));
+  }
+  if (model == nullptr) return InvalidArgument("model " + name + ": its factory returned no model");
+  return model;
+}
+
 }  // namespace sluice

@@ -9,10 +9,13 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "common/status.h"
+#include "sluice/model_factory.h"
 #include "train/model.h"
 #include "train/row_optimizers.h"
 
@@ -40,6 +43,11 @@ struct StepGrads {
 // backward (the uses of each table must require grad then). An exception thrown by the model
 // is an error naming the step. The caller zeroes and steps its dense optimizer around it.
 Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused);
+
+// A user's model from its factory (Run::SetModel): the factory's exception or a null model is an
+// error naming the model.
+Result<std::shared_ptr<Model>> CallModelFactory(const std::string& name, const ModelFactory& factory,
+                                                const ModelSpec& spec);
 
 // Applies `opt` to distinct rows [0, rows): rows[k] gets sums row k (parallel over rows).
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,

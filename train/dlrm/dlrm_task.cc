@@ -69,12 +69,7 @@ Status DlrmTask::BuildModel() {
     SLUICE_ASSIGN_OR_RETURN(net_, LoadScriptedClickModel(cfg_.model.torchscript, spec));
     return Status::Ok();
   }
-  try {
-    net_ = factory_(spec);
-  } catch (const std::exception& e) {
-    return InvalidArgument("model " + model_name_ + ": its factory failed: " + FirstLine(e.what()));
-  }
-  if (net_ == nullptr) return InvalidArgument("model " + model_name_ + ": its factory returned no model");
+  SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
   return Status::Ok();
 }
 

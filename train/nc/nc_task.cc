@@ -139,12 +139,7 @@ Status NcTask::MakeModel(const GnnShape& shape) {
   spec.fanouts = cfg_.model.fanouts;
   spec.embedding_dim = cfg_.model.embedding_dim;
   spec.dim = cfg_.model.hidden;
-  try {
-    net_ = factory_(spec);
-  } catch (const std::exception& e) {
-    return InvalidArgument("model " + model_name_ + ": its factory failed: " + FirstLine(e.what()));
-  }
-  if (net_ == nullptr) return InvalidArgument("model " + model_name_ + ": its factory returned no model");
+  SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
   return Status::Ok();
 }
 
