@@ -151,6 +151,10 @@ def main(argv=None) -> int:
                    help="marius: uniform sources, destinations floor(N*u^5), permuted ids; "
                         "rmat: recursive matrix (0.57, 0.19, 0.19, 0.05)")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
+    g.add_argument("--relations", type=int, default=0,
+                   help="add a third column, the relation r<k> with k = destination id mod "
+                        "RELATIONS (a planted pattern a knowledge-graph model can learn); "
+                        "0: two columns (default)")
 
     gc = sub.add_parser("gen-clicks", help="a synthetic click log with a planted model")
     gc.add_argument("--out", required=True, help="output dataset directory")
@@ -219,7 +223,7 @@ def main(argv=None) -> int:
                             args.test_frac, args.seed, args.overwrite, args.effect_decay)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
-            write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed)
+            write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed, args.relations)
     except PrepError as e:
         print(f"sluice-prep: error: {e}", file=sys.stderr)
         return 1

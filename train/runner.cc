@@ -49,6 +49,22 @@ Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
                            dataset + "/manifest.json); resume on the dataset it was trained on, "
                            "or start over with --overwrite");
   }
+  // A user's model (Run::SetModel) ends the fingerprint with " model=NAME".
+  auto model_of = [](const std::string& fp) -> std::string {
+    const size_t at = fp.rfind(" model=");
+    if (at == std::string::npos || fp.find('\n', at) != std::string::npos) return "";
+    return fp.substr(at + 7);
+  };
+  const std::string theirs = model_of(s.config_fingerprint), ours = model_of(config_fp);
+  if (theirs != ours) {
+    const auto name = [](const std::string& m) {
+      return m.empty() ? std::string("the built-in model") : "the user's model '" + m + "'";
+    };
+    return InvalidArgument(r.dir() + ": checkpoint trained with " + name(theirs) + ", not " +
+                           name(ours) + (theirs.empty() ? "" : " (open it from the program "
+                           "that trained it, after Run::SetModel with that name)") +
+                           "; or start over with --overwrite");
+  }
   if (s.config_fingerprint != config_fp) {
     return InvalidArgument(r.dir() + ": checkpoint of another config (another model or training: "
                            "a model.* or train.* setting other than train.epochs differs from "

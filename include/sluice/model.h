@@ -20,6 +20,20 @@
 // Exceptions: a model may throw (libtorch does); the engine catches the exception and returns a
 // Status naming the step, so no public call throws.
 //
+// What each task hands a model:
+//   recommendation: dense [B, D], labels [B], table 0's uses [B * C, row_width] sample-major.
+//   node classification: tables (features, embeddings) of every sampled node, blocks, labels.
+//   link prediction, training (Loss): table 0's uses are the step's heads [q], tails [q], tail
+//     negatives [C * n] and, when sizes["head_negatives"] is 1, head negatives [C * n], end to
+//     end; ids["relation"] [q] each query's relation; sizes "queries" (q), "chunks" (C),
+//     "per_chunk" (n), "head_negatives". Query i belongs to chunk c when q*c/C <= i < q*(c+1)/C
+//     and is scored against that chunk's negatives. The model owns the relation parameters.
+//   link prediction, ranking (Predict): table 0's uses are anchors [b, d], table 1's the
+//     candidates [c, d]; ids["relation"] [b]; sizes["corrupt_head"] 0 scores the candidates as
+//     tails of (anchor, relation, ?), 1 as heads of (?, relation, anchor) (never 1 with
+//     model.reciprocal: head queries become tail queries of relation r + relations / 2).
+//     Returns [b, c] scores, higher meaning more plausible.
+//
 // Thread safety: a model is used by one thread at a time (the compute thread); it may run
 // data-parallel work on the TBB pool and libtorch's intra-op threads.
 
@@ -84,7 +98,8 @@ class Model : public torch::nn::Module {
   // The step's loss, a scalar tensor; the engine runs backward through it.
   virtual torch::Tensor Loss(const ModelInput& input) = 0;
   // The model's outputs for evaluation and prediction (no gradients are taken): recommendation,
-  // one logit per sample [B]; node classification, [seeds, classes] logits. The default throws
+  // one logit per sample [B]; node classification, [seeds, classes] logits; link prediction,
+  // [anchors, candidates] scores. The default throws
   // (a model a task evaluates must override it).
   virtual torch::Tensor Predict(const ModelInput& /*input*/) {
     throw std::logic_error("this model does not implement Predict (evaluation needs it)");

@@ -17,9 +17,18 @@ class Model;  // sluice/model.h
 
 // The shapes a model of a run must fit, from the config and the dataset.
 struct ModelSpec {
-  std::string task;            // "recommendation" or "node_classification"
+  std::string task;  // "link_prediction", "recommendation" or "node_classification"
   uint64_t seed = 0;           // train.seed; torch::manual_seed(seed) runs before the factory
-  int64_t batch = 0;           // samples per training step
+  int64_t batch = 0;           // samples (link prediction: edges) per training step
+  // link_prediction: the node rows' width (model.dim, floats per gathered row) is `dim`; the
+  // relation count (with model.reciprocal, the reciprocal relations r + relations / 2 are
+  // included) and whether queries corrupt tails only (reciprocal).
+  // Each chunk of a step's queries shares `negatives` sampled nodes per corrupted side
+  // (train.chunks, train.negatives).
+  int64_t relations = 0;
+  bool reciprocal = false;
+  int64_t chunks = 0;
+  int64_t negatives = 0;
   // recommendation: dense features D (0: none), categorical features C (tables), embedding
   // dim, floats per gathered row (dim, +1 with model.linear: the row's first-order weight
   // last), and the config's model.bottom / model.top hidden widths.

@@ -81,9 +81,9 @@ class Run {
   // The effective config as YAML (what config.yaml of the run directory holds).
   std::string ConfigYaml() const;
 
-  // Replaces the built-in model by `factory`'s (recommendation and node classification; link
-  // prediction returns FailedPrecondition). Call before Train or the first read. `name` joins the config
-  // fingerprint: a checkpoint resumes and opens only with the model of the same name.
+  // Replaces the task's built-in model (link prediction: the decoder and its relations) by
+  // `factory`'s. Call before Train or the first read. `name` joins the config fingerprint: a
+  // checkpoint resumes and opens only with the model of the same name.
   Status SetModel(const std::string& name, ModelFactory factory);
 
   // Trains as the config says (a FromConfig run; once).

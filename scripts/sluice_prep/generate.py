@@ -45,17 +45,26 @@ def edge_chunks(kind: str, nodes: int, edges: int, seed: int, skew: float = 5.0)
         yield perm[src], perm[dst]
 
 
-def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int) -> pathlib.Path:
-    """Writes a tab-separated edge list (to a temporary name, renamed when complete)."""
+def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
+                    relations: int = 0) -> pathlib.Path:
+    """Writes a tab-separated edge list (to a temporary name, renamed when complete); with
+    relations > 0 a third column names each edge's relation, r<dst mod relations>."""
+    if relations < 0:
+        raise PrepError(f"--relations must be 0 or more, got {relations}")
     path = pathlib.Path(out)
     tmp = path.with_name(path.name + ".tmp")
     progress = Progress(f"generating {path.name}", edges)
     with open(tmp, "w") as f:
         for src, dst in edge_chunks(kind, nodes, edges, seed):
-            f.write("\n".join(map("%d\t%d".__mod__, zip(src.tolist(), dst.tolist()))))
+            if relations > 0:
+                rows = zip(src.tolist(), dst.tolist(), (dst % relations).tolist())
+                f.write("\n".join(map("%d\t%d\tr%d".__mod__, rows)))
+            else:
+                f.write("\n".join(map("%d\t%d".__mod__, zip(src.tolist(), dst.tolist()))))
             f.write("\n")
             progress.add(len(src))
     progress.finish()
     tmp.rename(path)
-    print(f"wrote {path}: {nodes:,} nodes, {edges:,} edges", file=sys.stderr)
+    kinds = f", {relations} relations" if relations > 0 else ""
+    print(f"wrote {path}: {nodes:,} nodes, {edges:,} edges{kinds}", file=sys.stderr)
     return path

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/json.h"
+#include "train/torch_io.h"
 #include "sampler/random.h"
 #include "prefetch/edge_schedule.h"
 
@@ -58,15 +59,65 @@ LpRanker::Known LpRanker::KnownOf(bool tails, const std::vector<int64_t>& a,
   return known;
 }
 
-void LpRanker::RankRows(const LpDecoder& decoder, const torch::Tensor& q,
-                        const torch::Tensor& truth, const torch::Tensor& nodes,
-                        const torch::Tensor& candidates, const Known& known, const LpMetrics& m,
-                        Sums& sums) const {
-  torch::Tensor true_score = decoder.Score(q, nodes.index_select(0, truth));
-  torch::Tensor scores = decoder.ScoreAll(q, candidates);
+namespace {
+
+std::string ShapeText(const torch::Tensor& x) {
+  if (!x.defined()) return "(undefined)";
+  std::string s = "[";
+  for (int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
+  return s + "]";
+}
+
+}  // namespace
+
+Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel,
+                            bool corrupt_head, const torch::Tensor& truth,
+                            const torch::Tensor& candidates, torch::Tensor& true_score,
+                            torch::Tensor& scores) {
+  torch::Tensor r = relations_.index_select(0, rel);
+  torch::Tensor q = corrupt_head ? decoder_.HeadQuery(r, anchors) : decoder_.TailQuery(anchors, r);
+  true_score = decoder_.Score(q, truth);
+  scores = decoder_.ScoreAll(q, candidates);
+  return Status::Ok();
+}
+
+Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel,
+                          bool corrupt_head, const torch::Tensor& truth,
+                          const torch::Tensor& candidates, torch::Tensor& true_score,
+                          torch::Tensor& scores) {
+  const int64_t b = anchors.size(0), c = candidates.size(0);
+  ModelInput in;
+  in.training = false;
+  in.tables.resize(2);
+  in.tables[0].uses = anchors;
+  in.tables[0].rows = b;
+  in.tables[1].uses = torch::cat({truth, candidates}, 0);
+  in.tables[1].rows = b + c;
+  in.ids["relation"] = rel;
+  in.sizes["corrupt_head"] = corrupt_head ? 1 : 0;
+  torch::Tensor all;
+  try {
+    all = model_.Predict(in);
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("the model failed ranking ") +
+                           (corrupt_head ? "heads" : "tails") + ": " + FirstLine(e.what()));
+  }
+  if (all.dim() != 2 || all.size(0) != b || all.size(1) != b + c) {
+    return InvalidArgument("the model's Predict returned scores of shape " +
+                           ShapeText(all) + " for " + std::to_string(b) + " anchors and " +
+                           std::to_string(b + c) + " candidates (expected [anchors, candidates])");
+  }
+  all = all.to(torch::kFloat32);
+  true_score = all.narrow(1, 0, b).diagonal().contiguous();
+  scores = all.narrow(1, b, c).contiguous();
+  return Status::Ok();
+}
+
+void LpRanker::RankRows(const torch::Tensor& true_score, torch::Tensor scores, const Known& known,
+                        const LpMetrics& m, Sums& sums) const {
   if (m.filtered) {
     auto a = scores.accessor<float, 2>();
-    for (int64_t i = 0; i < q.size(0); ++i) {
+    for (int64_t i = 0; i < scores.size(0); ++i) {
       if (known[i] == nullptr) continue;
       for (int64_t x : *known[i]) a[i][x] = -std::numeric_limits<float>::infinity();
     }
@@ -88,8 +139,8 @@ void LpRanker::RankRows(const LpDecoder& decoder, const torch::Tensor& q,
   }
 }
 
-Result<LpMetrics> LpRanker::Rank(const std::string& split, const LpDecoder& decoder,
-                                 const torch::Tensor& nodes, const torch::Tensor& relations) {
+Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
+                                 const torch::Tensor& nodes) {
   torch::NoGradGuard no_grad;
   std::vector<int64_t> src, rel, dst;
   SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
@@ -98,7 +149,6 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, const LpDecoder& deco
   m.exact = num_nodes <= cfg_.eval.exact_max_nodes;
   m.filtered = cfg_.eval.filtered && m.exact;
   if (m.filtered) SLUICE_RETURN_IF_ERROR(BuildFilter());
-  torch::Tensor rels = relations.detach();
   const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges)
                                              : src.size();
   m.edges = n;
@@ -110,6 +160,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, const LpDecoder& deco
     candidates = nodes.index_select(0, torch::tensor(ids));
   }
   Sums sums;
+  torch::Tensor true_score, scores;
   for (uint64_t lo = 0; lo < n; lo += 256) {
     const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + 256) - lo);
     torch::Tensor hs = torch::from_blob(src.data() + lo, {b}, torch::kInt64);
@@ -118,15 +169,16 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, const LpDecoder& deco
     torch::Tensor h = nodes.index_select(0, hs), t = nodes.index_select(0, ts);
     const Known none(static_cast<size_t>(b), nullptr);
     // Tails of (h, r, ?).
-    RankRows(decoder, decoder.TailQuery(h, rels.index_select(0, rs)), ts, nodes, candidates,
-             m.filtered ? KnownOf(true, src, rel, lo, b) : none, m, sums);
+    SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
+    RankRows(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m, sums);
     // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
-    torch::Tensor hq =
-        cfg_.model.reciprocal
-            ? decoder.TailQuery(t, rels.index_select(0, rs + static_cast<int64_t>(base_relations_)))
-            : decoder.HeadQuery(rels.index_select(0, rs), t);
-    RankRows(decoder, hq, hs, nodes, candidates,
-             m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m, sums);
+    if (cfg_.model.reciprocal) {
+      SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs + static_cast<int64_t>(base_relations_), false, h,
+                                          candidates, true_score, scores));
+    } else {
+      SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs, true, h, candidates, true_score, scores));
+    }
+    RankRows(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m, sums);
   }
   const double k = std::max<double>(1.0, static_cast<double>(sums.ranked));
   m.mrr = sums.rr / k, m.hits1 = sums.h1 / k, m.hits3 = sums.h3 / k, m.hits10 = sums.h10 / k;

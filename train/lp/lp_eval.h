@@ -27,13 +27,51 @@ struct LpMetrics {
   std::string ToJson() const;
 };
 
+// What a ranking scores with: anchors [b, d] with relations `rel` [b] against their true
+// answers `truth` [b, d] (row-wise: true_score [b]) and against `candidates` [c, d] (scores
+// [b, c]); corrupt_head scores (?, r, anchor), else (anchor, r, ?).
+class LpScorer {
+ public:
+  virtual ~LpScorer() = default;
+  virtual Status Score(const torch::Tensor& anchors, const torch::Tensor& rel, bool corrupt_head,
+                       const torch::Tensor& truth, const torch::Tensor& candidates,
+                       torch::Tensor& true_score, torch::Tensor& scores) = 0;
+};
+
+// The built-in decoders: one query per anchor (LpDecoder), scored against both.
+class DecoderScorer : public LpScorer {
+ public:
+  DecoderScorer(const LpDecoder& decoder, torch::Tensor relations)
+      : decoder_(decoder), relations_(std::move(relations)) {}
+  Status Score(const torch::Tensor& anchors, const torch::Tensor& rel, bool corrupt_head,
+               const torch::Tensor& truth, const torch::Tensor& candidates,
+               torch::Tensor& true_score, torch::Tensor& scores) override;
+
+ private:
+  const LpDecoder& decoder_;
+  torch::Tensor relations_;
+};
+
+// A user's model through Predict (sluice/model.h's ranking input): the true answers are
+// scored as the first b candidates (the diagonal of that block), the candidates after them.
+// The model's exception is an error naming what was ranked.
+class ModelScorer : public LpScorer {
+ public:
+  explicit ModelScorer(Model& model) : model_(model) {}
+  Status Score(const torch::Tensor& anchors, const torch::Tensor& rel, bool corrupt_head,
+               const torch::Tensor& truth, const torch::Tensor& candidates,
+               torch::Tensor& true_score, torch::Tensor& scores) override;
+
+ private:
+  Model& model_;
+};
+
 class LpRanker {
  public:
   // `dataset` must outlive the ranker.
   LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_relations);
-  // Ranks split `split` with node embeddings `nodes` [n, d] and relations [R, d].
-  Result<LpMetrics> Rank(const std::string& split, const LpDecoder& decoder,
-                         const torch::Tensor& nodes, const torch::Tensor& relations);
+  // Ranks split `split` with node embeddings `nodes` [n, d], scored by `scorer`.
+  Result<LpMetrics> Rank(const std::string& split, LpScorer& scorer, const torch::Tensor& nodes);
 
  private:
   struct Sums {
@@ -42,8 +80,9 @@ class LpRanker {
   };
   using Known = std::vector<const std::vector<int64_t>*>;
   Status BuildFilter();
-  void RankRows(const LpDecoder& decoder, const torch::Tensor& q, const torch::Tensor& truth,
-                const torch::Tensor& nodes, const torch::Tensor& candidates, const Known& known,
+  // Adds the ranks of b queries: true_score [b] among scores [b, c] (the known true answers'
+  // columns excluded when filtered).
+  void RankRows(const torch::Tensor& true_score, torch::Tensor scores, const Known& known,
                 const LpMetrics& m, Sums& sums) const;
   // The known true answers of each query in edges [lo, lo + b): tails of (src, rel) or heads
   // of (dst, rel).

@@ -5,9 +5,15 @@
 
 namespace sluice {
 
-LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations)
-    : cfg_(config), layout_(layout), model_(std::make_unique<LinkModel>(config, num_relations)) {
-  std::vector<torch::Tensor> params = {model_->relations()};
+LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations,
+                     std::shared_ptr<Model> user)
+    : cfg_(config), layout_(layout), model_(std::move(user)) {
+  if (model_ == nullptr) {
+    auto builtin = std::make_shared<LinkModel>(config, num_relations);
+    builtin_ = builtin.get();
+    model_ = std::move(builtin);
+  }
+  std::vector<torch::Tensor> params = model_->parameters();
   if (cfg_.train.relation_optimizer == DenseOptimizer::kAdam) {
     rel_opt_ = std::make_unique<torch::optim::Adam>(params,
                                                     torch::optim::AdamOptions(cfg_.train.relation_lr));
@@ -36,7 +42,7 @@ Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& blo
   const std::vector<float*> rows = RowAddresses(b, block_base);
   UseParts parts = {b.head, b.tail, b.tail_neg};
   if (!b.head_neg.empty()) parts.push_back(b.head_neg);
-  const bool fused = model_->fused();
+  const bool fused = builtin_ != nullptr && builtin_->fused();
   ModelInput in;
   in.tables.push_back(GatherUses(rows, parts, d, /*requires_grad=*/!fused));
   in.ids["relation"] = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);

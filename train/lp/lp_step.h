@@ -32,9 +32,16 @@ struct LpStepTimes {
 
 class LpStepper {
  public:
-  LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations);
+  // The built-in LinkModel of the config's decoder, or `user` (a user's model, trained through
+  // autograd) when given. The dense optimizer (train.relation_optimizer) steps the model's
+  // parameters: the built-in model's relations, or every parameter of the user's.
+  LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations,
+            std::shared_ptr<Model> user = nullptr);
 
-  LinkModel& model() { return *model_; }
+  Model& model() { return *model_; }
+  const std::shared_ptr<Model>& model_ptr() const { return model_; }
+  // The built-in model; null when a user's model trains.
+  LinkModel* builtin() { return builtin_; }
   torch::optim::Optimizer& relation_optimizer() { return *rel_opt_; }
 
   // Trains a sampled step of epoch `epoch` on the rows of `block_base` (block k's first row;
@@ -49,7 +56,8 @@ class LpStepper {
 
   LpConfig cfg_;
   NodeTableLayout layout_;
-  std::unique_ptr<LinkModel> model_;
+  std::shared_ptr<Model> model_;
+  LinkModel* builtin_ = nullptr;
   std::unique_ptr<torch::optim::Optimizer> rel_opt_;
   LpStepTimes times_;
 };

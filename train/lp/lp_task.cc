@@ -24,6 +24,7 @@
 #include "train/lp/node_table.h"
 #include "train/npy.h"
 #include "train/run_dir.h"
+#include "train/model_step.h"
 #include "train/torch_io.h"
 
 namespace sluice {
@@ -38,7 +39,15 @@ class LpTask : public Task {
   const RunSettings& settings() const override { return settings_; }
   const char* unit() const override { return "edges"; }
   std::string ConfigYaml() override { return DumpConfig(cfg_); }
-  std::string ConfigFingerprint() override { return sluice::ConfigFingerprint(cfg_); }
+  std::string ConfigFingerprint() override {
+    const std::string fp = sluice::ConfigFingerprint(cfg_);
+    return model_name_.empty() ? fp : fp + " model=" + model_name_;
+  }
+  Status SetModelFactory(const std::string& name, ModelFactory factory) override {
+    model_name_ = name;
+    factory_ = std::move(factory);
+    return Status::Ok();
+  }
   Status Open(Purpose purpose) override;
   Status LoadState(const CheckpointReader& checkpoint) override;
   Status PrepareTraining(const CheckpointReader* resumed) override;
@@ -70,6 +79,9 @@ class LpTask : public Task {
   LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
+  Status MakeStepper();
+  // Scores rankings and predictions: the built-in decoder, or the user's model's Predict.
+  std::unique_ptr<LpScorer> Scorer();
 
   LpConfig cfg_;
   RunSettings settings_;
@@ -89,6 +101,8 @@ class LpTask : public Task {
   std::unique_ptr<BlockCache> cache_;
   PartitionMemoryPlan plan_;
   LpEpochStats stats_;
+  std::string model_name_;  // a user's model ("" = the built-in decoder)
+  ModelFactory factory_;
 };
 
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
@@ -105,7 +119,7 @@ Status LpTask::Open(Purpose purpose) {
   if (m.task != TaskKind::kLinkPrediction) {
     return InvalidArgument("dataset " + cfg_.dataset + " is not a link-prediction dataset");
   }
-  if (cfg_.model.decoder == Decoder::kComplEx && cfg_.model.dim % 2 != 0) {
+  if (!factory_ && cfg_.model.decoder == Decoder::kComplEx && cfg_.model.dim % 2 != 0) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
@@ -121,9 +135,36 @@ Status LpTask::Open(Purpose purpose) {
     SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
     sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), BatchOptions());
   }
-  stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_);
+  SLUICE_RETURN_IF_ERROR(MakeStepper());
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
   return Status::Ok();
+}
+
+// The built-in model, or the user's from its factory (seeded as the built-in one is).
+Status LpTask::MakeStepper() {
+  std::shared_ptr<Model> user;
+  if (factory_) {
+    ModelSpec spec;
+    spec.task = "link_prediction";
+    spec.seed = cfg_.train.seed;
+    spec.batch = cfg_.train.batch;
+    spec.dim = cfg_.model.dim;
+    spec.relations = static_cast<int64_t>(num_relations_);
+    spec.reciprocal = cfg_.model.reciprocal;
+    spec.chunks = cfg_.train.chunks;
+    spec.negatives = cfg_.train.negatives;
+    torch::manual_seed(cfg_.train.seed);
+    SLUICE_ASSIGN_OR_RETURN(user, CallModelFactory(model_name_, factory_, spec));
+  }
+  stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_, std::move(user));
+  return Status::Ok();
+}
+
+std::unique_ptr<LpScorer> LpTask::Scorer() {
+  if (LinkModel* builtin = stepper_->builtin()) {
+    return std::make_unique<DecoderScorer>(builtin->decoder(), builtin->relations().detach());
+  }
+  return std::make_unique<ModelScorer>(stepper_->model());
 }
 
 Status LpTask::LoadState(const CheckpointReader& checkpoint) {
@@ -133,15 +174,18 @@ Status LpTask::LoadState(const CheckpointReader& checkpoint) {
     return Corruption(nodes + ": size does not match the model (" + std::to_string(table_bytes()) +
                       " bytes of rows expected)");
   }
-  torch::Tensor rel;
-  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel));
-  torch::Tensor& relations = stepper_->model().relations();
-  if (rel.sizes() != relations.sizes()) {
-    return Corruption(checkpoint.dir() + "/relations.pt: shape does not match the model");
-  }
-  {
+  if (LinkModel* builtin = stepper_->builtin()) {
+    torch::Tensor rel;
+    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel));
+    torch::Tensor& relations = builtin->relations();
+    if (rel.sizes() != relations.sizes()) {
+      return Corruption(checkpoint.dir() + "/relations.pt: shape does not match the model");
+    }
     torch::NoGradGuard guard;
     relations.copy_(rel);
+  } else {
+    std::shared_ptr<Model> model = stepper_->model_ptr();
+    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", model));
   }
   SLUICE_RETURN_IF_ERROR(
       LoadTorch(checkpoint, "relation_optimizer.pt", stepper_->relation_optimizer()));
@@ -274,7 +318,11 @@ Status LpTask::SyncTable() {
 Status LpTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin"));
-  SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", stepper_->model().relations().detach().clone()));
+  if (LinkModel* builtin = stepper_->builtin()) {
+    SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", builtin->relations().detach().clone()));
+  } else {
+    SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", stepper_->model_ptr()));
+  }
   return SaveTorch(writer, "relation_optimizer.pt", stepper_->relation_optimizer());
 }
 
@@ -307,8 +355,8 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   }
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
-  SLUICE_ASSIGN_OR_RETURN(LpMetrics m,
-                          ranker_->Rank(split, stepper_->model().decoder(), nodes, stepper_->model().relations()));
+  std::unique_ptr<LpScorer> scorer = Scorer();
+  SLUICE_ASSIGN_OR_RETURN(LpMetrics m, ranker_->Rank(split, *scorer, nodes));
   return Metrics{m.mrr, m.ToString(), m.ToJson()};
 }
 
@@ -371,11 +419,25 @@ Result<std::vector<std::string>> Names(const Dataset& ds, const std::string& wha
 
 Status LpTask::Export(const std::string& dir) {
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
-  torch::Tensor rels = stepper_->model().relations().detach().contiguous();
   SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/nodes.npy", "<f4", {nodes.size(0), nodes.size(1)},
                                   nodes.data_ptr<float>(), nodes.numel() * 4));
-  SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
-                                  rels.data_ptr<float>(), rels.numel() * 4));
+  std::string readme =
+      "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
+      "original id.\n";
+  if (LinkModel* builtin = stepper_->builtin()) {
+    torch::Tensor rels = builtin->relations().detach().contiguous();
+    SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
+                                    rels.data_ptr<float>(), rels.numel() * 4));
+    readme += "relations.npy: row r is relation r (rows past the relation count are the "
+              "reciprocal relations); relations.names.txt line r is its original id.\n";
+  } else {
+    std::ostringstream dense;
+    torch::save(stepper_->model_ptr(), dense);
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomic(dir + "/dense.pt", dense.str()));
+    readme += "dense.pt: the model " + model_name_ + " (torch::save of the module: its "
+              "parameters, the relations' among them); relations.names.txt line r is relation "
+              "r's original id.\n";
+  }
   for (const char* what : {"nodes", "relations"}) {
     const uint64_t count = std::string(what) == "nodes" ? static_cast<uint64_t>(nodes.size(0))
                                                         : base_relations();
@@ -384,10 +446,7 @@ Status LpTask::Export(const std::string& dir) {
     for (const auto& n : names) text += n + "\n";
     SLUICE_RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + what + ".names.txt", text));
   }
-  return WriteFileAtomic(dir + "/README.txt",
-      "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
-      "original id.\nrelations.npy: row r is relation r (rows past the relation count are the "
-      "reciprocal relations); relations.names.txt line r is its original id.\n");
+  return WriteFileAtomic(dir + "/README.txt", readme);
 }
 
 Result<int64_t> FindName(const std::vector<std::string>& names, const std::string& x,
@@ -409,10 +468,11 @@ Result<std::string> LpTask::Predict(const PredictRequest& request) {
   SLUICE_ASSIGN_OR_RETURN(int64_t r, FindName(rel_names, request.relation, "relation"));
   torch::NoGradGuard guard;
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
-  const LpDecoder& decoder = stepper_->model().decoder();
-  torch::Tensor q = decoder.TailQuery(nodes[h].unsqueeze(0),
-                                      stepper_->model().relations().detach()[r].unsqueeze(0));
-  torch::Tensor scores = decoder.ScoreAll(q, nodes).squeeze(0);
+  std::unique_ptr<LpScorer> scorer = Scorer();
+  torch::Tensor anchor = nodes[h].unsqueeze(0), true_score, all;
+  SLUICE_RETURN_IF_ERROR(scorer->Score(anchor, torch::tensor({r}, torch::kInt64), false, anchor,
+                                       nodes, true_score, all));
+  torch::Tensor scores = all.squeeze(0);
   auto top = scores.topk(std::min<int64_t>(static_cast<int64_t>(request.k), static_cast<int64_t>(n)));
   auto values = std::get<0>(top), idx = std::get<1>(top);
   std::ostringstream out;

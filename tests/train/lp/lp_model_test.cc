@@ -3,6 +3,10 @@
 
 #include "train/lp/lp_model.h"
 
+#include <stdexcept>
+
+#include "train/lp/lp_eval.h"
+
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
@@ -131,6 +135,58 @@ TEST(LpModelTest, RowPenaltyMatchesAutogradAndIgnoresThreadCount) {
       }
     }
   }
+}
+
+// DistMult written as a user's model scores through Predict (sluice/model.h's ranking input).
+class UserDistMult : public Model {
+ public:
+  explicit UserDistMult(torch::Tensor rel) : rel_(std::move(rel)) {}
+  torch::Tensor Loss(const ModelInput&) override { return torch::zeros({}); }
+  torch::Tensor Predict(const ModelInput& in) override {
+    if (shape_bug_) return torch::zeros({1, 1});
+    if (throws_) throw std::runtime_error("user bug in Predict");
+    const torch::Tensor r = rel_.index_select(0, in.ids.at("relation"));
+    return (in.tables.at(0).uses * r).mm(in.tables.at(1).uses.t());  // symmetric: either side
+  }
+  uint64_t StepBytes() const override { return 0; }
+  bool shape_bug_ = false, throws_ = false;
+
+ private:
+  torch::Tensor rel_;
+};
+
+// The ranking's two scorers agree: a user's model through Predict (true answers scored as the
+// leading candidates) and the built-in decoder, on both corrupted sides; a model's exception or
+// a wrongly shaped result is an error saying so.
+TEST(LpModelTest, AUsersModelScoresRankingsAsTheBuiltInDecoderDoes) {
+  torch::manual_seed(3);
+  const torch::Tensor nodes = torch::randn({50, 8}), rel = torch::randn({4, 8});
+  const torch::Tensor anchors = nodes.narrow(0, 0, 7), truth = nodes.narrow(0, 10, 7);
+  const torch::Tensor ids = torch::tensor({0, 1, 2, 3, 0, 1, 2}, torch::kInt64);
+  const LpDecoder decoder(Decoder::kDistMult);
+  DecoderScorer builtin(decoder, rel);
+  UserDistMult user_model(rel);
+  ModelScorer user(user_model);
+  for (bool head : {false, true}) {
+    torch::Tensor t1, s1, t2, s2;
+    ASSERT_TRUE(builtin.Score(anchors, ids, head, truth, nodes, t1, s1).ok());
+    ASSERT_TRUE(user.Score(anchors, ids, head, truth, nodes, t2, s2).ok());
+    ASSERT_EQ(s2.sizes(), (std::vector<int64_t>{7, 50}));
+    ASSERT_EQ(t2.sizes(), (std::vector<int64_t>{7}));
+    EXPECT_TRUE(torch::allclose(t1, t2, 1e-5, 1e-5)) << t1 << t2;
+    EXPECT_TRUE(torch::allclose(s1, s2, 1e-5, 1e-5));
+    // The true answer's own column scores as the true score.
+    EXPECT_TRUE(torch::allclose(s2.index({torch::arange(7), torch::arange(10, 17)}), t2, 1e-5, 1e-5));
+  }
+  torch::Tensor t, s;
+  user_model.shape_bug_ = true;
+  Status st = user.Score(anchors, ids, false, truth, nodes, t, s);
+  EXPECT_NE(st.message().find("scores of shape [1, 1] for 7 anchors and 57 candidates"), std::string::npos)
+      << st.message();
+  user_model.shape_bug_ = false, user_model.throws_ = true;
+  st = user.Score(anchors, ids, true, truth, nodes, t, s);
+  EXPECT_NE(st.message().find("the model failed ranking heads: user bug in Predict"), std::string::npos)
+      << st.message();
 }
 
 }  // namespace
