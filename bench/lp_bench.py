@@ -96,7 +96,7 @@ def main() -> int:
                 edges[name] = warm[-1]["edges_per_s"] * warm[-1]["epoch_s"]
                 rss.setdefault(name, []).append(summary.get("peak_rss_bytes", float("nan")))
                 loads[name] = summary.get("prefetcher", {}).get("partition_loads", float("nan")) / len(rows)
-                print(f"round {r + 1}: {name}: {times[name][-1]:.2f} s", file=sys.stderr)
+                print(f"round {r + 1}: {name}: {times[name][-1]:.3f} s", file=sys.stderr)
             for a, b in pairs:
                 same = filecmp.cmp(pathlib.Path(tmp) / f"{a}-{r}/tables/nodes.bin",
                                    pathlib.Path(tmp) / f"{b}-{r}/tables/nodes.bin", shallow=False)
@@ -110,7 +110,7 @@ def main() -> int:
     for name, _, _, marius in configs:
         m = statistics.median(times[name])
         vs = f"{marius} | {marius / m:.2f}x" if marius else "- | -"
-        print(f"| {name} | {m:.2f} | {edges[name] / m:,.0f} | {vs} | {loads[name]:.0f} | "
+        print(f"| {name} | {m:.3f} | {edges[name] / m:,.0f} | {vs} | {loads[name]:.0f} | "
               f"{statistics.median(rss[name]) / 2**20:,.0f} MiB |")
     for a, b in pairs:
         ooc = statistics.median(times[configs[a][0]])

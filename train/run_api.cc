@@ -4,9 +4,9 @@
 #include <malloc.h>
 
 #include <exception>
-#include <mutex>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>

@@ -350,31 +350,27 @@ Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t
   std::vector<float> scores, labels;
   scores.reserve(source.records());
   labels.reserve(source.records());
+  // An error ends the pass (the pipeline aborted and drained) before it is returned.
+  auto fail = [this, &p](Status err) {
+    p->Abort(err);
+    (void)FinishPass(*p);
+    return err;
+  };
   for (uint64_t t = 0; t < source.steps(); ++t) {
     Status s;
     RowBatch* b = p->WaitReady(t, s);
     Result<ModelInput> in = b != nullptr ? StepInput(*b, split, false) : Result<ModelInput>(s);
-    if (!in.ok()) {
-      p->Abort(in.status());
-      (void)FinishPass(*p);
-      return in.status();
-    }
+    if (!in.ok()) return fail(in.status());
     torch::Tensor prob;
     try {
       prob = torch::sigmoid(net_->Predict(*in)).contiguous();
     } catch (const std::exception& e) {
-      Status err = InvalidArgument("evaluate " + split + " step " + std::to_string(t) + ": the model failed: " +
-                                   FirstLine(e.what()));
-      p->Abort(err);
-      (void)FinishPass(*p);
-      return err;
+      return fail(InvalidArgument("evaluate " + split + " step " + std::to_string(t) +
+                                  ": the model failed: " + FirstLine(e.what())));
     }
     if (prob.dim() != 1 || prob.size(0) != in->labels.size(0) || prob.scalar_type() != torch::kFloat32) {
-      Status err = InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
-                                   std::to_string(in->labels.size(0)) + "] logits");
-      p->Abort(err);
-      (void)FinishPass(*p);
-      return err;
+      return fail(InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
+                                  std::to_string(in->labels.size(0)) + "] logits"));
     }
     p->Computed(t);
     const float* pp = prob.data_ptr<float>();
