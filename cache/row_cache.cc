@@ -33,9 +33,9 @@ void RowStepPlan::Clear() {
 }
 
 RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
-  SLUICE_CHECK(options.kind == PlannerKind::kOracle || options.kind == PlannerKind::kLru,
-               "the row cache plans with oracle or lru");
-  if (options_.kind == PlannerKind::kLru) options_.window_steps = 0;
+  SLUICE_CHECK(options.kind != PlannerKind::kStatic || options.pinned != nullptr,
+               "the static row cache needs its pinned rows");
+  if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
   table_.resize(IndexSlots(options_.capacity_rows + options_.window_rows));
   candidates_.resize(2 * options_.capacity_rows + 4096);
   free_slots_.reserve(options_.capacity_rows);
@@ -106,7 +106,13 @@ void RowCache::MaybeErase(Entry* e) {
   if (e->slot == kNoSlot && e->pending == 0) Erase(e);
 }
 
+bool RowCache::Pinned(const Entry& e) const {
+  const std::vector<uint64_t>* p = options_.pinned;
+  return p != nullptr && e.table == 0 && e.id / 64 < p->size() && ((*p)[e.id / 64] >> (e.id % 64) & 1);
+}
+
 void RowCache::PushCandidate(const Entry& e) {
+  if (options_.kind == PlannerKind::kStatic && Pinned(e)) return;  // never evicted
   uint64_t priority = e.last_step;
   if (options_.kind == PlannerKind::kOracle) {
     priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFFFF)} << 32) | e.last_step;

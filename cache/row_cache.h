@@ -11,6 +11,11 @@
 //           evicts the row used least often so far, then the least recently used (on
 //           Zipf-skewed ids past frequency is the best predictor of reuse beyond the window).
 //   lru:    evicts the least recently used row; no lookahead (window 0).
+//   static: a fixed hot set (`pinned`, e.g. the highest-degree nodes, as Quiver and PaGraph
+//           place them) stays once loaded; the other rows pass through the remaining slots,
+//           least recently used first.
+//   none:   read-through: a row stays only while the steps in flight use it (give the cache
+//           just the rows of those steps).
 //
 // Run-ahead: step t is planned with protect_steps = d, so it only evicts rows last used at or
 // before step t - d - 1; its io may then be issued as soon as compute has finished that step.
@@ -44,6 +49,9 @@ struct RowCacheOptions {
   // capacity + window_rows entries once; more makes it double (LRU with 0 here outgrew a
   // 1 GiB plan by 15%).
   uint64_t window_rows = 0;
+  // static: table 0's pinned rows, a bitmap by id (not owned; outlives the cache). Pinned rows
+  // are never evicted, so they must leave room for the steps in flight.
+  const std::vector<uint64_t>* pinned = nullptr;
 };
 
 // Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
@@ -132,6 +140,7 @@ class RowCache {
   void Erase(Entry* e);
   void Grow();
   void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
+  bool Pinned(const Entry& e) const;
   void PushCandidate(const Entry& e);
   void CompactHeap();
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);

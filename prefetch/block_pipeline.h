@@ -26,10 +26,11 @@ class BlockPipeline {
   // The capacity for io `run_ahead` steps ahead: the sampler one step beyond it.
   static uint64_t Capacity(uint32_t run_ahead) { return uint64_t{run_ahead} + 2; }
 
-  // `cache` null: in memory (`blocks` unused). Requires capacity >= run_ahead + 2.
+  // `cache` null: in memory (`blocks` unused). Requires capacity >= run_ahead + 2. `mode`: how
+  // the sampler stage runs (see SamplerStage).
   BlockPipeline(BlockCache* cache, PrefetcherOptions options, uint64_t capacity, Fill fill,
-                BlockPrefetcher::StepSource blocks)
-      : ring_(capacity, cache != nullptr ? 2 : 1), sampler_(&ring_, std::move(fill)) {
+                BlockPrefetcher::StepSource blocks, StageMode mode = StageMode::kThread)
+      : ring_(capacity, cache != nullptr ? 2 : 1), sampler_(&ring_, std::move(fill), mode) {
     if (cache != nullptr) {
       prefetcher_ = std::make_unique<BlockPrefetcher>(cache, std::move(options), std::move(blocks),
                                                       &ring_, 1);
@@ -45,10 +46,14 @@ class BlockPipeline {
   }
   // Blocks until step t is sampled and its blocks are resident: its payload, or the error.
   Result<Payload*> WaitReady(uint64_t t) {
+    sampler_.Help(t);
     SLUICE_RETURN_IF_ERROR(ring_.WaitReady(t));
     return &sampler_.slot(t);
   }
-  void Computed(uint64_t t) { ring_.Computed(t); }
+  void Computed(uint64_t t) {
+    ring_.Computed(t);
+    sampler_.Kick();
+  }
   // Compute has stopped for good: the stages finish the step in hand (its io included, so the
   // cache may be flushed) and end. Returns the pass's error, if any.
   Status Stop() {

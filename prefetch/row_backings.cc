@@ -158,7 +158,7 @@ Result<std::unique_ptr<ArrayBacking>> ArrayBacking::Open(const Dataset& dataset,
   return std::unique_ptr<ArrayBacking>(new ArrayBacking(std::move(file), f->dtype, dim));
 }
 
-Status ArrayBacking::Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) {
+Status ArrayBacking::Ids(std::span<const RowKey> keys) {
   ids_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].table != 0) {
@@ -167,7 +167,24 @@ Status ArrayBacking::Read(IoSession& io, std::span<const RowKey> keys, std::byte
     }
     ids_[i] = keys[i].id;
   }
+  return Status::Ok();
+}
+
+Status ArrayBacking::Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) {
+  SLUICE_RETURN_IF_ERROR(Ids(keys));
   SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, ids_, out));
+  reads_ += keys.size();
+  return Status::Ok();
+}
+
+Status ArrayBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                                 uint32_t row_bytes, uint32_t gap_bytes) {
+  if (row_bytes != file_->row_bytes()) {
+    return InvalidArgument(file_->path() + ": rows of " + std::to_string(file_->row_bytes()) + " bytes, asked for " +
+                           std::to_string(row_bytes));
+  }
+  SLUICE_RETURN_IF_ERROR(Ids(keys));
+  SLUICE_RETURN_IF_ERROR(file_->ReadRowsScatter(io, ids_, rows, gap_bytes));
   reads_ += keys.size();
   return Status::Ok();
 }

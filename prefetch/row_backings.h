@@ -120,6 +120,8 @@ class ArrayBacking : public RowBacking {
     return std::unique_ptr<ArrayBacking>(new ArrayBacking(std::move(file), dtype, dim));
   }
   Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override;
+  Status ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                     uint32_t row_bytes, uint32_t gap_bytes) override;
   // A dataset is never written: FailedPrecondition.
   Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override;
   uint64_t rows_read() const override { return reads_; }
@@ -132,6 +134,7 @@ class ArrayBacking : public RowBacking {
  private:
   ArrayBacking(std::unique_ptr<RowFile> file, DType dtype, uint32_t dim)
       : file_(std::move(file)), dtype_(dtype), dim_(dim) {}
+  Status Ids(std::span<const RowKey> keys);  // into ids_
 
   std::unique_ptr<RowFile> file_;
   DType dtype_;

@@ -55,10 +55,14 @@ class RowPipeline {
   // Blocks until step t's rows are in place: its payload; nullptr with `status` set when the
   // pass ended before t (OutOfRange) or failed.
   Payload* WaitReady(uint64_t t, Status& status) {
+    sampler_.Help(t);
     status = ring_.WaitReady(t);
     return status.ok() ? &sampler_.slot(t) : nullptr;
   }
-  void Computed(uint64_t t) { ring_.Computed(t); }
+  void Computed(uint64_t t) {
+    ring_.Computed(t);
+    sampler_.Kick();
+  }
   // Compute has stopped for good: the stages finish the step in hand and end. Returns the
   // pass's error, if any (an abort from outside is none).
   Status Stop() {
@@ -78,6 +82,7 @@ class RowPipeline {
   double compute_wait_s() const { return ring_.compute_wait_s(); }
   uint64_t rows_loaded() const { return prefetcher_.rows_loaded(); }
   uint64_t rows_written() const { return prefetcher_.rows_written(); }
+  const IoStats& io_stats() const { return prefetcher_.io_stats(); }
 
   // The identity accessor, for Payload = RowBatch.
   static RowBatch& Identity(RowBatch& b) { return b; }

@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/crash_point.h"
+#include "storage/row_file.h"
 
 namespace sluice {
 namespace {
@@ -31,7 +32,15 @@ MemoryRows::MemoryRows(uint32_t row_bytes, std::vector<uint64_t> table_offsets, 
   }
 }
 
+std::unique_ptr<MemoryRows> MemoryRows::External(uint32_t row_bytes, uint64_t rows, const std::byte* base) {
+  auto m = std::unique_ptr<MemoryRows>(new MemoryRows(row_bytes, {}, nullptr));
+  m->offsets_ = {0, rows};
+  m->external_ = const_cast<std::byte*>(base);
+  return m;
+}
+
 std::byte* MemoryRows::Row(const RowKey& key) {
+  if (external_ != nullptr) return external_ + key.id * row_bytes_;
   if (dense()) return dense_.data() + (offsets_[key.table] + key.id) * row_bytes_;
   auto [it, inserted] = index_.try_emplace(key, index_.size());
   const uint64_t i = it->second;
@@ -44,10 +53,15 @@ std::byte* MemoryRows::Row(const RowKey& key) {
 }
 
 uint64_t MemoryRows::bytes() const {
+  if (external_ != nullptr) return 0;
   return dense() ? dense_.size() : chunks_.size() * kChunkRows * row_bytes_;
 }
 
 void MemoryRows::ForEach(const std::function<void(const RowKey&, std::byte*)>& f) {
+  if (external_ != nullptr) {
+    for (uint64_t i = 0; i < offsets_.back(); ++i) f(RowKey{i, 0}, external_ + i * row_bytes_);
+    return;
+  }
   if (dense()) {
     for (size_t t = 0; t + 1 < offsets_.size(); ++t) {
       for (uint64_t i = 0; i < offsets_[t + 1] - offsets_[t]; ++i) {
@@ -125,6 +139,7 @@ void RowPrefetcher::Start() {
       }
     }
     if (status_.ok()) status_ = RunSteps();
+    if (io_session_) io_stats_ = io_session_->executor().stats();
     io_session_.reset();
     if (!status_.ok()) ring_->Abort(status_);
   });
@@ -151,6 +166,18 @@ RingWait RowPrefetcher::AppendUntil(uint64_t until, uint64_t& appended) {
   return RingWait::kOk;
 }
 
+Status RowBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                               uint32_t row_bytes, uint32_t) {
+  constexpr size_t kPiece = 1 << 16;  // rows staged at a time (a step's loads, usually)
+  std::vector<std::byte> staging(std::min(keys.size(), kPiece) * row_bytes);
+  for (size_t first = 0; first < keys.size(); first += kPiece) {
+    const size_t n = std::min(kPiece, keys.size() - first);
+    SLUICE_RETURN_IF_ERROR(Read(io, keys.subspan(first, n), staging.data()));
+    for (size_t i = 0; i < n; ++i) std::memcpy(rows[first + i], staging.data() + i * row_bytes, row_bytes);
+  }
+  return Status::Ok();
+}
+
 Status RowPrefetcher::WriteBacks(const RowStepPlan& plan) {
   if (plan.write_keys.empty()) return Status::Ok();
   const size_t rb = row_bytes_;
@@ -164,20 +191,20 @@ Status RowPrefetcher::WriteBacks(const RowStepPlan& plan) {
   return Status::Ok();
 }
 
+// Straight into the slots: a group's loads may be a large share of the cache, and a staging
+// copy of them would be memory the plan does not have.
 Status RowPrefetcher::Loads(const RowStepPlan& plan) {
   if (plan.load_keys.empty()) return Status::Ok();
-  const size_t rb = row_bytes_;
-  staging_.resize(plan.load_keys.size() * rb);
-  SLUICE_RETURN_IF_ERROR(backing_->Read(*io_session_, plan.load_keys, staging_.data()));
-  for (size_t i = 0; i < plan.load_keys.size(); ++i) {
-    std::memcpy(arena_ + uint64_t{plan.load_slots[i]} * rb, staging_.data() + i * rb, rb);
-  }
+  load_rows_.resize(plan.load_keys.size());
+  for (size_t i = 0; i < plan.load_keys.size(); ++i) load_rows_[i] = arena_ + uint64_t{plan.load_slots[i]} * row_bytes_;
+  SLUICE_RETURN_IF_ERROR(backing_->ReadScatter(*io_session_, plan.load_keys, load_rows_, row_bytes_,
+                                               options_.group_steps > 1 ? options_.group_gap_bytes : RowFile::kFileGap));
   rows_loaded_ += plan.load_keys.size();
   return Status::Ok();
 }
 
-Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b, bool& stopped) {
-  auto start = SteadyClock::now();
+Status RowPrefetcher::PlanStep(RowBatch& b) {
+  const auto start = SteadyClock::now();
   b.rows.resize(b.unique.size());
   if (memory_ != nullptr) {
     for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = memory_->Row(b.unique[i]);
@@ -186,44 +213,80 @@ Status RowPrefetcher::RunIo(uint64_t t, RowBatch& b, bool& stopped) {
   }
   RowStepPlan& plan = plan_scratch_;
   SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
+  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  // A later step of the group may evict a row an earlier one loads: the write-backs of the
+  // group all happen before its loads, and a row loaded and evicted within the group is read
+  // for the slot it ends in only (the cache never hands out a slot twice within a step, and
+  // a step's evictions are of rows last used at least run_ahead + 1 steps before it).
+  group_.write_keys.insert(group_.write_keys.end(), plan.write_keys.begin(), plan.write_keys.end());
+  group_.write_slots.insert(group_.write_slots.end(), plan.write_slots.begin(), plan.write_slots.end());
+  group_.load_keys.insert(group_.load_keys.end(), plan.load_keys.begin(), plan.load_keys.end());
+  group_.load_slots.insert(group_.load_slots.end(), plan.load_slots.begin(), plan.load_slots.end());
   plan_.busy_s += SecondsSince(start);
-  // Wait until the rows this step evicts are final: compute has passed t - run_ahead, or has
-  // stopped for good. A planned step's io always runs (unless the pass was aborted): the cache
-  // already counts its evictions as done, so skipping their write-backs would lose updates.
-  start = SteadyClock::now();
-  const RingWait w = ring_->WaitComputed(t > options_.run_ahead ? t - options_.run_ahead : 0);
+  return Status::Ok();
+}
+
+Status RowPrefetcher::RunGroupIo(uint64_t end, bool& stopped) {
+  if (memory_ != nullptr) return Status::Ok();
+  // Wait until the rows the group evicts are final: compute has passed its last step minus
+  // run_ahead, or has stopped for good. A planned step's io always runs (unless the pass was
+  // aborted): the cache already counts its evictions as done, so skipping their write-backs
+  // would lose updates.
+  auto start = SteadyClock::now();
+  const uint64_t last = end - 1;
+  const RingWait w = ring_->WaitComputed(last > options_.run_ahead ? last - options_.run_ahead : 0);
   io_.wait_s += SecondsSince(start);
   if (w == RingWait::kAborted) return Aborted("pass aborted");
   stopped = w == RingWait::kStopped;
   start = SteadyClock::now();
-  SLUICE_RETURN_IF_ERROR(WriteBacks(plan));
-  SLUICE_RETURN_IF_ERROR(Loads(plan));
-  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  SLUICE_RETURN_IF_ERROR(WriteBacks(group_));
+  SLUICE_RETURN_IF_ERROR(Loads(group_));
+  group_.Clear();
   io_.busy_s += SecondsSince(start);
   return Status::Ok();
 }
 
 Status RowPrefetcher::RunSteps() {
+  const uint64_t g = std::max<uint32_t>(1, options_.group_steps);
   uint64_t appended = 0;
-  for (uint64_t t = 0;; ++t) {
-    // The window: the steps up to t + window are known to the planner before step t is planned.
-    const RingWait w = AppendUntil(t + window_, appended);
-    if (w == RingWait::kStopped || w == RingWait::kAborted) return Status::Ok();
-    if (t >= appended) {
+  for (uint64_t t = 0;;) {
+    uint64_t end = t;
+    bool ended = false, interrupted = false;
+    group_.Clear();
+    while (end < t + g) {
+      // The window: the steps up to s + window are known to the planner before step s is planned.
+      const RingWait w = AppendUntil(end + window_, appended);
+      if (w == RingWait::kStopped || w == RingWait::kAborted) {
+        interrupted = true;
+        break;
+      }
+      if (end >= appended) {
+        ended = true;
+        break;
+      }
+      SLUICE_RETURN_IF_ERROR(PlanStep(batch_of_(end)));
+      ++end;
+    }
+    bool stopped = false;
+    if (end > t) {  // planned steps' io runs even when the pass stops (their evictions count)
+      Status s = RunGroupIo(end, stopped);
+      if (s.code() == StatusCode::kAborted) return Status::Ok();
+      SLUICE_RETURN_IF_ERROR(s);
+    }
+    if (interrupted || stopped) return Status::Ok();
+    for (uint64_t s = t; s < end; ++s) {
+      ring_->Publish(stage_, s);
+      if (backing_ != nullptr) {  // the backing's own read-ahead, once step s is on its way
+        const auto start = SteadyClock::now();
+        SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, s));
+        io_.busy_s += SecondsSince(start);
+      }
+    }
+    if (ended) {
       ring_->End(stage_, appended);
       return Status::Ok();
     }
-    bool stopped = false;
-    Status s = RunIo(t, batch_of_(t), stopped);
-    if (s.code() == StatusCode::kAborted) return Status::Ok();
-    SLUICE_RETURN_IF_ERROR(s);
-    if (stopped) return Status::Ok();
-    ring_->Publish(stage_, t);
-    if (backing_ != nullptr) {  // the backing's own read-ahead, once step t is on its way
-      const auto start = SteadyClock::now();
-      SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, t));
-      io_.busy_s += SecondsSince(start);
-    }
+    t = end;
   }
 }
 

@@ -43,6 +43,11 @@ class RowBacking {
   // Reads keys[i] into out + i * row_bytes; a row never written reads as its initial value.
   virtual Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) = 0;
   virtual Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) = 0;
+  // Reads keys[i] into rows[i] (row_bytes each; e.g. cache slots). Rows less than gap_bytes
+  // apart may be read as one extent, gap included (a backing without extents ignores it). The
+  // default reads through Read in bounded pieces and copies.
+  virtual Status ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                             uint32_t row_bytes, uint32_t gap_bytes);
   // Makes every row written so far reach the store (a backing that stages writes applies them).
   virtual Status Flush(IoSession&) { return Status::Ok(); }
   // Called once step t's loads are done, steps in order: a backing may read ahead for later
@@ -60,6 +65,9 @@ class MemoryRows {
  public:
   // Dense when `table_offsets` is non-empty (its last entry is the row count).
   MemoryRows(uint32_t row_bytes, std::vector<uint64_t> table_offsets, RowInit init);
+  // One dense table of `rows` rows that lives elsewhere (a file mapped read-only, for the mmap
+  // baseline): never written through Row(); bytes() is 0 (the page cache holds them).
+  static std::unique_ptr<MemoryRows> External(uint32_t row_bytes, uint64_t rows, const std::byte* base);
   std::byte* Row(const RowKey& key);
   bool dense() const { return !offsets_.empty(); }
   uint64_t rows() const { return dense() ? offsets_.back() : index_.size(); }
@@ -79,6 +87,7 @@ class MemoryRows {
   std::vector<uint64_t> offsets_;
   RowInit init_;
   AlignedBuffer dense_;
+  std::byte* external_ = nullptr;  // External(): the rows, not owned
   std::unordered_map<RowKey, uint64_t, KeyHash> index_;
   std::vector<std::unique_ptr<std::byte[]>> chunks_;
 };
@@ -110,6 +119,12 @@ struct RowPrefetcherOptions {
   uint32_t run_ahead = 2;  // steps whose io may be issued before compute reaches them
   bool writes = true;      // training (rows become dirty) or evaluation (read only)
   IoConfig io;
+  // Steps whose io runs as one: their plans are made back to back and their loads read in one
+  // sorted pass, rows less than group_gap_bytes apart in one extent (a sweep rather than a
+  // random read per row). run_ahead >= 2 * group_steps - 1 lets a group's io run while the
+  // previous group computes.
+  uint32_t group_steps = 1;
+  uint32_t group_gap_bytes = 0;
 };
 
 class RowPrefetcher {
@@ -139,12 +154,17 @@ class RowPrefetcher {
   StageTime io_time() const { return io_; }
   uint64_t rows_loaded() const { return rows_loaded_; }
   uint64_t rows_written() const { return rows_written_; }
+  // The io requests and bytes of the pass (reads and writes; after Join).
+  const IoStats& io_stats() const { return io_stats_; }
 
  private:
   Status RunSteps();
   // Appends the steps up to `until` to the cache's window; false when the pass ended there.
   RingWait AppendUntil(uint64_t until, uint64_t& appended);
-  Status RunIo(uint64_t t, RowBatch& batch, bool& stopped);
+  // Plans step t (its rows' slots into the batch; its io joins the group's).
+  Status PlanStep(RowBatch& batch);
+  // Runs the group's io (the steps planned, up to `end`) once the rows it evicts are final.
+  Status RunGroupIo(uint64_t end, bool& stopped);
   Status WriteBacks(const RowStepPlan& plan);
   Status Loads(const RowStepPlan& plan);
 
@@ -160,11 +180,14 @@ class RowPrefetcher {
   uint32_t window_ = 0;
   std::unique_ptr<IoSession> io_session_;
   RowStepPlan plan_scratch_;
+  RowStepPlan group_;  // the io of the steps planned and not yet issued
+  std::vector<std::byte*> load_rows_;
   std::vector<std::byte> staging_;
   std::thread thread_;
   Status status_;  // the thread's result, read after Join
   StageTime plan_, io_;
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
+  IoStats io_stats_;
 };
 
 // Writes every dirty row of the cache back (the pipeline must be stopped), marks them clean and

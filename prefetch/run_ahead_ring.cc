@@ -46,6 +46,12 @@ RingWait RunAheadRing::Reserve(uint64_t t) {
   return Interrupted();
 }
 
+RingWait RunAheadRing::TryReserve(uint64_t t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (RingWait w = Interrupted(); w != RingWait::kOk) return w;
+  return t < computed_ + capacity_ ? RingWait::kOk : RingWait::kFull;
+}
+
 RingWait RunAheadRing::WaitPublished(uint32_t stage, uint64_t t) {
   std::unique_lock<std::mutex> lock(mu_);
   Wait(lock, [&] {

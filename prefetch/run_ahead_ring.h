@@ -42,8 +42,8 @@ struct StageTime {
   double wait_s = 0;
 };
 
-// What a stage's wait ended with.
-enum class RingWait { kOk, kEnded, kStopped, kAborted };
+// What a stage's wait ended with (kFull: only from TryReserve, the slot is still in use).
+enum class RingWait { kOk, kEnded, kStopped, kAborted, kFull };
 
 class RunAheadRing {
  public:
@@ -57,6 +57,8 @@ class RunAheadRing {
 
   // Stage side. Blocks until slot t is free (step t - capacity computed).
   RingWait Reserve(uint64_t t) EXCLUDES(mu_);
+  // Reserve without blocking: kFull while step t - capacity is not computed yet.
+  RingWait TryReserve(uint64_t t) EXCLUDES(mu_);
   // Blocks until `stage` has published step t (kEnded: it ended before t).
   RingWait WaitPublished(uint32_t stage, uint64_t t) EXCLUDES(mu_);
   // Blocks until compute has finished steps [0, n).

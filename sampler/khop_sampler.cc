@@ -118,10 +118,11 @@ std::vector<int64_t> KHopSampler::SeedLayer(std::span<const int64_t> seeds, uint
 }
 
 std::vector<uint64_t> KHopSampler::DrawHop(const int64_t* nodes, uint64_t frontier, size_t hop,
-                                           const SampleKey& key, std::vector<int64_t>& samples) {
+                                           const KHopOptions& options, const SampleKey& key,
+                                           std::vector<int64_t>& samples) {
   const CsrGraph& graph = graph_;
-  const int fanout = options_.fanouts[hop];
-  const bool replace = options_.replace;
+  const int fanout = options.fanouts[hop];
+  const bool replace = options.replace;
   const Key hop_key = khop::HopKey(key.seed, key.epoch, key.step, hop + 1);
   // Sample sizes (degree lookups are cache misses: in parallel), then their prefix sum.
   std::vector<uint64_t> offsets(frontier + 1, 0);
@@ -134,23 +135,24 @@ std::vector<uint64_t> KHopSampler::DrawHop(const int64_t* nodes, uint64_t fronti
   const uint64_t base = samples.size();
   samples.resize(base + offsets[frontier]);
   int64_t* out = samples.data() + base;
-  std::span<const int64_t> all = graph.all_neighbors();
-  // Draw positions for node i, prefetch them, and resolve node i - kAhead's.
-  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 256), [&](const auto& r) {
-    auto resolve = [&](uint64_t i) {
-      for (uint64_t j = offsets[i]; j < offsets[i + 1]; ++j) out[j] = all[out[j]];
-    };
-    for (uint64_t i = r.begin(); i < r.end(); ++i) {
-      int64_t* mine = out + offsets[i];
-      const uint64_t count = offsets[i + 1] - offsets[i];
-      khop::DrawPositions(graph.offset(nodes[i]), graph.degree(nodes[i]), nodes[i], fanout,
-                          replace, hop_key, mine, count);
-      for (uint64_t j = 0; j < count; ++j) __builtin_prefetch(&all[mine[j]]);
-      if (i >= r.begin() + kAhead) resolve(i - kAhead);
-    }
-    for (uint64_t i = r.end() - std::min<uint64_t>(kAhead, r.size()); i < r.end(); ++i) {
-      resolve(i);
-    }
+  graph.VisitNeighbors([&](auto all) {
+    // Draw positions for node i, prefetch them, and resolve node i - kAhead's.
+    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, frontier, 256), [&](const auto& r) {
+      auto resolve = [&](uint64_t i) {
+        for (uint64_t j = offsets[i]; j < offsets[i + 1]; ++j) out[j] = all[out[j]];
+      };
+      for (uint64_t i = r.begin(); i < r.end(); ++i) {
+        int64_t* mine = out + offsets[i];
+        const uint64_t count = offsets[i + 1] - offsets[i];
+        khop::DrawPositions(graph.offset(nodes[i]), graph.degree(nodes[i]), nodes[i], fanout,
+                            replace, hop_key, mine, count);
+        for (uint64_t j = 0; j < count; ++j) __builtin_prefetch(&all[mine[j]]);
+        if (i >= r.begin() + kAhead) resolve(i - kAhead);
+      }
+      for (uint64_t i = r.end() - std::min<uint64_t>(kAhead, r.size()); i < r.end(); ++i) {
+        resolve(i);
+      }
+    });
   });
   return offsets;
 }
@@ -166,25 +168,26 @@ void KHopSampler::LocalIndices(const std::vector<int64_t>& samples, uint64_t bas
   });
 }
 
-SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const SampleKey& key) {
+SampledSubgraph KHopSampler::Sample(std::span<const int64_t> seeds, const SampleKey& key,
+                                    const KHopOptions& options) {
   if (++call_ == 0) {  // the stamp wrapped: clear it once every 2^32 calls
     for (NodeSlot& n : slot_) n.local = 0;
     call_ = 1;
   }
   const uint64_t call = static_cast<uint64_t>(call_) << 32;
   SampledSubgraph s;
-  s.layers.reserve(options_.fanouts.size() + 1);
-  s.blocks.reserve(options_.fanouts.size());
+  s.layers.reserve(options.fanouts.size() + 1);
+  s.blocks.reserve(options.fanouts.size());
   std::vector<int64_t> layer = SeedLayer(seeds, call);
   s.layers.push_back(layer);
   std::vector<uint64_t> sample_begin;  // by local index; samples are contiguous in that order
   std::vector<int64_t> samples, samples_local;
   uint64_t expanded = 0;  // layer[0, expanded) already have samples
-  for (size_t h = 0; h < options_.fanouts.size(); ++h) {
-    const bool last = h + 1 == options_.fanouts.size();
+  for (size_t h = 0; h < options.fanouts.size(); ++h) {
+    const bool last = h + 1 == options.fanouts.size();
     const uint64_t frontier = layer.size() - expanded;
     const uint64_t base = samples.size();
-    const std::vector<uint64_t> offsets = DrawHop(layer.data() + expanded, frontier, h, key, samples);
+    const std::vector<uint64_t> offsets = DrawHop(layer.data() + expanded, frontier, h, options, key, samples);
     for (uint64_t i = 0; i < frontier; ++i) sample_begin.push_back(base + offsets[i]);
     // New nodes in first-occurrence order (frontier order, then draw order).
     const uint64_t dst_count = layer.size();

@@ -44,7 +44,13 @@ struct KHopOptions {
 class KHopSampler {
  public:
   KHopSampler(const CsrGraph& graph, KHopOptions options);
-  SampledSubgraph Sample(std::span<const int64_t> seeds, const SampleKey& key);
+  SampledSubgraph Sample(std::span<const int64_t> seeds, const SampleKey& key) {
+    return Sample(seeds, key, options_);
+  }
+  // With other fanouts (e.g. evaluation's), sharing this sampler's per-node table.
+  SampledSubgraph Sample(std::span<const int64_t> seeds, const SampleKey& key, const KHopOptions& options);
+  // Bytes of the per-node table (held for the sampler's life).
+  static uint64_t ScratchBytes(uint64_t num_nodes) { return num_nodes * sizeof(NodeSlot); }
 
  private:
   // Appends the nodes of samples[base, end) not yet in `layer` in first-occurrence order
@@ -55,7 +61,8 @@ class KHopSampler {
   // Draws hop `hop`'s neighbours of nodes[0, frontier) and appends them to `samples`; returns
   // the per-node offsets of the draws (relative to the samples' previous end).
   std::vector<uint64_t> DrawHop(const int64_t* nodes, uint64_t frontier, size_t hop,
-                                const SampleKey& key, std::vector<int64_t>& samples);
+                                const KHopOptions& options, const SampleKey& key,
+                                std::vector<int64_t>& samples);
   // Local indices of samples[base, end) into `local` (resized to the samples).
   void LocalIndices(const std::vector<int64_t>& samples, uint64_t base, std::vector<int64_t>& local);
 

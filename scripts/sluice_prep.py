@@ -117,6 +117,14 @@ def main(argv=None) -> int:
                     help="std of the Gaussian noise around class centroids (default 2.0)")
     gn.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
                     help="stored feature type (default float32)")
+    gn.add_argument("--train-frac", type=float, default=0.8,
+                    help="fraction of nodes in the train split (default 0.8)")
+    gn.add_argument("--valid-frac", type=float, default=0.1,
+                    help="fraction of nodes in the validation split (default 0.1)")
+    gn.add_argument("--test-frac", type=float, default=0.1,
+                    help="fraction of nodes in the test split (default 0.1; the rest is in no split)")
+    gn.add_argument("--undirected", action="store_true",
+                    help="store every edge in both directions (--edges counts undirected edges)")
     common(gn)
 
     for kind in ("criteo", "avazu"):
@@ -206,7 +214,8 @@ def main(argv=None) -> int:
             generate_node_classification(args.out, args.nodes, args.edges, args.features,
                                          args.classes, args.homophily, args.noise, args.partitions,
                                          args.partitioning, args.seed, args.overwrite,
-                                         args.feature_dtype)
+                                         args.feature_dtype, args.train_frac, args.valid_frac,
+                                         args.test_frac, args.undirected)
         elif args.command in ("criteo", "avazu"):
             from sluice_prep.recsys import convert_clicks
             files = {s: pathlib.Path(getattr(args, s)) for s in ("train", "valid", "test")

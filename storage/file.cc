@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <zlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,37 @@ Result<FileDigest> WriteFileDurable(const std::string& path, std::span<const std
   SLUICE_RETURN_IF_ERROR(PwriteFull(out, bytes.data(), bytes.size(), 0));
   SLUICE_RETURN_IF_ERROR(out.Sync());
   return FileDigest{bytes.size(), Crc32(0, bytes.data(), bytes.size())};
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path, MapAdvice advice) {
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, /*want_direct=*/false));
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file.SizeBytes());
+  MappedFile m;
+  if (size == 0) return m;
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+  if (p == MAP_FAILED) return ErrnoStatus("mmap " + path, errno);
+  m.data_ = static_cast<std::byte*>(p);
+  m.size_ = size;
+  if (madvise(p, size, advice == MapAdvice::kRandom ? MADV_RANDOM : MADV_NORMAL) != 0) {
+    return ErrnoStatus("madvise " + path, errno);
+  }
+  return m;
 }
 
 }  // namespace sluice

@@ -53,6 +53,28 @@ class File {
   std::string path_;
 };
 
+// A whole file mapped read-only (mmap), for baselines that read through the page cache as
+// np.memmap users do. Move-only; unmaps on destruction.
+enum class MapAdvice { kNormal, kRandom };
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // Maps `path` whole and applies `advice` (madvise MADV_NORMAL or MADV_RANDOM).
+  static Result<MappedFile> Open(const std::string& path, MapAdvice advice);
+  const std::byte* data() const { return data_; }
+  uint64_t size_bytes() const { return size_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
 // True when files in `dir` accept O_DIRECT (probes with a temporary file).
 Result<bool> ProbeDirectIo(const std::string& dir);
 

@@ -212,6 +212,22 @@ void RowFile::PlanRange(IoSession& io, uint64_t first_row, uint64_t count) const
 
 Status RowFile::ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out,
                          uint32_t gap_bytes) const {
+  const uint64_t rb = row_bytes_;
+  return ReadRowsTo(io, ids, [out, rb](uint32_t i) { return out + uint64_t{i} * rb; }, gap_bytes);
+}
+
+Status RowFile::ReadRowsScatter(IoSession& io, std::span<const uint64_t> ids,
+                                std::span<std::byte* const> rows, uint32_t gap_bytes) const {
+  if (rows.size() != ids.size()) {
+    return InvalidArgument("ReadRowsScatter on " + path() + ": " + std::to_string(ids.size()) + " ids, " +
+                           std::to_string(rows.size()) + " destinations");
+  }
+  return ReadRowsTo(io, ids, [rows](uint32_t i) { return rows[i]; }, gap_bytes);
+}
+
+template <typename Dest>
+Status RowFile::ReadRowsTo(IoSession& io, std::span<const uint64_t> ids, Dest dest,
+                           uint32_t gap_bytes) const {
   SLUICE_RETURN_IF_ERROR(CheckIds(ids));
   if (ids.empty()) return Status::Ok();
   io.EnsureSlotBytes(options_.merge_max_bytes);
@@ -228,8 +244,7 @@ Status RowFile::ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte
     const IoSession::Extent& e = extents[index];
     for (uint32_t k = e.first; k < e.end; ++k) {
       const Span s = Clip(sorted[k].first, e);
-      std::memcpy(out + uint64_t{sorted[k].second} * row_bytes_ + s.row_offset,
-                  r.buffer + s.extent_offset, s.length);
+      std::memcpy(dest(sorted[k].second) + s.row_offset, r.buffer + s.extent_offset, s.length);
     }
     return IoNext::kDone;
   };

@@ -54,6 +54,9 @@ class RowFile {
   static constexpr uint32_t kFileGap = ~uint32_t{0};
   Status ReadRows(IoSession& io, std::span<const uint64_t> ids, std::byte* out,
                   uint32_t gap_bytes = kFileGap) const;
+  // The same, row ids[i] into rows[i] (e.g. cache slots: no staging copy).
+  Status ReadRowsScatter(IoSession& io, std::span<const uint64_t> ids, std::span<std::byte* const> rows,
+                         uint32_t gap_bytes = kFileGap) const;
   // Writes rows + i * row_bytes to row ids[i]. If an id repeats, its last row wins. Rows less
   // than gap_bytes apart share one extent (read, patched, written), up to merge_max_bytes.
   Status WriteRows(IoSession& io, std::span<const uint64_t> ids, const std::byte* rows,
@@ -100,6 +103,9 @@ class RowFile {
                    uint32_t gap_bytes) const;
   // Splits the byte range of rows [first, first + count) into aligned extents.
   void PlanRange(IoSession& io, uint64_t first_row, uint64_t count) const;
+  // ReadRows and ReadRowsScatter: row at position i goes to dest(i).
+  template <typename Dest>
+  Status ReadRowsTo(IoSession& io, std::span<const uint64_t> ids, Dest dest, uint32_t gap_bytes) const;
   // Writes io.extents(); fill(extent, buffer) copies the new bytes into an extent's buffer.
   template <typename Fill>
   Status WriteExtents(IoSession& io, Fill fill, uint64_t data_begin, uint64_t data_end,

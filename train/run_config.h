@@ -34,6 +34,8 @@ void VisitRunFields(V& v, Config& c) {
   v.Field("checkpoint_every", c.checkpoint_every, "checkpoint every N epochs (0: at the end only)",
           InRange(0, 100000));
   v.Field("progress", c.progress, "print a progress bar on stderr");
+  v.Field("step_log", c.step_log,
+          "write RUN/steps.tsv: every step's epoch, step, wall seconds, units and mean loss");
   v.Section("model", c.model, "the model");
   v.Section("train", c.train, "training");
   v.Section("eval", c.eval, "evaluation");
@@ -51,6 +53,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.epochs = c.train.epochs;
   s.checkpoint_every = c.checkpoint_every;
   s.progress = c.progress;
+  s.step_log = c.step_log;
   s.eval_every = c.eval.every;
   s.patience = c.eval.patience;
   s.seed = c.train.seed;

@@ -96,6 +96,7 @@ class Runner : public StepSink {
   Status Validate(uint64_t epoch, JsonObject& line, bool& stop);
   Status Checkpoint(uint64_t epoch, uint64_t step, bool best);
   bool StopRequested() const;
+  void LogStep(uint64_t step, uint64_t units, double loss_sum);
   Status Finish();
 
   Task& task_;
@@ -119,6 +120,11 @@ class Runner : public StepSink {
   bool interrupted_ = false, early_stopped_ = false;
   uint64_t units_ = 0, epochs_trained_ = 0;
   double train_s_ = 0, checkpoint_s_ = 0, eval_s_ = 0;
+  Clock::time_point step_start_ = Clock::now();
+  struct FileCloser {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, FileCloser> step_log_;
 };
 
 Status Runner::PrepareRunDir() {
@@ -217,6 +223,26 @@ Status Runner::Run() {
 
 void Runner::EpochStart(uint64_t units_before) {
   progress_.BeginEpoch(epoch_, task_.EpochUnits(), units_before);
+  step_start_ = Clock::now();
+}
+
+// One line per step (epoch, step, seconds since the previous step ended, units, mean loss),
+// buffered and flushed at the epoch's end: for benchmarks that take per-step medians.
+void Runner::LogStep(uint64_t step, uint64_t units, double loss_sum) {
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - step_start_).count();
+  step_start_ = now;
+  if (!s_.step_log) return;
+  if (step_log_ == nullptr) {
+    const std::string path = s_.run_dir + "/steps.tsv";
+    const bool fresh = !fs::exists(path);
+    step_log_.reset(std::fopen(path.c_str(), "a"));
+    if (step_log_ == nullptr) return;  // a log is not worth failing a run for
+    if (fresh) std::fputs("epoch\tstep\tseconds\tunits\tloss\n", step_log_.get());
+  }
+  std::fprintf(step_log_.get(), "%llu\t%llu\t%.6f\t%llu\t%.6g\n", static_cast<unsigned long long>(epoch_ + 1),
+               static_cast<unsigned long long>(step), seconds, static_cast<unsigned long long>(units),
+               loss_sum / std::max<double>(1.0, static_cast<double>(units)));
 }
 
 bool Runner::StepDone(uint64_t units, double loss_sum, bool last) {
@@ -224,6 +250,7 @@ bool Runner::StepDone(uint64_t units, double loss_sum, bool last) {
   CrashPoint("step");
   ++steps_run_;
   const uint64_t step = step_++;
+  LogStep(step, units, loss_sum);
   if (!std::isfinite(loss_sum) && diverged_.ok()) {
     diverged_ = FailedPrecondition(
         "training diverged: the loss is " + std::string(std::isnan(loss_sum) ? "nan" : "infinite") +
@@ -260,6 +287,7 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   SLUICE_RETURN_IF_ERROR(diverged_);
   const double epoch_s = SecondsSince(epoch_start);
   train_s_ += epoch_s;
+  if (step_log_) std::fflush(step_log_.get());
   const double loss_sum = progress_.loss_sum();
   const uint64_t units = progress_.trained();
   units_ = units_before + units;

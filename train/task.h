@@ -31,6 +31,7 @@ struct RunSettings {
   int epochs = 1;
   int checkpoint_every = 1;  // epochs (0: only at the end)
   bool progress = true;
+  bool step_log = false;  // RUN/steps.tsv, a line per step
   int eval_every = 1;  // validate every N epochs (0: never)
   int patience = 0;    // stop after N validations without a better score (0: never)
   uint64_t seed = 1;

@@ -337,9 +337,19 @@ Result<std::unique_ptr<CudaKHopSampler>> CudaKHopSampler::Create(const CsrGraph&
                                               (n + 1) * sizeof(uint64_t), cudaMemcpyHostToDevice,
                                               stream));
   if (m > 0) {
-    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->neighbors.get(),
-                                                graph.all_neighbors().data(), m * sizeof(int64_t),
+    // The device kernels read int64 ids; a graph stored as int32 is widened on the way.
+    std::vector<int64_t> wide;
+    const int64_t* host = graph.VisitNeighbors([&](auto all) -> const int64_t* {
+      if constexpr (sizeof(all[0]) == sizeof(int64_t)) {
+        return all.data();
+      } else {
+        wide.assign(all.begin(), all.end());
+        return wide.data();
+      }
+    });
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->neighbors.get(), host, m * sizeof(int64_t),
                                                 cudaMemcpyHostToDevice, stream));
+    SLUICE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before `wide` goes
   }
   SLUICE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->local.get(), 0, n * sizeof(uint64_t), stream));
   SLUICE_CUDA_RETURN_IF_ERROR(

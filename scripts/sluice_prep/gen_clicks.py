@@ -16,19 +16,12 @@ import sys
 import numpy as np
 
 from .graph import Progress
+from .keyed import mix as _mix
 from .recsys import record_dtype
 from .writer import DatasetWriter, PrepError
 
 CHUNK = 1 << 16
 MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, vectorised (wrapping uint64 arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
 
 
 def _gauss(key: np.ndarray, salt: int) -> np.ndarray:

@@ -47,12 +47,13 @@ struct Replay {
 
 // Replays `steps` (every third step reads only) and checks every invariant on the way.
 Replay RunModel(const Steps& steps, PlannerKind kind, uint32_t window, uint32_t protect,
-                uint64_t capacity) {
+                uint64_t capacity, const std::vector<uint64_t>* pinned = nullptr) {
   RowCacheOptions o;
   o.kind = kind;
   o.capacity_rows = capacity;
   o.window_steps = window;
   o.protect_steps = protect;
+  o.pinned = pinned;
   RowCache cache(o);
   const uint32_t w = kind == PlannerKind::kOracle ? window : 0;
   uint64_t max_rows = 0;
@@ -153,6 +154,33 @@ TEST(RowCache, OracleWithAWindowLargerThanTheCacheStaysExact) {
     const Replay r = RunModel(steps, PlannerKind::kOracle, 32, protect, MinCapacityRows(0, protect, 60) + 20);
     EXPECT_GT(r.stats.window_evictions, 0u);
   }
+}
+
+TEST(RowCache, StaticNeverEvictsAPinnedRowAndReplaysTheModel) {
+  const Steps steps = ZipfSteps(300, 60, 3, 500, 2);
+  std::vector<uint64_t> pinned(500 / 64 + 1, 0);
+  for (uint64_t id : {0, 1, 2, 3, 5, 8, 13, 21}) pinned[id / 64] |= uint64_t{1} << id;
+  RowCacheOptions o;
+  o.kind = PlannerKind::kStatic;
+  o.capacity_rows = MinCapacityRows(0, 1, 60) + 8;
+  o.protect_steps = 1;
+  o.pinned = &pinned;
+  RowCache cache(o);
+  std::map<uint64_t, int> pinned_loads;
+  RowStepPlan plan;
+  uint64_t loads = 0;
+  for (const auto& step : steps) {
+    ASSERT_TRUE(cache.Plan(step, /*writes=*/false, plan).ok());
+    for (const RowKey& k : plan.load_keys) {
+      if (k.table == 0 && k.id < 64 && (pinned[0] >> k.id & 1)) ++pinned_loads[k.id];
+    }
+    loads += plan.load_keys.size();
+  }
+  EXPECT_FALSE(pinned_loads.empty());
+  for (const auto& [id, n] : pinned_loads) EXPECT_EQ(n, 1) << "pinned row " << id << " loaded again";
+  EXPECT_GT(cache.stats().evictions, 0u);  // the other rows pass through
+  // The replay with writes keeps every row's value (write-backs before reuse).
+  RunModel(steps, PlannerKind::kStatic, 0, 2, MinCapacityRows(0, 2, 60) + 8, &pinned);
 }
 
 TEST(RowCache, LruReplayMatchesModel) {

@@ -77,6 +77,63 @@ def dense(run_dir: pathlib.Path) -> bytes:
     return checkpoint_file(run_dir, "dense.pt")
 
 
+# Every planner, steps' io in groups (one sorted sweep per group, rows 64 KiB apart read
+# together), and features read through mmap: the same model as in memory, bit for bit.
+PLANNERS = {
+    "oracle_grouped": "{mode: out_of_core, cache_rows: 9000, window: 2, io_group: 3, io_group_gap: 65536}",
+    "lru_grouped": "{mode: out_of_core, cache_rows: 9000, planner: lru, io_group: 2}",
+    "static": "{mode: out_of_core, cache_rows: 6000, planner: static, run_ahead: 1}",
+    "none": "{mode: out_of_core, cache_rows: 6000, planner: none, run_ahead: 1}",
+    "mmap_random": "{mode: in_memory, mmap: random}",
+    "mmap_normal": "{mode: in_memory, mmap: normal}",
+}
+
+
+@pytest.mark.parametrize("storage", list(PLANNERS), ids=list(PLANNERS))
+def test_every_planner_and_mmap_equal_in_memory_bitwise(sluice_bin, gen, tmp_path, storage):
+    for name, st in (("x", PLANNERS[storage]), ("mem", MEM)):
+        train(sluice_bin, write_config(tmp_path / f"{name}.yaml", gen, tmp_path / name, SAGE, st, epochs=1))
+    assert dense(tmp_path / "x") == dense(tmp_path / "mem")
+    summary = json.loads((tmp_path / "x/summary.json").read_text())
+    if storage.startswith("mmap"):
+        assert summary["memory"]["mode"] == "in_memory"
+        return
+    assert summary["cache"]["rows_loaded"] > 20000, summary["cache"]
+    assert summary["io"]["requests"] > 0 and summary["io"]["bytes"] >= summary["cache"]["rows_read"] * 256
+    if storage == "none":  # read-through: a cache only as large as the steps in flight
+        assert summary["cache"]["capacity_rows"] < 6000, summary["cache"]
+
+
+def test_grouped_io_reads_fewer_larger_requests(sluice_bin, gen, tmp_path):
+    """A group's loads in one sorted pass with a gap: far fewer requests than per-step reads."""
+    stats = {}
+    for name, st in (("step", "{mode: out_of_core, cache_rows: 9000, window: 2, io_group: 1}"),
+                     ("group", PLANNERS["oracle_grouped"])):
+        train(sluice_bin, write_config(tmp_path / f"{name}.yaml", gen, tmp_path / name, SAGE, st, epochs=1))
+        stats[name] = json.loads((tmp_path / name / "summary.json").read_text())["io"]
+    assert stats["group"]["requests"] * 3 < stats["step"]["requests"], stats
+
+
+def test_mmap_needs_in_memory_features(sluice_bin, gen, tmp_path):
+    cfg = write_config(tmp_path / "m.yaml", gen, tmp_path / "m", SAGE, "{mode: out_of_core, mmap: normal}")
+    out = run(sluice_bin, "train", str(cfg))
+    assert out.returncode != 0
+    assert "storage.mmap" in out.stderr and "in_memory" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_step_log_has_a_line_per_step(sluice_bin, gen, tmp_path):
+    cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, OOC, epochs=2, extra="step_log: true")
+    train(sluice_bin, cfg)
+    lines = (tmp_path / "s/steps.tsv").read_text().splitlines()
+    assert lines[0] == "epoch\tstep\tseconds\tunits\tloss"
+    rows = [line.split("\t") for line in lines[1:]]
+    train_nodes = int(json.loads((gen / "manifest.json").read_text())["stats"]["split_sizes"]["train"])
+    per_epoch = (train_nodes + 31) // 32
+    assert len(rows) == 2 * per_epoch
+    assert [int(r[0]) for r in rows] == [1] * per_epoch + [2] * per_epoch
+    assert all(float(r[2]) > 0 for r in rows) and sum(int(r[3]) for r in rows[:per_epoch]) == train_nodes
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("model", [SAGE, GAT, EMB], ids=["graphsage", "gat", "embeddings"])
 def test_out_of_core_equals_in_memory_bitwise(sluice_bin, gen, tmp_path, model, threads):

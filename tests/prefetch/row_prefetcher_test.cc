@@ -115,7 +115,7 @@ void Drive(RowPipeline<RowBatch>& p, uint64_t steps, Model& model) {
   EXPECT_TRUE(p.Stop().ok());
 }
 
-void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead) {
+void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead, uint32_t group = 1) {
   const uint64_t steps = 120;
   const uint32_t samples = 40;
   RowCacheOptions co;
@@ -123,12 +123,20 @@ void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead) {
   co.window_steps = window;
   co.protect_steps = run_ahead;
   co.capacity_rows = MinCapacityRows(window, run_ahead, samples * kPerSample) + 10;
+  std::vector<uint64_t> pinned(2001 / 64 + 1, 0);
+  for (uint64_t id = 0; id < 40; ++id) pinned[id / 64] |= uint64_t{1} << (id % 64);
+  if (kind == PlannerKind::kStatic) {
+    co.pinned = &pinned;
+    co.capacity_rows += 40;
+  }
   RowCache cache(co);
   AlignedBuffer arena(co.capacity_rows * kRowBytes, 64);
   MapBacking backing;
   Model model;
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead;
+  po.group_steps = group;
+  po.group_gap_bytes = 4096;
   po.io.backend = BackendKind::kPread;
   // Two passes over the same cache (two epochs), the second continuing from the first's rows.
   for (int pass = 0; pass < 2; ++pass) {
@@ -157,6 +165,22 @@ TEST(RowPrefetcher, OracleMatchesModel) {
 
 TEST(RowPrefetcher, LruMatchesModel) {
   for (uint32_t d : {0u, 3u}) RunOutOfCore(PlannerKind::kLru, 0, d);
+}
+
+// Groups of steps planned back to back and loaded in one pass (their write-backs first): rows
+// still hold what the model says, for every planner, with run-ahead enough for the group's io to
+// overlap the previous group's compute and with less.
+TEST(RowPrefetcher, GroupedIoMatchesModel) {
+  for (uint32_t g : {2u, 4u}) {
+    RunOutOfCore(PlannerKind::kOracle, 6, 2 * g - 1, g);
+    RunOutOfCore(PlannerKind::kOracle, 2, g, g);
+    RunOutOfCore(PlannerKind::kLru, 0, 2 * g - 1, g);
+    RunOutOfCore(PlannerKind::kStatic, 0, 2 * g - 1, g);
+  }
+}
+
+TEST(RowPrefetcher, StaticKeepsPinnedRowsAndMatchesModel) {
+  RunOutOfCore(PlannerKind::kStatic, 0, 2);
 }
 
 TEST(RowPrefetcher, InMemoryMatchesModel) {

@@ -6,6 +6,7 @@
 #include "prefetch/run_ahead_ring.h"
 
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <atomic>
 #include <chrono>
@@ -137,6 +138,86 @@ TEST(SamplerStageTest, AFillErrorAbortsThePass) {
   EXPECT_LE(t, 3u);  // an aborted pass fails at once, whatever was published before
   EXPECT_EQ(s.message(), "record 3 is damaged");
   stage.Join();
+}
+
+// Compute's side of a pass with a task-mode sampler: help, wait, check, computed, kick.
+// Returns the number of steps it saw ready and the status that ended the pass.
+template <class Payload, class Check>
+std::pair<uint64_t, Status> ComputeLoop(RunAheadRing& ring, SamplerStage<Payload>& stage,
+                                        uint64_t steps, Check check) {
+  for (uint64_t t = 0; t <= steps; ++t) {
+    stage.Help(t);
+    Status s = ring.WaitReady(t);
+    if (!s.ok()) return {t, s};
+    check(t, stage.slot(t));
+    ring.Computed(t);
+    stage.Kick();
+  }
+  return {steps + 1, Status::Ok()};
+}
+
+TEST(SamplerStageTest, TaskModeFillsEveryStepInOrderWithinCapacityAtOneAndTwoThreads) {
+  for (int threads : {1, 2}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    RunAheadRing ring(3, 1);
+    std::atomic<uint64_t> computed{0};
+    std::atomic<uint64_t> too_far{0};
+    SamplerStage<uint64_t> stage(
+        &ring,
+        [&](uint64_t t, uint64_t& out) -> Result<bool> {
+          if (t >= 2000) return false;
+          if (t >= computed.load() + 3) too_far.fetch_add(1);
+          out = t * 7;
+          return true;
+        },
+        StageMode::kTask);
+    stage.Start();
+    auto [seen, status] = ComputeLoop(ring, stage, 2000, [&](uint64_t t, uint64_t v) {
+      EXPECT_EQ(v, t * 7);
+      computed.store(t + 1);
+    });
+    EXPECT_EQ(seen, 2000u) << threads << " threads";
+    EXPECT_EQ(status.code(), StatusCode::kOutOfRange);
+    stage.Join();
+    EXPECT_EQ(too_far.load(), 0u);
+    EXPECT_GT(stage.time().busy_s, 0.0);
+  }
+}
+
+TEST(SamplerStageTest, TaskModeFeedsAStageThreadAndStopsOnAnError) {
+  for (int threads : {1, 2}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    RunAheadRing ring(4, 2);
+    SamplerStage<int> stage(
+        &ring,
+        [](uint64_t t, int& out) -> Result<bool> {
+          if (t == 500) return Corruption("record 500 is damaged");
+          out = static_cast<int>(t);
+          return true;
+        },
+        StageMode::kTask);
+    std::thread io([&] {  // stage 1 publishes what stage 0 published, like a prefetcher
+      for (uint64_t t = 0; ring.WaitPublished(0, t) == RingWait::kOk; ++t) ring.Publish(1, t);
+    });
+    stage.Start();
+    auto [seen, status] = ComputeLoop(ring, stage, 1000, [](uint64_t t, int v) {
+      EXPECT_EQ(v, static_cast<int>(t));
+    });
+    EXPECT_LE(seen, 500u);
+    EXPECT_EQ(status.message(), "record 500 is damaged");
+    stage.Join();
+    io.join();
+  }
+}
+
+TEST(RunAheadRingTest, TryReserveSaysFullInsteadOfWaiting) {
+  RunAheadRing ring(2, 1);
+  EXPECT_EQ(ring.TryReserve(1), RingWait::kOk);
+  EXPECT_EQ(ring.TryReserve(2), RingWait::kFull);
+  ring.Computed(0);
+  EXPECT_EQ(ring.TryReserve(2), RingWait::kOk);
+  ring.Stop();
+  EXPECT_EQ(ring.TryReserve(2), RingWait::kStopped);
 }
 
 }  // namespace

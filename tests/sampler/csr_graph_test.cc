@@ -67,5 +67,48 @@ TEST(CsrGraphTest, LoadsAllOrResidentPartitionsOutAndIn) {
             StatusCode::kNotFound);
 }
 
+// Loading streams the bucket files (degrees, then placement) into int32 neighbours: the same
+// graph, neighbour order included, as building from the concatenated bucket edges.
+TEST(CsrGraphTest, LoadEqualsFromEdgesInBucketOrderWithInt32Ids) {
+  TempDir dir;
+  ASSERT_TRUE(WriteGraph(dir.File("g")).ok());
+  auto ds = Dataset::Open(dir.File("g"));
+  ASSERT_TRUE(ds.ok());
+  auto in = CsrGraph::Load(ds.value(), "train", Direction::kIn);
+  ASSERT_TRUE(in.ok());
+  // by_dst buckets in file order: (dst, src) = (1,0) (3,1) (2,6) (7,2) (8,4) (9,9).
+  const std::vector<int64_t> dst = {1, 3, 2, 7, 8, 9}, src = {0, 1, 6, 2, 4, 9};
+  const CsrGraph ref = CsrGraph::FromEdges(10, dst, src);
+  EXPECT_TRUE(in->narrow());
+  ASSERT_EQ(in->num_edges(), ref.num_edges());
+  for (int64_t v = 0; v < 10; ++v) EXPECT_EQ(in->neighbors(v), ref.neighbors(v)) << "node " << v;
+  EXPECT_EQ(in->MemoryBytes(), CsrGraph::BytesFor(10, 6));
+  EXPECT_EQ(CsrGraph::BytesFor(10, 6), 11 * 8 + 6 * 4);
+  EXPECT_EQ(CsrGraph::BytesFor(uint64_t{1} << 31, 6), ((uint64_t{1} << 31) + 1) * 8 + 6 * 8);
+  in->VisitNeighbors([](auto all) { EXPECT_EQ(sizeof(all[0]), 4u); });
+}
+
+TEST(CsrGraphTest, AnEdgeNamingANodeBeyondTheGraphIsCorruption) {
+  TempDir dir;
+  Manifest m;
+  m.num_nodes = 4;
+  m.edges["train"] = 2;
+  m.partition_bounds = {0, 4};
+  auto w = DatasetWriter::Begin(dir.File("bad"), m);
+  ASSERT_TRUE(w.ok());
+  std::vector<int32_t> src = {0, 7}, dst = {1, 2};
+  std::vector<int64_t> buckets = {0, 2};
+  ASSERT_TRUE(w->AddArray<int32_t>("edges.train.src", "s.bin", DType::kInt32, {2}, src).ok());
+  ASSERT_TRUE(w->AddArray<int32_t>("edges.train.dst", "d.bin", DType::kInt32, {2}, dst).ok());
+  ASSERT_TRUE(w->AddArray<int64_t>("edges.train.buckets", "b.bin", DType::kInt64, {2}, buckets).ok());
+  ASSERT_TRUE(w->Commit().ok());
+  auto ds = Dataset::Open(dir.File("bad"));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  auto g = CsrGraph::Load(ds.value(), "train", Direction::kOut);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(g.status().message().find("names node 7"), std::string::npos) << g.status().ToString();
+}
+
 }  // namespace
 }  // namespace sluice

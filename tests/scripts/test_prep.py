@@ -356,6 +356,47 @@ def test_generated_node_classification_has_learnable_labels(tmp_path):
     check_buckets(out, "train")
 
 
+def test_generated_rows_are_a_pure_function_of_seed_and_original_id(tmp_path):
+    """A node's features, label and split depend on (seed, original id) only: not on the node
+    count, the renumbering or the chunk a row was generated in."""
+    def by_original(out):
+        orig = load(out, "nodes.original_ids")
+        x, y = np.empty_like(load(out, "nodes.features")), np.empty(len(orig), np.int64)
+        x[orig], y[orig] = load(out, "nodes.features"), load(out, "nodes.labels")
+        in_train = np.zeros(len(orig), bool)
+        in_train[orig[load(out, "nodes.train")]] = True
+        return x, y, in_train
+    prep("gen-nc", "--nodes", "3000", "--edges", "9000", "--features", "12", "--classes", "5",
+         "--seed", "3", "--out", tmp_path / "a")
+    prep("gen-nc", "--nodes", "70000", "--edges", "20000", "--features", "12", "--classes", "5",
+         "--seed", "3", "--partitions", "3", "--partitioning", "degree", "--out", tmp_path / "b")
+    xa, ya, ta = by_original(tmp_path / "a")
+    xb, yb, tb = by_original(tmp_path / "b")
+    assert np.array_equal(xa, xb[:3000]) and np.array_equal(ya, yb[:3000])
+    assert np.array_equal(ta, tb[:3000])
+    assert not np.array_equal(xb[3000:6000], xa), "rows differ between ids"
+
+
+def test_generated_undirected_graph_and_split_fractions(tmp_path):
+    out = tmp_path / "u"
+    prep("gen-nc", "--nodes", "20000", "--edges", "50000", "--features", "4", "--undirected",
+         "--train-frac", "0.3", "--valid-frac", "0.05", "--test-frac", "0.05", "--partitions", "2",
+         "--out", out)
+    s, d = load(out, "edges.train.src").astype(np.int64), load(out, "edges.train.dst").astype(np.int64)
+    pairs = np.sort(s * (1 << 32) + d)
+    assert np.array_equal(pairs, np.sort(d * (1 << 32) + s)), "every edge is stored both ways"
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["edges"]["train"] == len(s) and len(s) > 2 * 49000
+    sizes = {k: len(load(out, f"nodes.{k}")) for k in ("train", "valid", "test")}
+    assert abs(sizes["train"] / 20000 - 0.3) < 0.02 and abs(sizes["test"] / 20000 - 0.05) < 0.01
+    deg = np.bincount(d, minlength=20000)
+    assert deg.max() > 50 * np.median(deg), "hubs: a power-law degree"
+    check_buckets(out, "train")
+    bad = prep("gen-nc", "--nodes", "100", "--edges", "10", "--train-frac", "0.9", "--valid-frac",
+               "0.2", "--out", tmp_path / "bad", check=False)
+    assert bad.returncode == 1 and "split fractions" in bad.stderr and not (tmp_path / "bad").exists()
+
+
 def test_ogb_folder_and_npy_inputs(tmp_path, sluice_bin):
     import gzip
     ogb = tmp_path / "ogbn-tiny"

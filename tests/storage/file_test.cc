@@ -1,5 +1,6 @@
 #include "storage/file.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "tests/storage/test_util.h"
@@ -38,6 +39,24 @@ TEST(FileTest, OpenMissingFileNamesThePath) {
 
 // tmpfs refused O_DIRECT before Linux 6.6 and accepts it since: either way the probe and the
 // file actually opened must agree, and opening must succeed.
+TEST(FileTest, MappedFileSeesTheBytesAndNamesAMissingPath) {
+  TempDir dir;
+  std::string text(10000, 'x');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 26);
+  ASSERT_TRUE(WriteFileAtomic(dir.File("m"), text).ok());
+  for (MapAdvice advice : {MapAdvice::kNormal, MapAdvice::kRandom}) {
+    auto m = MappedFile::Open(dir.File("m"), advice);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->size_bytes(), text.size());
+    EXPECT_EQ(std::memcmp(m->data(), text.data(), text.size()), 0);
+    MappedFile moved = std::move(*m);
+    EXPECT_EQ(static_cast<char>(moved.data()[27]), 'b');
+  }
+  auto missing = MappedFile::Open(dir.File("nope"), MapAdvice::kNormal);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+}
+
 TEST(FileTest, DirectIoProbeAgreesWithOpen) {
   TempDir dir;
   for (const std::string& where : {dir.path(), std::string("/dev/shm")}) {

@@ -161,6 +161,7 @@ struct DlrmConfig {
   std::string run_dir = "runs/dlrm";
   int checkpoint_every = 1;  // epochs (0: only at the end)
   bool progress = true;
+  bool step_log = false;
   DlrmModelConfig model;
   DlrmTrainConfig train;
   DlrmEvalConfig eval;

@@ -159,6 +159,7 @@ struct LpConfig {
   std::string run_dir = "runs/lp";
   int checkpoint_every = 1;  // epochs (0: only at the end)
   bool progress = true;
+  bool step_log = false;
   LpModelConfig model;
   LpTrainConfig train;
   LpEvalConfig eval;

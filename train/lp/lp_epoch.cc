@@ -84,7 +84,8 @@ Status LpEpoch::Start() {
         const EdgeState& st = states_[steps_[t + first_].state];
         blocks.insert(blocks.end(), st.blocks.begin(), st.blocks.end());
         return true;
-      });
+      },
+      StageMode::kTask);  // steps of a few ms: sampling takes turns with compute's chunks
   pipe_->Start();
   return Status::Ok();
 }

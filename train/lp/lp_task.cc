@@ -57,7 +57,9 @@ class LpTask : public Task {
   std::string MemoryPlan() const override;
   uint64_t EpochUnits() const override { return schedule_.num_train_edges(); }
   // The sampler stage, its edge reader, and (out of core) the block prefetcher.
-  int PipelineThreads() const override { return in_memory_ ? 2 : 3; }
+  // The edge reader, and out of core the block prefetcher; the sampler stage runs as compute's
+  // tasks (StageMode::kTask).
+  int PipelineThreads() const override { return in_memory_ ? 1 : 2; }
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override {
     return dataset_.Has("edges.valid.src") ? "valid" : "";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/planner.h"
 #include "common/config.h"
 #include "common/thread_plan.h"
 #include "common/units.h"
@@ -41,6 +42,15 @@ struct EnumNames<FeatureNormalize> {
   static constexpr std::pair<FeatureNormalize, const char*> kNames[] = {
       {FeatureNormalize::kNone, "none"}, {FeatureNormalize::kRow, "row"}};
 };
+// Reading features through a read-only mapping of the dataset file (the baseline of training
+// over np.memmap): off, or with madvise MADV_NORMAL / MADV_RANDOM.
+enum class FeatureMmap { kOff, kNormal, kRandom };
+template <>
+struct EnumNames<FeatureMmap> {
+  static constexpr std::pair<FeatureMmap, const char*> kNames[] = {
+      {FeatureMmap::kOff, "off"}, {FeatureMmap::kNormal, "normal"}, {FeatureMmap::kRandom, "random"}};
+};
+
 enum class GnnOptimizer { kAdam, kAdamW };
 template <>
 struct EnumNames<GnnOptimizer> {
@@ -155,17 +165,36 @@ struct NcStorageConfig {
   uint64_t cache_rows = 0;
   int window = 8;
   int run_ahead = 2;
+  PlannerKind planner = PlannerKind::kOracle;
+  int io_group = 1;
+  Bytes io_group_gap{64 * 1024};
+  FeatureMmap mmap = FeatureMmap::kOff;
 
   template <class V>
   void VisitFields(V& v) {
     v.Field("mode", mode,
             "out_of_core (feature rows read from the dataset through the cache) or in_memory");
+    v.Field("mmap", mmap,
+            "with mode in_memory: off (features loaded into RAM), or read through a read-only "
+            "mapping of the dataset file and the page cache with madvise normal or random (the "
+            "np.memmap baseline)");
     v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
     v.Field("cache_rows", cache_rows,
             "feature rows in the cache (experiments); 0 = as many as the budget holds");
     v.Field("window", window, "the cache's lookahead in steps (oracle planner)", InRange(0, 100000));
-    v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
+    v.Field("run_ahead", run_ahead,
+            "steps of io issued ahead of compute (raised to 2 x io_group - 1 so that a group's io "
+            "runs while the previous group computes)", InRange(0, 1000));
+    v.Field("planner", planner,
+            "oracle (lookahead over the window), lru, static (the highest in-degree rows pinned, "
+            "the rest read per step) or none (read-through)");
+    v.Field("io_group", io_group,
+            "steps whose feature reads run as one sorted sweep (rows io_group_gap apart read "
+            "together); 1: each step's misses on their own", InRange(1, 256));
+    v.Field("io_group_gap", io_group_gap,
+            "with io_group > 1: rows at most this far apart are read as one extent, gap included",
+            InRange(Bytes{0}, Bytes{64ull << 20}));
   }
 };
 
@@ -177,6 +206,7 @@ struct NcConfig {
   std::string run_dir = "runs/nc";
   int checkpoint_every = 1;
   bool progress = true;
+  bool step_log = false;
   NcModelConfig model;
   NcFeaturesConfig features;
   NcTrainConfig train;

@@ -30,8 +30,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
                          torch::Tensor* logits) {
   std::vector<int64_t> all(num_nodes_);
   std::iota(all.begin(), all.end(), int64_t{0});
-  KHopSampler one_hop(graph_, KHopOptions{{-1}, false});
-  Pass pass{&all, &one_hop, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
+  Pass pass{&all, sampler_.get(), &one_hop_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   if (in.cache) pass.max_rows = std::max<uint64_t>(1, in.cache->options().capacity_rows / (plan_.window + plan_.run_ahead + 1));
   std::unique_ptr<IoSession> io;
   if (out_file) {

@@ -174,22 +174,33 @@ torch::Tensor GnnModelImpl::Loss(const ModelInput& input) {
 }
 
 uint64_t GnnModelImpl::StepBytes() const {
-  // Per layer, what autograd keeps for backward and the gradients of the same: the layer's
-  // input (gathered, dropout's mask, the dropped copy, and one the allocator keeps), its
-  // messages (a row per sampled edge: raw inputs for GraphSage's mean, transformed rows
-  // otherwise; GAT adds self-loops and its per-head scores) and its output.
-  const auto nodes = static_cast<uint64_t>(shape_.max_nodes), edges = static_cast<uint64_t>(shape_.max_edges);
+  // What autograd keeps per layer: the dropped input (the linear layers save views into it),
+  // and from the second layer on its input and dropout mask too (the input needs a gradient);
+  // the aggregate (GraphSage, GCN) or the per-edge scores and transformed rows (GAT); the
+  // activation's output. On top, the largest transient of any layer (a row per sampled edge,
+  // GraphSage's mean gathers raw inputs, the others transformed rows) and in backward the
+  // gradients of the largest layer. Measured against peak RSS by bench/memory_report.py.
   const bool gat = cfg_.kind == GnnKind::kGat;
-  uint64_t total = 0;
+  const bool per_layer = shape_.layer_src.size() == static_cast<size_t>(layers());
+  uint64_t kept = 0, transient = 0, grads = 0;
   for (int l = 0; l < layers(); ++l) {
+    const auto at = [&](const std::vector<int64_t>& v, int64_t all) {
+      return static_cast<uint64_t>(per_layer ? v[static_cast<size_t>(l)] : all);
+    };
+    const uint64_t src = at(shape_.layer_src, shape_.max_nodes), dst = at(shape_.layer_dst, shape_.max_nodes);
+    const uint64_t edges = at(shape_.layer_edges, shape_.max_edges);
     const auto in = static_cast<uint64_t>(l == 0 ? shape_.in_dim : OutputWidth(l - 1));
     const uint64_t heads = gat ? static_cast<uint64_t>(l + 1 == layers() ? cfg_.output_heads : cfg_.heads) : 1;
     const uint64_t out = static_cast<uint64_t>(OutputWidth(l)) * (gat && l + 1 == layers() ? heads : 1);
     const uint64_t message = cfg_.kind == GnnKind::kGraphSage ? in : out;
-    const uint64_t e = gat ? edges + nodes : edges;
-    total += nodes * in * 4 * 4 + e * (message + (gat ? 4 * heads : 0)) * 4 * 2 + nodes * out * 4 * 2;
+    const uint64_t e = gat ? edges + dst : edges;
+    const uint64_t layer_kept = src * in * 4 * (l == 0 ? 1 : 3) + dst * in * 4 +
+                                (gat ? e * (4 * heads * 3 + out * 4) + src * out * 4 : 0) + dst * out * 4 * 2;
+    kept += layer_kept;
+    transient = std::max(transient, e * message * 4 + (cfg_.kind == GnnKind::kGraphSage ? 0 : src * out * 4));
+    grads = std::max(grads, l == 0 ? dst * out * 4 * 3 : layer_kept + e * message * 4);
   }
-  return total;
+  return kept + transient + grads;
 }
 
 ClassMetrics ClassificationMetrics(const std::vector<int64_t>& predicted,

@@ -143,6 +143,24 @@ Status NcTask::MakeModel(const GnnShape& shape) {
   return Status::Ok();
 }
 
+// Grows the shape's bounds to a sample's, with a margin of a quarter: per layer (input first,
+// so from the outermost block in) and over the step.
+void NcTask::AddToShape(const SampledSubgraph& s, GnnShape& shape) const {
+  const auto layers = static_cast<size_t>(cfg_.model.layers);
+  shape.layer_src.resize(layers), shape.layer_dst.resize(layers), shape.layer_edges.resize(layers);
+  int64_t edges = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    const SampledBlock& b = s.blocks[s.blocks.size() == 1 ? 0 : s.blocks.size() - 1 - l];
+    const auto margin = [](uint64_t x) { return static_cast<int64_t>(x) * 5 / 4; };
+    shape.layer_src[l] = std::max(shape.layer_src[l], margin(b.num_src));
+    shape.layer_dst[l] = std::max(shape.layer_dst[l], margin(b.num_dst));
+    shape.layer_edges[l] = std::max(shape.layer_edges[l], margin(b.src_local.size()));
+  }
+  for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
+  shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
+  shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
+}
+
 Status NcTask::BuildModel() {
   GnnShape shape;
   shape.in_dim = feature_dim_;
@@ -150,33 +168,31 @@ Status NcTask::BuildModel() {
   shape.max_seeds = std::max(cfg_.train.batch, cfg_.eval.batch);
   // A bound for the memory plan: the first training steps' largest sample (nodes, edges),
   // with a margin; PlanInput reuses the unscaled figures.
-  KHopSampler probe(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
+  // The first steps of epoch 1 as training draws them (a split in id order would over-weight
+  // one end of a degree-ordered graph).
   const std::vector<int64_t>& train = Split("train");
   const auto batch = static_cast<uint64_t>(cfg_.train.batch);
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
+  std::vector<int64_t> seeds;
   probe_nodes_ = probe_slot_words_ = 0;
-  for (uint64_t t = 0; t < 8 && t * batch < train.size(); ++t) {
+  for (uint64_t t = 0; t < 16 && t * batch < train.size(); ++t) {
     const uint64_t n = std::min(batch, train.size() - t * batch);
-    SampledSubgraph s = probe.Sample({train.data() + t * batch, n}, {cfg_.train.seed, 0, t});
-    uint64_t edges = 0, words = 0;
-    for (const SampledBlock& b : s.blocks) edges += b.src_local.size(), words += b.src_local.size() + b.offsets.size();
+    seeds.clear();
+    for (uint64_t i = 0; i < n; ++i) seeds.push_back(train[static_cast<size_t>(order[t * batch + i])]);
+    SampledSubgraph s = sampler_->Sample(seeds, {cfg_.train.seed, 0, t}, train_options_);
+    uint64_t words = 0;
+    for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
     probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
     probe_slot_words_ = std::max(probe_slot_words_, words);
-    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
-    shape.max_edges = std::max<int64_t>(shape.max_edges, static_cast<int64_t>(edges) * 5 / 4);
+    AddToShape(s, shape);
   }
   {  // and an evaluation step: one hop of every neighbour (layer-wise) or the sampled blocks
     std::vector<int64_t> first(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
     std::iota(first.begin(), first.end(), int64_t{0});
     const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_;
-    KHopSampler eval(graph_, layerwise ? KHopOptions{{-1}, false}
-                                       : SamplerOptions(cfg_.eval.fanouts.empty()
-                                                            ? std::vector<int>(static_cast<size_t>(cfg_.model.layers), -1)
-                                                            : cfg_.eval.fanouts, false));
-    SampledSubgraph s = eval.Sample(first, {cfg_.eval.seed, 0, 0});
-    int64_t edges = 0;
-    for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
-    shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
-    shape.max_edges = std::max<int64_t>(shape.max_edges, edges * 5 / 4);
+    SampledSubgraph s = sampler_->Sample(first, {cfg_.eval.seed, 0, 0}, layerwise ? one_hop_options_ : eval_options_);
+    probe_eval_nodes_ = s.nodes().size();
+    AddToShape(s, shape);  // layer-wise: its one block stands for every layer's
   }
   torch::manual_seed(cfg_.train.seed);
   SLUICE_RETURN_IF_ERROR(MakeModel(shape));
@@ -247,6 +263,11 @@ Status NcTask::Open(Purpose purpose) {
   classes_ = static_cast<int64_t>(m.num_classes);
   if (classes_ < 2) return InvalidArgument(where + ": the manifest says " + std::to_string(classes_) + " classes (at least 2)");
   embeddings_ = cfg_.model.embedding_dim > 0;
+  if (cfg_.storage.mmap != FeatureMmap::kOff &&
+      (embeddings_ || cfg_.storage.mode != StorageMode::kInMemory)) {
+    return InvalidArgument("storage.mmap reads a dataset's features through the page cache: it needs "
+                           "storage.mode: in_memory and features (not model.embedding_dim)");
+  }
   offsets_ = {0, num_nodes_};
   if (embeddings_) {
     feature_dim_ = cfg_.model.embedding_dim;
@@ -257,10 +278,11 @@ Status NcTask::Open(Purpose purpose) {
   }
   SLUICE_RETURN_IF_ERROR(CheckLabelsAndSplits());
   SLUICE_RETURN_IF_ERROR(OpenGraph());
-  train_sampler_ = std::make_unique<KHopSampler>(graph_, SamplerOptions(cfg_.model.fanouts, cfg_.model.replace));
+  train_options_ = SamplerOptions(cfg_.model.fanouts, cfg_.model.replace);
   std::vector<int> eval_fanouts = cfg_.eval.fanouts;
   if (eval_fanouts.empty()) eval_fanouts.assign(static_cast<size_t>(cfg_.model.layers), -1);
-  eval_sampler_ = std::make_unique<KHopSampler>(graph_, SamplerOptions(eval_fanouts, false));
+  eval_options_ = SamplerOptions(eval_fanouts, false);
+  sampler_ = std::make_unique<KHopSampler>(graph_, train_options_);
   return BuildModel();
 }
 
@@ -308,6 +330,17 @@ Status NcTask::LoadFeaturesInMemory() {
     return Status::Ok();
   }
   const uint32_t rb = features_->row_bytes();
+  if (cfg_.storage.mmap != FeatureMmap::kOff) {  // the page cache holds them, as it will
+    SLUICE_ASSIGN_OR_RETURN(mapped_, MappedFile::Open(feature_path_, cfg_.storage.mmap == FeatureMmap::kRandom
+                                                                         ? MapAdvice::kRandom
+                                                                         : MapAdvice::kNormal));
+    if (mapped_.size_bytes() < num_nodes_ * rb) {
+      return Corruption(feature_path_ + ": " + std::to_string(mapped_.size_bytes()) + " bytes, expected " +
+                        std::to_string(num_nodes_ * rb));
+    }
+    memory_ = MemoryRows::External(rb, num_nodes_, mapped_.data());
+    return Status::Ok();
+  }
   memory_ = std::make_unique<MemoryRows>(rb, std::vector<uint64_t>{0, num_nodes_},
                                          [rb](const RowKey&, std::byte* row) { std::memset(row, 0, rb); });
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
@@ -327,6 +360,7 @@ Status NcTask::LoadFeaturesInMemory() {
 Result<RowPlanInput> NcTask::PlanInput() {
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
+  in.runtime_bytes = kRuntimeBytes + GraphBytes();
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
   // The largest sample of the first steps (BuildModel's probe): its nodes are the step's keys
@@ -337,9 +371,11 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.row_bytes = row_bytes_;
   in.total_rows = num_nodes_;
   in.max_rows = num_nodes_;
-  in.oracle = true;
+  in.oracle = cfg_.storage.planner == PlannerKind::kOracle;
   in.window = static_cast<uint32_t>(cfg_.storage.window);
-  in.run_ahead = static_cast<uint32_t>(cfg_.storage.run_ahead);
+  // A group's io runs while the previous group computes.
+  in.run_ahead = std::max<uint32_t>(static_cast<uint32_t>(cfg_.storage.run_ahead),
+                                    2 * static_cast<uint32_t>(cfg_.storage.io_group) - 1);
   in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
   in.sampled_rows_per_step = most;
@@ -376,8 +412,7 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   if (cfg_.storage.mode == StorageMode::kInMemory) {
     SLUICE_RETURN_IF_ERROR(LoadFeaturesInMemory());
     run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
-    plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + net_->StepBytes() + memory_->bytes() +
-                            graph_.num_edges() * 8 + num_nodes_ * 40;
+    plan_.predicted_bytes = kRuntimeBytes + GraphBytes() + net_->StateBytes() + net_->StepBytes() + memory_->bytes();
     memory_plan_ = "in memory: " + FormatCount(static_cast<double>(num_nodes_)) +
                    (embeddings_ ? " embedding rows of " : " feature rows of ") + std::to_string(row_bytes_) +
                    " bytes (" + FormatBytes(memory_->bytes()) + ")";
@@ -385,15 +420,21 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   }
   SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
-  // The graph and the sampler's per-node table live beside the plan's parts.
-  plan_.predicted_bytes += graph_.num_edges() * 8 + num_nodes_ * 40;
   run_ahead_ = plan_.run_ahead;
   RowCacheOptions& co = cache_options_;
-  co.kind = PlannerKind::kOracle;
-  co.capacity_rows = plan_.cache_rows;
+  const PlannerKind planner = cfg_.storage.planner;
+  co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
+  // none: read-through, a cache only as large as the steps in flight (training's or
+  // evaluation's, whichever samples more, with a margin).
+  const uint64_t in_flight = (uint64_t{plan_.run_ahead} + 2) * std::max(probe_nodes_, probe_eval_nodes_) * 5 / 4;
+  co.capacity_rows = planner == PlannerKind::kNone ? std::min(plan_.cache_rows, in_flight) : plan_.cache_rows;
   co.window_steps = plan_.window;
   co.protect_steps = plan_.run_ahead;
   co.window_rows = plan_.window_rows;
+  if (planner == PlannerKind::kStatic) {
+    PinHottest(co.capacity_rows > plan_.min_rows ? co.capacity_rows - plan_.min_rows : 0);
+    co.pinned = &pinned_;
+  }
   cache_ = std::make_unique<RowCache>(co);
   arena_ = AlignedBuffer(plan_.cache_rows * row_bytes_, 4096);
   if (embeddings_) SLUICE_RETURN_IF_ERROR(OpenEmbeddingFile(fresh, rows_from));
@@ -401,12 +442,35 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   return Status::Ok();
 }
 
+// The highest in-degree nodes (ties: lower id first), as a bitmap.
+void NcTask::PinHottest(uint64_t rows) {
+  std::vector<int64_t> order(num_nodes_);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  rows = std::min<uint64_t>(rows, num_nodes_);
+  std::partial_sort(order.begin(), order.begin() + static_cast<int64_t>(rows), order.end(), [&](int64_t a, int64_t b) {
+    const uint64_t da = graph_.degree(a), db = graph_.degree(b);
+    return da != db ? da > db : a < b;
+  });
+  pinned_.assign(num_nodes_ / 64 + 1, 0);
+  for (uint64_t i = 0; i < rows; ++i) pinned_[static_cast<uint64_t>(order[i]) / 64] |= uint64_t{1} << (order[i] % 64);
+  pinned_rows_ = rows;
+}
+
+// What the graph side holds for the run: the CSR graph, the sampler's per-node table, the
+// in-degrees (GCN) and the labels.
+uint64_t NcTask::GraphBytes() const {
+  return graph_.MemoryBytes() + KHopSampler::ScratchBytes(num_nodes_) + num_nodes_ * (8 + 4);
+}
+
 std::string NcTask::DescribePlan() const {
   const uint64_t table = num_nodes_ * row_bytes_;
   return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
          FormatCount(static_cast<double>(plan_.cache_rows)) + " feature rows (" + FormatBytes(plan_.cache_bytes) +
          " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
-         "% of the rows), runtime " + FormatBytes(kRuntimeBytes) + ", dense model " +
+         "% of the rows; planner " + PlannerKindName(cfg_.storage.planner) +
+         (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
+         ", io in groups of " + std::to_string(cfg_.storage.io_group) + " steps), graph and sampler " +
+         FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) + ", dense model " +
          FormatBytes(net_->StateBytes()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
          FormatBytes(plan_.pipeline_bytes) + ", window " + std::to_string(plan_.window) + " steps, run-ahead " +
          std::to_string(plan_.run_ahead) + (embeddings_ ? ", embeddings " : ", features ") + FormatBytes(table) +
@@ -432,12 +496,14 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.run_ahead = run_ahead_;
   po.writes = pass.writes;
   po.io = cfg_.io;
+  po.group_steps = static_cast<uint32_t>(cfg_.storage.io_group);
+  po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
     const uint64_t step = pass.first_step + t;
     const uint64_t begin = step * pass.batch;
     if (begin >= pass.nodes->size()) return false;
     const uint64_t n = std::min(pass.batch, pass.nodes->size() - begin);
-    b.sub = pass.sampler->Sample({pass.nodes->data() + begin, n}, {pass.seed, pass.epoch, step});
+    b.sub = pass.sampler->Sample({pass.nodes->data() + begin, n}, {pass.seed, pass.epoch, step}, *pass.options);
     if (pass.max_rows != 0 && b.sub.nodes().size() > pass.max_rows) {
       return FailedPrecondition("evaluation step " + std::to_string(step) + " samples " +
                                 std::to_string(b.sub.nodes().size()) + " nodes, more than the " +
@@ -460,6 +526,7 @@ Status NcTask::FinishPass(Pipeline& p) {
   io_time_.busy_s += p.io_time().busy_s, io_time_.wait_s += p.io_time().wait_s;
   wait_s_ += p.compute_wait_s();
   rows_loaded_ += p.rows_loaded();
+  io_requests_ += p.io_stats().requests, io_bytes_ += p.io_stats().bytes;
   return s;
 }
 
@@ -560,7 +627,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, epoch);
   epoch_nodes_.resize(train.size());
   for (size_t i = 0; i < order.size(); ++i) epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
-  Pass pass{&epoch_nodes_, train_sampler_.get(), cfg_.train.seed, epoch, first,
+  Pass pass{&epoch_nodes_, sampler_.get(), &train_options_, cfg_.train.seed, epoch, first,
             static_cast<uint64_t>(cfg_.train.batch)};
   pass.writes = embeddings_;
   const uint64_t steps = pass.steps();
@@ -591,9 +658,9 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
 Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   torch::NoGradGuard no_grad;
   net_->eval();
-  Pass pass{&nodes, eval_sampler_.get(), cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
+  Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   // The window and the steps in flight must fit the cache together.
-  if (cache_) pass.max_rows = std::max<uint64_t>(1, plan_.cache_rows / (plan_.window + plan_.run_ahead + 1));
+  if (cache_) pass.max_rows = std::max<uint64_t>(1, cache_->options().capacity_rows / (plan_.window + plan_.run_ahead + 1));
   const RowSource source = FeatureSource();
   auto p = MakePipeline(pass, source);
   p->Start();

@@ -67,6 +67,7 @@ class NcTask : public Task {
   struct Pass {
     const std::vector<int64_t>* nodes = nullptr;
     KHopSampler* sampler = nullptr;
+    const KHopOptions* options = nullptr;  // the pass's fanouts
     uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
     uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
     bool writes = false;    // training learnable embeddings: rows become dirty
@@ -98,6 +99,9 @@ class NcTask : public Task {
   Status SetUpStorage(bool fresh, const std::string& rows_from);
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
+  void PinHottest(uint64_t rows);
+  void AddToShape(const SampledSubgraph& s, GnnShape& shape) const;
+  uint64_t GraphBytes() const;
   // Writes the cache's dirty embedding rows back (before a checkpoint, or before layer-wise
   // inference reuses the arena).
   Status SyncRows();
@@ -132,6 +136,9 @@ class NcTask : public Task {
   uint64_t num_nodes_ = 0;
   int64_t feature_dim_ = 0, classes_ = 0;
   std::string feature_path_;
+  MappedFile mapped_;  // storage.mmap: the feature file
+  std::vector<uint64_t> pinned_;  // storage.planner static: the pinned rows, a bitmap
+  uint64_t pinned_rows_ = 0;
   // Storage of the feature rows.
   std::unique_ptr<ArrayBacking> features_;
   // Learnable node embeddings (model.embedding_dim > 0) instead of features: a row file in
@@ -153,9 +160,13 @@ class NcTask : public Task {
   std::string memory_plan_;
   uint32_t run_ahead_ = 0;
   // The largest sample of the first training steps: its nodes, and its blocks' index words.
-  uint64_t probe_nodes_ = 0, probe_slot_words_ = 0;
+  uint64_t probe_nodes_ = 0, probe_slot_words_ = 0, probe_eval_nodes_ = 0;
   // Sampling.
-  std::unique_ptr<KHopSampler> train_sampler_, eval_sampler_;
+  // One sampler (its per-node table is 16 bytes a node) for training, evaluation and
+  // layer-wise inference, each with its own fanouts.
+  std::unique_ptr<KHopSampler> sampler_;
+  KHopOptions train_options_, eval_options_;
+  const KHopOptions one_hop_options_{{-1}, false};
   std::vector<int64_t> epoch_nodes_;  // the epoch's training nodes in order
   // Model.
   std::shared_ptr<Model> net_;  // the model the seam runs: gnn_, or the user's
@@ -167,6 +178,7 @@ class NcTask : public Task {
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;
   uint64_t rows_loaded_ = 0;
+  uint64_t io_requests_ = 0, io_bytes_ = 0;  // disk requests and bytes of training and evaluation
 };
 
 }  // namespace sluice
