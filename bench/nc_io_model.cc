@@ -244,10 +244,17 @@ int Main(const Args& a) {
   std::vector<uint32_t> uses(n, 0);
   const auto start = std::chrono::steady_clock::now();
   double edges = 0;
+  std::vector<double> layer_sum(ko.fanouts.size() + 1, 0), layer_max(ko.fanouts.size() + 1, 0);
+  std::vector<double> edge_sum(ko.fanouts.size(), 0);
   for (uint64_t t = 0; t < steps_total; ++t) {
     const SampledSubgraph s = sampler.Sample(Batch(nodes, a.batch, t), {a.seed, 0, t});
     for (int64_t v : s.nodes()) steps[t].push_back(static_cast<uint64_t>(v)), ++uses[v];
     edges += static_cast<double>(s.blocks.back().src_local.size());
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      layer_sum[l] += static_cast<double>(s.layers[l].size());
+      layer_max[l] = std::max(layer_max[l], static_cast<double>(s.layers[l].size()));
+    }
+    for (size_t h = 0; h < s.blocks.size(); ++h) edge_sum[h] += static_cast<double>(s.blocks[h].src_local.size());
   }
   const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Skew: the share of accesses (distinct rows per step) that hit the 10% most used rows.
@@ -276,7 +283,13 @@ int Main(const Args& a) {
               all / static_cast<double>(steps_total) * static_cast<double>(row_bytes) / 1e6,
               edges / static_cast<double>(steps_total), 100.0 * static_cast<double>(touched) / static_cast<double>(n),
               sample_s / static_cast<double>(steps_total));
-  std::printf("- skew: the 10%% most used rows take %.1f%% of the accesses\n", 100 * top10 / all);
+  std::printf("- nodes per layer (seeds first), mean / max:");
+  for (size_t l = 0; l < layer_sum.size(); ++l) {
+    std::printf(" %.0f / %.0f", layer_sum[l] / static_cast<double>(steps_total), layer_max[l]);
+  }
+  std::printf("; sampled edges per hop, mean:");
+  for (double e : edge_sum) std::printf(" %.0f", e / static_cast<double>(steps_total));
+  std::printf("\n- skew: the 10%% most used rows take %.1f%% of the accesses\n", 100 * top10 / all);
   std::printf("- disk: %.0f random reads/s, %.0f MB/s; io time = max(requests / IOPS, bytes / bandwidth)\n\n",
               a.iops, a.mbps);
   std::vector<Row> rows;

@@ -90,13 +90,13 @@ namespace {
 
 // Per step in the pipeline's ring: records, keys, inverse, distinct keys and row pointers.
 uint64_t PerStepBytes(const RowPlanInput& in) {
-  return in.step_record_bytes + in.keys_per_step * (16 + 4 + 16 + 8 + 8);
+  return in.step_record_bytes + in.keys_per_step * (in.distinct_keys ? 16 + 8 + 8 : 16 + 4 + 16 + 8 + 8);
 }
 
 // io: the ring's staging slots, a step's loads and write-backs, the written-rows bitmap.
 uint64_t IoBytes(const RowPlanInput& in) {
-  return in.io_queue_depth * in.io_merge_max_bytes + 2 * in.keys_per_step * in.row_bytes +
-         in.total_rows / 8;
+  const uint64_t staging = in.scatter_loads ? 0 : 2 * in.keys_per_step * in.row_bytes;
+  return in.io_queue_depth * in.io_merge_max_bytes + staging + in.total_rows / 8;
 }
 
 // The bytes of a cache of `rows` rows, its index sized for `window_rows` other rows.
@@ -167,7 +167,7 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   const uint64_t per_step = PerStepBytes(in);
   const uint64_t fixed = in.runtime_bytes + in.model_bytes + in.step_bytes + p.io_bytes + p.kv_bytes;
   const uint32_t d = in.run_ahead;
-  p.min_rows = MinCapacityRows(0, d, in.keys_per_step);
+  p.min_rows = in.in_flight_rows > 0 ? in.in_flight_rows : MinCapacityRows(0, d, in.keys_per_step);
   // Rows pending in the window: measured on the first steps, with a margin (the index grows if
   // later steps have more).
   p.step_rows = std::min(in.keys_per_step, in.sampled_rows_per_step + in.sampled_rows_per_step / 4);

@@ -76,6 +76,15 @@ struct RowPlanInput {
   uint64_t write_back_rows = 0;  // override (0: from the share)
   double preload_share = 0;
   uint32_t preload_horizon = 32;
+  // Loads go straight into cache slots and nothing is written back (a read-only array through
+  // RowBacking::ReadScatter): no io staging for a step's rows.
+  bool scatter_loads = false;
+  // The source's keys are distinct (a k-hop sample's nodes): a ring slot holds each key once
+  // (its row and address), not keys, distinct keys and an inverse.
+  bool distinct_keys = false;
+  // The distinct rows of the steps in flight (run_ahead + 1 consecutive steps), measured; 0:
+  // (run_ahead + 1) x keys_per_step. Steps share rows (hubs), so the sum overstates it.
+  uint64_t in_flight_rows = 0;
 };
 
 struct RowMemoryPlan {

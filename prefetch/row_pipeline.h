@@ -95,8 +95,16 @@ class RowPipeline {
       b.samples = 0;
       b.records.clear();
       b.keys.clear();
+      b.keys_distinct = false;
       SLUICE_ASSIGN_OR_RETURN(const bool more, fill(t, p));
-      if (more) deduper_.Dedupe(b);
+      if (!more) return more;
+      if (b.keys_distinct) {
+        b.unique.swap(b.keys);
+        b.keys.clear();
+        b.inverse.clear();
+      } else {
+        deduper_.Dedupe(b);
+      }
       return more;
     };
   }

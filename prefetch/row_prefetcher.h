@@ -101,6 +101,13 @@ struct RowBatch {
   std::vector<RowKey> unique;      // distinct keys, in first-occurrence order
   std::vector<uint32_t> inverse;   // per key: its index in `unique`
   std::vector<std::byte*> rows;    // per distinct key: its row (valid until Computed)
+  // Set by a source whose keys are distinct already (a k-hop sample's nodes): the pipeline
+  // moves them to `unique` without deduplicating, leaving `keys` and `inverse` empty (use i is
+  // unique row i).
+  bool keys_distinct = false;
+  size_t uses() const { return keys_distinct ? unique.size() : keys.size(); }
+  uint32_t row_of(size_t use) const { return keys_distinct ? static_cast<uint32_t>(use) : inverse[use]; }
+  const RowKey& key_of(size_t use) const { return keys_distinct ? unique[use] : keys[use]; }
 };
 
 // Finds a batch's distinct rows (open addressing, stamped per call: no clearing, no

@@ -25,10 +25,19 @@ torch::Tensor Degrees(const BlockInput& b) {
 
 torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site) {
   if (p <= 0) return x;
-  torch::Tensor mask = torch::empty(x.sizes(), torch::kFloat);
-  float* m = mask.data_ptr<float>();
   const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
   const auto scale = static_cast<float>(1.0 / (1.0 - p));
+  if (!x.requires_grad() && x.is_contiguous() && x.scalar_type() == torch::kFloat) {
+    // Nothing flows back through it (the gathered features): scaled in place, no mask tensor.
+    // The same product as x * mask, so the same bits.
+    float* d = x.data_ptr<float>();
+    at::parallel_for(0, x.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) d[i] = d[i] * (k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f);
+    });
+    return x;
+  }
+  torch::Tensor mask = torch::empty(x.sizes(), torch::kFloat);
+  float* m = mask.data_ptr<float>();
   at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
   });
@@ -76,11 +85,39 @@ GnnModelImpl::GnnModelImpl(const NcModelConfig& config, GnnShape shape, torch::T
   }
 }
 
+namespace {
+
+// Each destination's sum of its sources' rows, added in edge order from zero (index_add's
+// order, so the same bits) without a row per edge: for the first layer, whose input (the
+// features) takes no gradient, that copy was the step's largest tensor.
+torch::Tensor SumNeighbours(const torch::Tensor& h, const BlockInput& b) {
+  const torch::Tensor src = h.contiguous();
+  const int64_t d = src.size(1);
+  torch::Tensor out = torch::zeros({b.num_dst, d});
+  const float* x = src.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t* off = b.offsets.data_ptr<int64_t>();
+  const int64_t* nb = b.src_local.data_ptr<int64_t>();
+  at::parallel_for(0, b.num_dst, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t v = begin; v < end; ++v) {
+      float* row = o + v * d;
+      for (int64_t e = off[v]; e < off[v + 1]; ++e) {
+        const float* s = x + nb[e] * d;
+        for (int64_t k = 0; k < d; ++k) row[k] += s[k];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 torch::Tensor GnnModelImpl::Sage(int l, const torch::Tensor& h, const BlockInput& b,
                                  const torch::Tensor& dst_index) {
   torch::Tensor agg;
   if (cfg_.aggregator == SageAggregator::kMean) {
-    agg = torch::zeros({b.num_dst, h.size(1)}).index_add(0, dst_index, h.index_select(0, b.src_local));
+    agg = h.requires_grad() ? torch::zeros({b.num_dst, h.size(1)}).index_add(0, dst_index, h.index_select(0, b.src_local))
+                            : SumNeighbours(h, b);
     agg = agg / Degrees(b).clamp_min(1).unsqueeze(1);
   } else {
     const torch::Tensor p = torch::relu(pool_[l](h)).index_select(0, b.src_local);
@@ -174,33 +211,44 @@ torch::Tensor GnnModelImpl::Loss(const ModelInput& input) {
 }
 
 uint64_t GnnModelImpl::StepBytes() const {
-  // What autograd keeps per layer: the dropped input (the linear layers save views into it),
-  // and from the second layer on its input and dropout mask too (the input needs a gradient);
-  // the aggregate (GraphSage, GCN) or the per-edge scores and transformed rows (GAT); the
-  // activation's output. On top, the largest transient of any layer (a row per sampled edge,
-  // GraphSage's mean gathers raw inputs, the others transformed rows) and in backward the
-  // gradients of the largest layer. Measured against peak RSS by bench/memory_report.py.
+  // Training: what autograd keeps per layer: the dropped input (the linear layers save views
+  // into it), and from the second layer on its input and dropout mask too (the input needs a
+  // gradient); the aggregate (GraphSage, GCN) or the per-edge scores and transformed rows
+  // (GAT); the activation's output. On top, the largest transient of any layer (a row per
+  // sampled edge: GraphSage's mean gathers raw inputs, the others transformed rows) and in
+  // backward the gradients of the largest layer. Evaluation keeps nothing for backward: a
+  // layer's input, transient and output at a time. Measured against peak RSS by
+  // bench/memory_report.py.
   const bool gat = cfg_.kind == GnnKind::kGat;
-  const bool per_layer = shape_.layer_src.size() == static_cast<size_t>(layers());
-  uint64_t kept = 0, transient = 0, grads = 0;
+  uint64_t kept = 0, transient = 0, grads = 0, eval = 0;
   for (int l = 0; l < layers(); ++l) {
-    const auto at = [&](const std::vector<int64_t>& v, int64_t all) {
-      return static_cast<uint64_t>(per_layer ? v[static_cast<size_t>(l)] : all);
-    };
-    const uint64_t src = at(shape_.layer_src, shape_.max_nodes), dst = at(shape_.layer_dst, shape_.max_nodes);
-    const uint64_t edges = at(shape_.layer_edges, shape_.max_edges);
     const auto in = static_cast<uint64_t>(l == 0 ? shape_.in_dim : OutputWidth(l - 1));
     const uint64_t heads = gat ? static_cast<uint64_t>(l + 1 == layers() ? cfg_.output_heads : cfg_.heads) : 1;
     const uint64_t out = static_cast<uint64_t>(OutputWidth(l)) * (gat && l + 1 == layers() ? heads : 1);
     const uint64_t message = cfg_.kind == GnnKind::kGraphSage ? in : out;
-    const uint64_t e = gat ? edges + dst : edges;
-    const uint64_t layer_kept = src * in * 4 * (l == 0 ? 1 : 3) + dst * in * 4 +
-                                (gat ? e * (4 * heads * 3 + out * 4) + src * out * 4 : 0) + dst * out * 4 * 2;
-    kept += layer_kept;
-    transient = std::max(transient, e * message * 4 + (cfg_.kind == GnnKind::kGraphSage ? 0 : src * out * 4));
-    grads = std::max(grads, l == 0 ? dst * out * 4 * 3 : layer_kept + e * message * 4);
+    // The first layer's mean needs no row per edge (SumNeighbours).
+    const bool fused = l == 0 && cfg_.kind == GnnKind::kGraphSage && cfg_.aggregator == SageAggregator::kMean;
+    for (const bool training : {true, false}) {
+      const GnnShape::Layers& sh = training ? shape_.train : shape_.eval;
+      const bool per_layer = sh.src.size() == static_cast<size_t>(layers());
+      const auto at = [&](const std::vector<int64_t>& v, int64_t all) {
+        return static_cast<uint64_t>(per_layer ? v[static_cast<size_t>(l)] : all);
+      };
+      const uint64_t src = at(sh.src, shape_.max_nodes), dst = at(sh.dst, shape_.max_nodes);
+      const uint64_t e = at(sh.edges, shape_.max_edges) + (gat ? dst : 0);
+      const uint64_t agg = dst * in * 4 + (gat ? e * (4 * heads * 3 + out * 4) + src * out * 4 : 0);
+      const uint64_t step = (fused ? 0 : e * message * 4) + (cfg_.kind == GnnKind::kGraphSage ? 0 : src * out * 4);
+      if (!training) {
+        eval = std::max(eval, src * in * 4 + agg + step + dst * out * 4 * 2);
+        continue;
+      }
+      const uint64_t layer_kept = src * in * 4 * (l == 0 ? 1 : 3) + agg + dst * out * 4 * 2;
+      kept += layer_kept;
+      transient = std::max(transient, step);
+      grads = std::max(grads, l == 0 ? dst * out * 4 * 3 : layer_kept + step);
+    }
   }
-  return kept + transient + grads;
+  return std::max(kept + transient + grads, eval);
 }
 
 ClassMetrics ClassificationMetrics(const std::vector<int64_t>& predicted,

@@ -36,8 +36,12 @@ struct GnnShape {
   int64_t in_dim = 0, classes = 0;
   int64_t max_seeds = 0, max_nodes = 0, max_edges = 0;  // per step (StepBytes)
   // Per layer, input first: the most source nodes, destination nodes and edges a step's block
-  // for that layer holds (StepBytes; empty: max_nodes and max_edges at every layer).
-  std::vector<int64_t> layer_src, layer_dst, layer_edges;
+  // for that layer holds, in training and in evaluation (StepBytes; empty: max_nodes and
+  // max_edges at every layer).
+  struct Layers {
+    std::vector<int64_t> src, dst, edges;
+  };
+  Layers train, eval;
 };
 
 class GnnModelImpl : public Model {

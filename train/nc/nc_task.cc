@@ -79,6 +79,7 @@ Status NcTask::OpenGraph() {
                            "scripts/sluice_prep.py (planetoid, ogb, npy or gen-nc)");
   }
   SLUICE_ASSIGN_OR_RETURN(graph_, CsrGraph::Load(dataset_, "train", Direction::kIn));
+  if (cfg_.model.kind != GnnKind::kGcn) return Status::Ok();  // only GCN's normalisation reads them
   in_degree_ = torch::empty({static_cast<int64_t>(num_nodes_)}, torch::kLong);
   int64_t* d = in_degree_.data_ptr<int64_t>();
   for (uint64_t v = 0; v < num_nodes_; ++v) d[v] = static_cast<int64_t>(graph_.degree(static_cast<int64_t>(v)));
@@ -143,18 +144,36 @@ Status NcTask::MakeModel(const GnnShape& shape) {
   return Status::Ok();
 }
 
-// Grows the shape's bounds to a sample's, with a margin of a quarter: per layer (input first,
+// For w = 1, 2, ...: the most distinct nodes of w consecutive probe steps (what the steps in
+// flight hold in the cache; hubs appear in many steps, so it is well below w times a step's).
+void NcTask::ProbeUnions(const std::vector<std::vector<int64_t>>& steps) {
+  probe_union_.assign(steps.size() + 1, 0);
+  std::vector<uint8_t> stamp(num_nodes_, 0);
+  for (size_t first = 0; first < steps.size(); ++first) {
+    uint64_t distinct = 0;
+    for (size_t t = first; t < steps.size(); ++t) {
+      for (int64_t v : steps[t]) {
+        uint8_t& st = stamp[static_cast<size_t>(v)];
+        if (st != first + 1) st = static_cast<uint8_t>(first + 1), ++distinct;
+      }
+      probe_union_[t - first + 1] = std::max(probe_union_[t - first + 1], distinct);
+    }
+  }
+}
+
+// Grows the shape's bounds to a sample's, with a margin of a tenth: per layer (input first,
 // so from the outermost block in) and over the step.
-void NcTask::AddToShape(const SampledSubgraph& s, GnnShape& shape) const {
+void NcTask::AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const {
   const auto layers = static_cast<size_t>(cfg_.model.layers);
-  shape.layer_src.resize(layers), shape.layer_dst.resize(layers), shape.layer_edges.resize(layers);
+  GnnShape::Layers& to = training ? shape.train : shape.eval;
+  to.src.resize(layers), to.dst.resize(layers), to.edges.resize(layers);
   int64_t edges = 0;
   for (size_t l = 0; l < layers; ++l) {
     const SampledBlock& b = s.blocks[s.blocks.size() == 1 ? 0 : s.blocks.size() - 1 - l];
-    const auto margin = [](uint64_t x) { return static_cast<int64_t>(x) * 5 / 4; };
-    shape.layer_src[l] = std::max(shape.layer_src[l], margin(b.num_src));
-    shape.layer_dst[l] = std::max(shape.layer_dst[l], margin(b.num_dst));
-    shape.layer_edges[l] = std::max(shape.layer_edges[l], margin(b.src_local.size()));
+    const auto margin = [](uint64_t x) { return static_cast<int64_t>(x) * 11 / 10; };
+    to.src[l] = std::max(to.src[l], margin(b.num_src));
+    to.dst[l] = std::max(to.dst[l], margin(b.num_dst));
+    to.edges[l] = std::max(to.edges[l], margin(b.src_local.size()));
   }
   for (const SampledBlock& b : s.blocks) edges += static_cast<int64_t>(b.src_local.size());
   shape.max_nodes = std::max<int64_t>(shape.max_nodes, static_cast<int64_t>(s.nodes().size()) * 5 / 4);
@@ -174,8 +193,9 @@ Status NcTask::BuildModel() {
   const auto batch = static_cast<uint64_t>(cfg_.train.batch);
   const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
   std::vector<int64_t> seeds;
+  std::vector<std::vector<int64_t>> probe_steps;
   probe_nodes_ = probe_slot_words_ = 0;
-  for (uint64_t t = 0; t < 16 && t * batch < train.size(); ++t) {
+  for (uint64_t t = 0; t < kProbeSteps && t * batch < train.size(); ++t) {
     const uint64_t n = std::min(batch, train.size() - t * batch);
     seeds.clear();
     for (uint64_t i = 0; i < n; ++i) seeds.push_back(train[static_cast<size_t>(order[t * batch + i])]);
@@ -184,15 +204,31 @@ Status NcTask::BuildModel() {
     for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
     probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
     probe_slot_words_ = std::max(probe_slot_words_, words);
-    AddToShape(s, shape);
+    AddToShape(s, shape, /*training=*/true);
+    probe_steps.push_back(s.layers.back());
   }
-  {  // and an evaluation step: one hop of every neighbour (layer-wise) or the sampled blocks
-    std::vector<int64_t> first(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
-    std::iota(first.begin(), first.end(), int64_t{0});
-    const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_;
+  ProbeUnions(probe_steps);
+  // And the first evaluation steps: layer-wise, one hop of every neighbour of the first nodes;
+  // else the sampled blocks of the first batch of each split (in id order: on a graph
+  // numbered by degree, its hubs).
+  const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_;
+  std::vector<std::vector<int64_t>> firsts;
+  if (layerwise) {
+    firsts.emplace_back(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
+    std::iota(firsts.back().begin(), firsts.back().end(), int64_t{0});
+  } else {
+    for (const char* split : {"valid", "test"}) {
+      const std::vector<int64_t>& nodes = Split(split);
+      firsts.emplace_back(nodes.begin(), nodes.begin() + static_cast<int64_t>(std::min<uint64_t>(
+                                                             nodes.size(), static_cast<uint64_t>(cfg_.eval.batch))));
+    }
+  }
+  probe_eval_nodes_ = 0;
+  for (const std::vector<int64_t>& first : firsts) {
+    if (first.empty()) continue;
     SampledSubgraph s = sampler_->Sample(first, {cfg_.eval.seed, 0, 0}, layerwise ? one_hop_options_ : eval_options_);
-    probe_eval_nodes_ = s.nodes().size();
-    AddToShape(s, shape);  // layer-wise: its one block stands for every layer's
+    probe_eval_nodes_ = std::max<uint64_t>(probe_eval_nodes_, s.nodes().size());
+    AddToShape(s, shape, /*training=*/false);  // layer-wise: its one block stands for every layer's
   }
   torch::manual_seed(cfg_.train.seed);
   SLUICE_RETURN_IF_ERROR(MakeModel(shape));
@@ -381,6 +417,11 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.sampled_rows_per_step = most;
   in.cache_rows = cfg_.storage.cache_rows;
   in.write_back_share = 0;  // feature rows are never written; embeddings go to their pages
+  in.scatter_loads = !embeddings_;
+  in.distinct_keys = true;
+  // The steps in flight as measured on the probe (a tenth more), when it sampled that many.
+  const uint64_t in_flight = uint64_t{in.run_ahead} + 1;
+  if (in_flight < probe_union_.size()) in.in_flight_rows = probe_union_[in_flight] + probe_union_[in_flight] / 10;
   return in;
 }
 
@@ -459,7 +500,8 @@ void NcTask::PinHottest(uint64_t rows) {
 // What the graph side holds for the run: the CSR graph, the sampler's per-node table, the
 // in-degrees (GCN) and the labels.
 uint64_t NcTask::GraphBytes() const {
-  return graph_.MemoryBytes() + KHopSampler::ScratchBytes(num_nodes_) + num_nodes_ * (8 + 4);
+  return graph_.MemoryBytes() + KHopSampler::ScratchBytes(num_nodes_) + num_nodes_ * 4 +
+         static_cast<uint64_t>(in_degree_.defined() ? in_degree_.numel() * 8 : 0);
 }
 
 std::string NcTask::DescribePlan() const {
@@ -512,6 +554,10 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     }
     b.rows.samples = static_cast<uint32_t>(n);
     for (int64_t v : b.sub.nodes()) b.rows.keys.push_back(RowKey{static_cast<uint64_t>(v), 0});
+    b.rows.keys_distinct = true;  // a sample holds each node once
+    // Compute reads the seeds and the nodes (the first and last layers, of which the others
+    // are prefixes): the rest would only take ring memory.
+    for (size_t l = 1; l + 1 < b.sub.layers.size(); ++l) std::vector<int64_t>().swap(b.sub.layers[l]);
     return true;
   };
   if (source.memory) return std::make_unique<Pipeline>(source.memory, po, fill, &NcTask::RowsOf);
@@ -533,14 +579,14 @@ Status NcTask::FinishPass(Pipeline& p) {
 // Every node's row, widened to float32; feature rows are divided by their sum with
 // features.normalize: row, and a non-finite value is an error naming the file and the node.
 Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::Tensor& out) const {
-  const auto n = static_cast<int64_t>(rows.keys.size());
+  const auto n = static_cast<int64_t>(rows.uses());
   const int64_t d = source.dim;
   out = torch::empty({n, d});
   float* o = out.data_ptr<float>();
   const bool half = source.half;
   const bool normalize = source.features && cfg_.features.normalize == FeatureNormalize::kRow;
   for (int64_t i = 0; i < n; ++i) {
-    const std::byte* row = rows.rows[rows.inverse[static_cast<size_t>(i)]];
+    const std::byte* row = rows.rows[rows.row_of(static_cast<size_t>(i))];
     float* dst = o + i * d;
     if (half) {
       const auto* h = reinterpret_cast<const uint16_t*>(row);
@@ -552,7 +598,7 @@ Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::
     float sum = 0;
     for (int64_t k = 0; k < d; ++k) {
       if (!std::isfinite(dst[k])) {
-        return InvalidArgument(feature_path_ + ": node " + std::to_string(rows.keys[static_cast<size_t>(i)].id) +
+        return InvalidArgument(feature_path_ + ": node " + std::to_string(rows.key_of(static_cast<size_t>(i)).id) +
                                ", feature " + std::to_string(k) + " is " + (std::isnan(dst[k]) ? "nan" : "infinite") +
                                " (sluice_prep.py refuses such features; sluice info --verify finds them)");
       }
@@ -570,7 +616,8 @@ Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t 
                                      const RowSource& source) {
   ModelInput in;
   if (training && embeddings_) {  // rows that learn: uses that require grad
-    inverse_.assign(b.rows.inverse.begin(), b.rows.inverse.end());
+    inverse_.resize(b.rows.uses());
+    for (size_t i = 0; i < inverse_.size(); ++i) inverse_[i] = b.rows.row_of(i);
     const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
     in.tables.push_back(GatherUses(rows, {inverse_}, feature_dim_, /*requires_grad=*/true));
   } else {

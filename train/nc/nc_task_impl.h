@@ -100,7 +100,9 @@ class NcTask : public Task {
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
   void PinHottest(uint64_t rows);
-  void AddToShape(const SampledSubgraph& s, GnnShape& shape) const;
+  void AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const;
+  void ProbeUnions(const std::vector<std::vector<int64_t>>& steps);
+  static constexpr uint64_t kProbeSteps = 16;  // training steps sampled at set-up for the plans
   uint64_t GraphBytes() const;
   // Writes the cache's dirty embedding rows back (before a checkpoint, or before layer-wise
   // inference reuses the arena).
@@ -161,6 +163,7 @@ class NcTask : public Task {
   uint32_t run_ahead_ = 0;
   // The largest sample of the first training steps: its nodes, and its blocks' index words.
   uint64_t probe_nodes_ = 0, probe_slot_words_ = 0, probe_eval_nodes_ = 0;
+  std::vector<uint64_t> probe_union_;  // [w]: the most distinct nodes of w consecutive probe steps
   // Sampling.
   // One sampler (its per-node table is 16 bytes a node) for training, evaluation and
   // layer-wise inference, each with its own fanouts.
