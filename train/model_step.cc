@@ -79,25 +79,75 @@ torch::Tensor SumRowGrads(const UseParts& parts, const std::vector<torch::Tensor
   return sums;
 }
 
+namespace {
+
+// After a fused loss over encoded uses: the use gradients through the encoder, at the rows the
+// engine gathered (`leaves`). Tables the encoder left as they were keep the fused pieces.
+void BackThroughEncoder(const std::vector<torch::Tensor>& leaves, const ModelInput& encoded,
+                        std::vector<std::vector<torch::Tensor>>& use_grads) {
+  std::vector<torch::Tensor> outputs, grads;
+  std::vector<size_t> changed;
+  for (size_t t = 0; t < leaves.size() && t < encoded.tables.size(); ++t) {
+    const torch::Tensor& uses = encoded.tables[t].uses;
+    if (uses.is_same(leaves[t]) || !uses.requires_grad() || t >= use_grads.size()) continue;
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& piece : use_grads[t]) flat.push_back(piece.reshape({-1}));
+    outputs.push_back(uses);
+    grads.push_back(torch::cat(flat).view_as(uses));
+    changed.push_back(t);
+  }
+  if (outputs.empty()) return;
+  torch::autograd::backward(outputs, grads);
+  for (size_t t : changed) use_grads[t] = {leaves[t].grad()};
+}
+
+}  // namespace
+
 Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused) {
   StepGrads out;
   try {
+    // The rows as gathered: an encoder may replace the uses the model sees.
+    std::vector<torch::Tensor> leaves;
+    for (const TableInput& t : input.tables) leaves.push_back(t.uses);
     ModelInput in = model.Encode(std::move(input));
     FusedOutput fused;
     if (allow_fused && model.FusedLoss(in, fused)) {
       out.loss = fused.loss;
+      BackThroughEncoder(leaves, in, fused.use_grads);
       out.use_grads = std::move(fused.use_grads);
       return out;
     }
     torch::Tensor loss = model.Loss(in);
     loss.backward();
     out.loss = loss.item<double>();
-    for (const TableInput& t : in.tables) out.use_grads.push_back({t.uses.grad()});
+    for (const torch::Tensor& leaf : leaves) out.use_grads.push_back({leaf.grad()});
   } catch (const std::exception& e) {
     return InvalidArgument("the model failed at epoch " + std::to_string(input.key.epoch + 1) +
                            ", step " + std::to_string(input.key.step) + ": " + FirstLine(e.what()));
   }
   return out;
+}
+
+Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input) {
+  try {
+    return model.Predict(model.Encode(input));
+  } catch (const std::exception& e) {
+    return InvalidArgument("the model failed in evaluation step " + std::to_string(input.key.step) + ": " +
+                           FirstLine(e.what()));
+  }
+}
+
+Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const std::string& name,
+                                           const EncoderFactory& factory, const ModelSpec& spec) {
+  if (name.empty()) return model;
+  std::shared_ptr<Encoder> encoder;
+  try {
+    encoder = factory(spec);
+  } catch (const std::exception& e) {
+    return InvalidArgument("encoder " + name + ": its factory failed: " + FirstLine(e.what()));
+  }
+  if (encoder == nullptr) return InvalidArgument("encoder " + name + ": its factory returned no encoder");
+  return std::shared_ptr<Model>(std::make_shared<EncodedModel>(std::move(encoder), std::move(model)));
 }
 
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,

@@ -49,6 +49,33 @@ Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused);
 Result<std::shared_ptr<Model>> CallModelFactory(const std::string& name, const ModelFactory& factory,
                                                 const ModelSpec& spec);
 
+// A user's encoder (Run::SetEncoder) and a task's model as one model: Encode runs the encoder,
+// then the model's own Encode; Loss, FusedLoss and Predict are the model's (RunModel takes the
+// gradients through the encoder). Checkpoints hold both ("encoder.*", "head.*").
+class EncodedModel final : public Model {
+ public:
+  EncodedModel(std::shared_ptr<Encoder> encoder, std::shared_ptr<Model> head)
+      : encoder_(register_module("encoder", std::move(encoder))), head_(register_module("head", std::move(head))) {}
+  ModelInput Encode(ModelInput input) override { return head_->Encode(encoder_->Encode(std::move(input))); }
+  torch::Tensor Loss(const ModelInput& input) override { return head_->Loss(input); }
+  torch::Tensor Predict(const ModelInput& input) override { return head_->Predict(input); }
+  bool FusedLoss(const ModelInput& input, FusedOutput& out) override { return head_->FusedLoss(input, out); }
+  uint64_t StepBytes() const override { return head_->StepBytes() + encoder_->StepBytes(); }
+  Model& head() { return *head_; }
+
+ private:
+  std::shared_ptr<Encoder> encoder_;
+  std::shared_ptr<Model> head_;
+};
+
+// `model` behind the user's encoder when the task was given one (name non-empty), else `model`.
+Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const std::string& name,
+                                           const EncoderFactory& factory, const ModelSpec& spec);
+
+// The model's outputs for evaluation: Predict of the encoded input. An exception is an error
+// naming the step.
+Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input);
+
 // Applies `opt` to distinct rows [0, rows): rows[k] gets sums row k (parallel over rows).
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,
                        int64_t d, float lr);

@@ -150,6 +150,15 @@ Status Run::SetModel(const std::string& name, ModelFactory factory) {
   return impl_->SetModelFactory(name, std::move(factory));
 }
 
+Status Run::SetEncoder(const std::string& name, EncoderFactory factory) {
+  if (trained_ || !opened_.empty()) {
+    return FailedPrecondition("Run::SetEncoder: the run has started; set the encoder first");
+  }
+  if (!factory) return InvalidArgument("Run::SetEncoder: the factory is empty");
+  if (name.empty()) return InvalidArgument("Run::SetEncoder: the encoder needs a name");
+  return impl_->SetEncoderFactory(name, std::move(factory));
+}
+
 Status Run::Train(const TrainOptions& options) {
   if (read_only_) return FailedPrecondition("Run::Train: a run opened for reading does not train");
   if (trained_) return FailedPrecondition("Run::Train: the run has trained; build a new Run");

@@ -49,20 +49,29 @@ Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
                            dataset + "/manifest.json); resume on the dataset it was trained on, "
                            "or start over with --overwrite");
   }
-  // A user's model (Run::SetModel) ends the fingerprint with " model=NAME".
-  auto model_of = [](const std::string& fp) -> std::string {
-    const size_t at = fp.rfind(" model=");
-    if (at == std::string::npos || fp.find('\n', at) != std::string::npos) return "";
-    return fp.substr(at + 7);
+  // A user's model and encoder (Run::SetModel, Run::SetEncoder) end the fingerprint with
+  // " model=NAME" and " encoder=NAME", in that order.
+  const auto user_parts = [](std::string fp) {
+    std::string parts[2];
+    const char* tags[2] = {" encoder=", " model="};
+    for (int i = 0; i < 2; ++i) {
+      const size_t at = fp.rfind(tags[i]);
+      if (at == std::string::npos || fp.find('\n', at) != std::string::npos) continue;
+      parts[i] = fp.substr(at + std::string(tags[i]).size());
+      fp.resize(at);
+    }
+    return std::pair<std::string, std::string>{parts[1], parts[0]};  // model, encoder
   };
-  const std::string theirs = model_of(s.config_fingerprint), ours = model_of(config_fp);
+  const auto theirs = user_parts(s.config_fingerprint), ours = user_parts(config_fp);
   if (theirs != ours) {
-    const auto name = [](const std::string& m) {
-      return m.empty() ? std::string("the built-in model") : "the user's model '" + m + "'";
+    const auto name = [](const std::pair<std::string, std::string>& m) {
+      std::string text = m.first.empty() ? "the built-in model" : "the user's model '" + m.first + "'";
+      return m.second.empty() ? text : text + " behind the user's encoder '" + m.second + "'";
     };
-    return InvalidArgument(r.dir() + ": checkpoint trained with " + name(theirs) + ", not " +
-                           name(ours) + (theirs.empty() ? "" : " (open it from the program "
-                           "that trained it, after Run::SetModel with that name)") +
+    const bool user = !theirs.first.empty() || !theirs.second.empty();
+    return InvalidArgument(r.dir() + ": checkpoint trained with " + name(theirs) + ", not " + name(ours) +
+                           (user ? " (open it from the program that trained it, after Run::SetModel or "
+                                   "Run::SetEncoder with those names)" : "") +
                            "; or start over with --overwrite");
   }
   if (s.config_fingerprint != config_fp) {

@@ -70,6 +70,12 @@ class Task {
     return FailedPrecondition("task " + settings().task + " does not take a user's model yet "
                               "(recommendation and node classification do)");
   }
+  // Puts a user's encoder in front of the task's model (before Open); `name` joins the config
+  // fingerprint. Tasks that take no encoder refuse.
+  virtual Status SetEncoderFactory(const std::string& /*name*/, EncoderFactory /*factory*/) {
+    return FailedPrecondition("task " + settings().task + " does not take an encoder (recommendation and "
+                              "node classification do; link prediction takes a user's decoder)");
+  }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;
   // The effective config as YAML (config.yaml) and its fingerprint (train/fingerprint.h).

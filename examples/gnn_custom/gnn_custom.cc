@@ -5,7 +5,10 @@
 //   g_i = sigmoid(W_g [h_i, m_i] + b_g)         (one gate per output channel)
 //   h'_i = W_self h_i + g_i * (W_neigh m_i)       (ReLU and dropout between layers)
 //
-//   gnn_custom CONFIG [--set key=value ...] [--export DIR] [--train-only]
+// With --encoder, the model is sluice's built-in GNN instead, behind a user's encoder of the
+// node features (Run::SetEncoder): x' = x + relu(W x + b), trained with the GNN.
+//
+//   gnn_custom CONFIG [--encoder] [--set key=value ...] [--export DIR] [--train-only]
 // trains, then (unless --train-only) evaluates the best checkpoint on the test split and prints
 // its metrics (and exports the predictions into DIR).
 
@@ -71,6 +74,25 @@ class GatedSage : public sluice::Model {
   std::vector<torch::nn::Linear> self_, neigh_, gate_;
 };
 
+// A residual feature encoder in front of the built-in GNN: the features keep their width.
+class FeatureMlp : public sluice::Encoder {
+ public:
+  explicit FeatureMlp(const sluice::ModelSpec& s)
+      : linear_(register_module("linear", torch::nn::Linear(s.feature_dim, s.feature_dim))) {}
+  sluice::ModelInput Encode(sluice::ModelInput in) override {
+    torch::Tensor& x = in.tables.at(0).uses;
+    x = x + torch::relu(linear_->forward(x));
+    return in;
+  }
+  // The projection and its ReLU over every node of a step (64 a seed), with their gradients.
+  uint64_t StepBytes() const override {
+    return static_cast<uint64_t>(linear_->weight.size(0)) * 64 * 1024 * 4 * 4;
+  }
+
+ private:
+  torch::nn::Linear linear_;
+};
+
 int Fail(const sluice::Status& s) {
   std::fprintf(stderr, "gnn_custom: error: %s\n", s.message().c_str());
   return s.code() == sluice::StatusCode::kAborted ? sluice::InterruptExitCode() : 1;
@@ -80,12 +102,18 @@ sluice::ModelFactory Factory() {
   return [](const sluice::ModelSpec& s) { return std::make_shared<GatedSage>(s); };
 }
 
+// The user's part of a run: the gated GraphSage, or (--encoder) the feature encoder.
+sluice::Status Plug(sluice::Run& run, bool encoder) {
+  if (!encoder) return run.SetModel("gated_sage", Factory());
+  return run.SetEncoder("feature_mlp", [](const sluice::ModelSpec& s) { return std::make_shared<FeatureMlp>(s); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string config, export_dir;
   std::vector<std::string> overrides;
-  bool train_only = false;
+  bool train_only = false, encoder = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--set" && i + 1 < argc) {
@@ -94,6 +122,8 @@ int main(int argc, char** argv) {
       export_dir = argv[++i];
     } else if (a == "--train-only") {
       train_only = true;
+    } else if (a == "--encoder") {
+      encoder = true;
     } else if (config.empty() && a[0] != '-') {
       config = a;
     } else {
@@ -102,20 +132,21 @@ int main(int argc, char** argv) {
     }
   }
   if (config.empty()) {
-    std::fprintf(stderr, "usage: gnn_custom CONFIG [--set key=value ...] [--export DIR] [--train-only]\n");
+    std::fprintf(stderr, "usage: gnn_custom CONFIG [--encoder] [--set key=value ...] [--export DIR] [--train-only]\n");
     return 2;
   }
   auto run = sluice::Run::FromConfig(config, overrides);
   if (!run.ok()) return Fail(run.status());
-  if (sluice::Status s = run->SetModel("gated_sage", Factory()); !s.ok()) return Fail(s);
+  if (sluice::Status s = Plug(*run, encoder); !s.ok()) return Fail(s);
   if (sluice::Status s = run->Train(); !s.ok()) return Fail(s);
   if (train_only) return 0;
   auto trained = sluice::Run::Open(run->run_dir());
   if (!trained.ok()) return Fail(trained.status());
-  if (sluice::Status s = trained->SetModel("gated_sage", Factory()); !s.ok()) return Fail(s);
+  if (sluice::Status s = Plug(*trained, encoder); !s.ok()) return Fail(s);
   auto metrics = trained->Evaluate("test");
   if (!metrics.ok()) return Fail(metrics.status());
-  std::printf("test %s (model gated_sage, checkpoint %s)\n", metrics->text.c_str(), trained->checkpoint().c_str());
+  std::printf("test %s (%s, checkpoint %s)\n", metrics->text.c_str(),
+              encoder ? "built-in GNN behind feature_mlp" : "model gated_sage", trained->checkpoint().c_str());
   if (!export_dir.empty()) {
     if (sluice::Status s = trained->Export(export_dir); !s.ok()) return Fail(s);
   }

@@ -9,7 +9,8 @@
 // model's own parameters are stepped by the task's dense optimizer. So a model never sees the
 // storage, and the same model trains in memory and out of core to the same bits.
 //
-// A model is an encoder (identity by default) and a head whose Loss runs through autograd;
+// A model is an encoder (identity by default; Encode runs before Loss and FusedLoss, and before
+// Predict in recommendation and node classification) and a head whose Loss runs through autograd;
 // a model may instead implement FusedLoss, computing the loss and the per-use gradients (and
 // its parameters' .grad) directly, which the engine then uses (link prediction's bilinear
 // decoders do). A model says how many bytes one step's working set takes, for the memory plan.
@@ -93,7 +94,10 @@ struct FusedOutput {
 class Model : public torch::nn::Module {
  public:
   ~Model() override = default;
-  // Transforms a step's input before the head (identity by default).
+  // Transforms a step's input before the head (identity by default), in training and in
+  // evaluation (not in link prediction's rankings, whose input Predict gets as described above).
+  // The tables' uses it returns may be new tensors: the engine takes each use's gradient at the
+  // rows it gathered, through the encoder.
   virtual ModelInput Encode(ModelInput input) { return input; }
   // The step's loss, a scalar tensor; the engine runs backward through it.
   virtual torch::Tensor Loss(const ModelInput& input) = 0;
@@ -115,6 +119,21 @@ class Model : public torch::nn::Module {
     for (const auto& p : parameters()) n += static_cast<uint64_t>(p.numel());
     return n * 4 * 4;
   }
+};
+
+// A user's encoder in front of a task's built-in model (Run::SetEncoder; recommendation and
+// node classification): each step's input passes through Encode before the built-in model
+// sees it, in training and in evaluation, and the encoder's parameters train with the model's
+// (the task's dense optimizer, saved in every checkpoint). Encode must return what the built-in
+// model expects: the same tables with the same row widths and use counts, dense features of the
+// same width (e.g. a learned projection of the node features, or of the gathered embedding
+// rows). Gradients reach learnable rows through it.
+class Encoder : public torch::nn::Module {
+ public:
+  ~Encoder() override = default;
+  virtual ModelInput Encode(ModelInput input) = 0;
+  // Bytes one step's encoding takes (added to the model's for the memory plan).
+  virtual uint64_t StepBytes() const { return 0; }
 };
 
 }  // namespace sluice

@@ -13,7 +13,8 @@
 
 namespace sluice {
 
-class Model;  // sluice/model.h
+class Model;    // sluice/model.h
+class Encoder;  // sluice/model.h
 
 // The shapes a model of a run must fit, from the config and the dataset.
 struct ModelSpec {
@@ -51,5 +52,7 @@ struct ModelSpec {
 // Builds the model for a spec. May throw (the exception becomes the returned Status) or return
 // null (refused: InvalidArgument).
 using ModelFactory = std::function<std::shared_ptr<Model>(const ModelSpec&)>;
+// Builds an encoder for a spec (Run::SetEncoder), under the same rules.
+using EncoderFactory = std::function<std::shared_ptr<Encoder>(const ModelSpec&)>;
 
 }  // namespace sluice

@@ -3,7 +3,8 @@
 // it (the executable is this class's first user): the dataset, storage (in memory or out of
 // core), the cache and its planner, the sampler, the thread plan and the memory plan from one
 // budget all come from the config (docs/configuration.md lists every key). A user's model
-// replaces the task's built-in one through SetModel (sluice/model.h says what a model gets).
+// replaces the task's built-in one through SetModel (sluice/model.h says what a model gets); a
+// user's encoder goes in front of it through SetEncoder.
 //
 //   auto run = sluice::Run::FromConfig("my.yaml", {"train.epochs=3"});
 //   if (!run.ok()) ...;                       // one line: what, where, why
@@ -85,6 +86,10 @@ class Run {
   // `factory`'s. Call before Train or the first read. `name` joins the config fingerprint: a
   // checkpoint resumes and opens only with the model of the same name.
   Status SetModel(const std::string& name, ModelFactory factory);
+  // Puts `factory`'s encoder in front of the task's built-in model (recommendation and node
+  // classification; sluice/model.h, Encoder), or in front of the SetModel model. Call before
+  // Train or the first read; `name` joins the config fingerprint as a model's does.
+  Status SetEncoder(const std::string& name, EncoderFactory factory);
 
   // Trains as the config says (a FromConfig run; once).
   Status Train(const TrainOptions& options = {});

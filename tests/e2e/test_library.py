@@ -253,6 +253,24 @@ def test_gnn_example_outside_the_repository(prefix, tmp_path):
     accuracy = float(lines["ooc"].split("accuracy ")[1].split()[0])
     assert accuracy > 0.5, lines  # 5 planted classes: chance is 0.2
 
+    # The built-in GNN behind the example's feature encoder (Run::SetEncoder): out of core ==
+    # in memory, a model of its own, and a run that only the same encoder opens.
+    for name, storage in {"enc-ooc": "{mode: out_of_core, cache_rows: 2000, window: 1, run_ahead: 1}",
+                          "enc-mem": "{mode: in_memory}"}.items():
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(GNN_CONFIG.format(dataset=ds, run_dir=tmp_path / name, storage=storage))
+        out = sh([example, cfg, "--encoder"])
+        assert out.returncode == 0, out.stderr
+        lines[name] = out.stdout.strip().splitlines()[-1]
+        latest = (tmp_path / name / "checkpoints/latest").read_text().strip()
+        preds[name] = (tmp_path / name / "checkpoints" / latest / "dense.pt").read_bytes()
+    assert lines["enc-ooc"] == lines["enc-mem"] and preds["enc-ooc"] == preds["enc-mem"], lines
+    assert "behind feature_mlp" in lines["enc-ooc"] and preds["enc-ooc"] != preds["ooc"]
+    assert float(lines["enc-ooc"].split("accuracy ")[1].split()[0]) > 0.5, lines
+    out = sh([prefix / "bin/sluice", "eval", tmp_path / "enc-ooc", "--split", "test"])
+    assert out.returncode != 0 and out.stderr.count("\n") == 1, out.stderr
+    assert "the built-in model behind the user's encoder 'feature_mlp', not the built-in model" in out.stderr
+
 
 KG_CONFIG = """dataset: {dataset}
 run_dir: {run_dir}

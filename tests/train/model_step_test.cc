@@ -131,6 +131,65 @@ TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
   EXPECT_LT((a - b).abs().max().item<float>(), 1e-5 * b.abs().max().item<float>() + 1e-9);
 }
 
+// A learnable scale of every gathered row, in front of the model.
+class ScaleEncoder : public Encoder {
+ public:
+  ScaleEncoder() { scale_ = register_parameter("scale", torch::full({1}, 1.5f)); }
+  ModelInput Encode(ModelInput in) override {
+    for (TableInput& t : in.tables) t.uses = t.uses * scale_;
+    return in;
+  }
+  torch::Tensor scale_;
+};
+
+// A user's encoder in front of a fused model: the use gradients reach the gathered rows
+// through the encoder, and its parameter gets its gradient, as autograd through the whole
+// model computes them.
+TEST(ModelStepTest, GradientsFlowThroughAnEncoderInFrontOfAFusedModel) {
+  LpConfig cfg;
+  cfg.model.decoder = Decoder::kDistMult;
+  cfg.model.dim = 16;
+  cfg.train.batch = 200;
+  cfg.train.chunks = 2;
+  cfg.train.negatives = 50;
+  const int64_t q = 200, negs = 2 * 50, rows = 900, relations = 7, d = 16;
+  const Step s = RandomStep(rows, d, {q, q, negs, negs}, 9);
+  std::vector<int64_t> rel(q);
+  for (int64_t i = 0; i < q; ++i) rel[static_cast<size_t>(i)] = i % relations;
+  auto input = [&] {
+    ModelInput in;
+    in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, /*requires_grad=*/true));
+    in.ids["relation"] = torch::tensor(rel);
+    in.sizes = {{"queries", q}, {"chunks", 2}, {"per_chunk", 50}, {"head_negatives", 1}};
+    return in;
+  };
+  torch::manual_seed(3);
+  auto encoder = std::make_shared<ScaleEncoder>();
+  auto head = std::make_shared<LinkModel>(cfg, relations);
+  EncodedModel model(encoder, head);
+  ModelInput fused_in = input();
+  auto fused = RunModel(model, fused_in, true);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  ASSERT_TRUE(fused->use_grads[0][0].defined());
+  const torch::Tensor fused_scale = encoder->scale_.grad().clone();
+  encoder->scale_.mutable_grad() = torch::Tensor();
+  head->relations().mutable_grad() = torch::Tensor();
+  ModelInput auto_in = input();
+  auto autograd = RunModel(model, auto_in, false);
+  ASSERT_TRUE(autograd.ok()) << autograd.status().ToString();
+  const torch::Tensor a = SumRowGrads(Parts(s), fused->use_grads[0], rows, d);
+  const torch::Tensor b = SumRowGrads(Parts(s), autograd->use_grads[0], rows, d);
+  EXPECT_LT(((a - b).norm() / b.norm()).item<double>(), 1e-5);
+  EXPECT_NEAR(fused_scale.item<float>(), encoder->scale_.grad().item<float>(),
+              1e-4 * std::abs(encoder->scale_.grad().item<float>()) + 1e-7);
+  EXPECT_GT(std::abs(fused_scale.item<float>()), 0.0f);
+  // Without the encoder the rows' gradients differ by the scale.
+  ModelInput plain_in = input();
+  auto plain = RunModel(*head, plain_in, true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT((SumRowGrads(Parts(s), plain->use_grads[0], rows, d) - a).abs().max().item<float>(), 1e-6);
+}
+
 class ThrowingModel : public Model {
  public:
   torch::Tensor Loss(const ModelInput&) override { throw std::runtime_error("shape mismatch\nstack"); }

@@ -34,7 +34,15 @@ DlrmTask::DlrmTask(DlrmConfig config) : cfg_(std::move(config)) {
 std::string DlrmTask::ConfigYaml() { return DumpConfig(cfg_); }
 std::string DlrmTask::ConfigFingerprint() {
   std::string fp = sluice::ConfigFingerprint(cfg_);
-  return model_name_.empty() ? fp : fp + " model=" + model_name_;
+  if (!model_name_.empty()) fp += " model=" + model_name_;
+  if (!encoder_name_.empty()) fp += " encoder=" + encoder_name_;
+  return fp;
+}
+
+Status DlrmTask::SetEncoderFactory(const std::string& name, EncoderFactory factory) {
+  encoder_name_ = name;
+  encoder_factory_ = std::move(factory);
+  return Status::Ok();
 }
 
 Status DlrmTask::SetModelFactory(const std::string& name, ModelFactory factory) {
@@ -43,13 +51,10 @@ Status DlrmTask::SetModelFactory(const std::string& name, ModelFactory factory) 
   return Status::Ok();
 }
 
+// The built-in DLRM network, a TorchScript file's model or the user's from its factory; behind
+// the user's encoder if any.
 Status DlrmTask::BuildModel() {
   torch::manual_seed(cfg_.train.seed);
-  if (!factory_ && cfg_.model.torchscript.empty()) {
-    net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
-                   cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch).ptr();
-    return Status::Ok();
-  }
   ModelSpec spec;
   spec.task = "recommendation";
   spec.seed = cfg_.train.seed;
@@ -61,15 +66,19 @@ Status DlrmTask::BuildModel() {
   spec.linear = cfg_.model.linear;
   spec.bottom_layers = cfg_.model.bottom;
   spec.top_layers = cfg_.model.top;
-  if (!cfg_.model.torchscript.empty()) {
-    if (factory_) {
-      return InvalidArgument("model.torchscript is set and a model was given through Run::SetModel (" +
-                             model_name_ + "): choose one");
-    }
-    SLUICE_ASSIGN_OR_RETURN(net_, LoadScriptedClickModel(cfg_.model.torchscript, spec));
-    return Status::Ok();
+  if (!cfg_.model.torchscript.empty() && factory_) {
+    return InvalidArgument("model.torchscript is set and a model was given through Run::SetModel (" +
+                           model_name_ + "): choose one");
   }
-  SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
+  if (!cfg_.model.torchscript.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(net_, LoadScriptedClickModel(cfg_.model.torchscript, spec));
+  } else if (factory_) {
+    SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
+  } else {
+    net_ = DlrmNet(static_cast<int>(rec_.dense), static_cast<int>(rec_.sparse), cfg_.model.dim,
+                   cfg_.model.linear, cfg_.model.bottom, cfg_.model.top, cfg_.train.batch).ptr();
+  }
+  SLUICE_ASSIGN_OR_RETURN(net_, WithEncoder(net_, encoder_name_, encoder_factory_, spec));
   return Status::Ok();
 }
 
@@ -361,13 +370,9 @@ Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t
     RowBatch* b = p->WaitReady(t, s);
     Result<ModelInput> in = b != nullptr ? StepInput(*b, split, false) : Result<ModelInput>(s);
     if (!in.ok()) return fail(in.status());
-    torch::Tensor prob;
-    try {
-      prob = torch::sigmoid(net_->Predict(*in)).contiguous();
-    } catch (const std::exception& e) {
-      return fail(InvalidArgument("evaluate " + split + " step " + std::to_string(t) +
-                                  ": the model failed: " + FirstLine(e.what())));
-    }
+    Result<torch::Tensor> logits = PredictStep(*net_, *in);
+    if (!logits.ok()) return fail(InvalidArgument("evaluate " + split + ": " + logits.status().message()));
+    const torch::Tensor prob = torch::sigmoid(*logits).contiguous();
     if (prob.dim() != 1 || prob.size(0) != in->labels.size(0) || prob.scalar_type() != torch::kFloat32) {
       return fail(InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
                                   std::to_string(in->labels.size(0)) + "] logits"));

@@ -55,6 +55,7 @@ class DlrmTask : public Task {
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
   Status SetModelFactory(const std::string& name, ModelFactory factory) override;
+  Status SetEncoderFactory(const std::string& name, EncoderFactory factory) override;
 
  private:
   // The model: the factory's (Run::SetModel) or the built-in DLRM network.
@@ -120,6 +121,8 @@ class DlrmTask : public Task {
   std::shared_ptr<Model> net_;
   std::string model_name_;  // a user's model ("" = the built-in DLRM)
   ModelFactory factory_;
+  std::string encoder_name_;  // Run::SetEncoder
+  EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   // Bookkeeping.
   TimeSplit time_;

@@ -128,8 +128,9 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
 }
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
-  // A user's model has no per-layer outputs: it infers through blocks of every neighbour.
-  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_) return Infer(nodes);
+  // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
+  // neighbour.
+  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
   return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
                                               {static_cast<int64_t>(nodes.size())}, torch::kLong));

@@ -57,8 +57,16 @@ NcTask::NcTask(NcConfig config) : cfg_(std::move(config)) {
 
 std::string NcTask::ConfigYaml() { return DumpConfig(cfg_); }
 std::string NcTask::ConfigFingerprint() {
-  const std::string fp = sluice::ConfigFingerprint(cfg_);
-  return model_name_.empty() ? fp : fp + " model=" + model_name_;
+  std::string fp = sluice::ConfigFingerprint(cfg_);
+  if (!model_name_.empty()) fp += " model=" + model_name_;
+  if (!encoder_name_.empty()) fp += " encoder=" + encoder_name_;
+  return fp;
+}
+
+// Evaluation over every neighbour (no eval.fanouts) runs layer by layer through the built-in
+// GNN alone (a user's model or encoder infers through blocks of every neighbour).
+bool NcTask::Layerwise() const {
+  return cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_ && encoder_name_.empty();
 }
 
 const std::vector<int64_t>& NcTask::Split(const std::string& name) const {
@@ -123,13 +131,8 @@ Status NcTask::CheckLabelsAndSplits() {
   return Status::Ok();
 }
 
-// The built-in GNN, or the user's model from its factory.
+// The built-in GNN, or the user's model from its factory; behind the user's encoder if any.
 Status NcTask::MakeModel(const GnnShape& shape) {
-  if (!factory_) {
-    gnn_ = GnnModel(cfg_.model, shape, in_degree_);
-    net_ = gnn_.ptr();
-    return Status::Ok();
-  }
   ModelSpec spec;
   spec.task = "node_classification";
   spec.seed = cfg_.train.seed;
@@ -140,7 +143,13 @@ Status NcTask::MakeModel(const GnnShape& shape) {
   spec.fanouts = cfg_.model.fanouts;
   spec.embedding_dim = cfg_.model.embedding_dim;
   spec.dim = cfg_.model.hidden;
-  SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
+  if (!factory_) {
+    gnn_ = GnnModel(cfg_.model, shape, in_degree_);
+    net_ = gnn_.ptr();
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(net_, CallModelFactory(model_name_, factory_, spec));
+  }
+  SLUICE_ASSIGN_OR_RETURN(net_, WithEncoder(net_, encoder_name_, encoder_factory_, spec));
   return Status::Ok();
 }
 
@@ -211,7 +220,7 @@ Status NcTask::BuildModel() {
   // And the first evaluation steps: layer-wise, one hop of every neighbour of the first nodes;
   // else the sampled blocks of the first batch of each split (in id order: on a graph
   // numbered by degree, its hubs).
-  const bool layerwise = cfg_.eval.layerwise && cfg_.eval.fanouts.empty() && !factory_;
+  const bool layerwise = Layerwise();
   std::vector<std::vector<int64_t>> firsts;
   if (layerwise) {
     firsts.emplace_back(std::min<uint64_t>(num_nodes_, static_cast<uint64_t>(cfg_.eval.batch)));
@@ -721,13 +730,13 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
       (void)FinishPass(*p);
       return in.status();
     }
-    try {
-      logits.push_back(net_->Predict(*in));
-    } catch (const std::exception& e) {
+    Result<torch::Tensor> out = PredictStep(*net_, *in);
+    if (!out.ok()) {
       p->Abort(Aborted("the model failed"));
       (void)FinishPass(*p);
-      return InvalidArgument("the model failed in evaluation step " + std::to_string(t) + ": " + FirstLine(e.what()));
+      return out.status();
     }
+    logits.push_back(std::move(*out));
     p->Computed(t);
   }
   SLUICE_RETURN_IF_ERROR(FinishPass(*p));

@@ -54,6 +54,11 @@ class NcTask : public Task {
     factory_ = std::move(factory);
     return Status::Ok();
   }
+  Status SetEncoderFactory(const std::string& name, EncoderFactory factory) override {
+    encoder_name_ = name;
+    encoder_factory_ = std::move(factory);
+    return Status::Ok();
+  }
 
  private:
   // A step: its sampled subgraph and its rows (one key per node of the sample, layer order).
@@ -100,6 +105,7 @@ class NcTask : public Task {
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
   void PinHottest(uint64_t rows);
+  bool Layerwise() const;
   void AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const;
   void ProbeUnions(const std::vector<std::vector<int64_t>>& steps);
   static constexpr uint64_t kProbeSteps = 16;  // training steps sampled at set-up for the plans
@@ -176,6 +182,8 @@ class NcTask : public Task {
   GnnModel gnn_{nullptr};       // the built-in GNN (null with a user's model)
   std::string model_name_;      // a user's model ("" = the built-in GNN)
   ModelFactory factory_;
+  std::string encoder_name_;  // Run::SetEncoder
+  EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
