@@ -81,6 +81,21 @@ torch::Tensor SumRowGrads(const UseParts& parts, const std::vector<torch::Tensor
 
 namespace {
 
+// A user's factory (of a model or an encoder): its exception or a null result is an error
+// naming what it builds.
+template <class Factory>
+auto CallFactory(const std::string& what, const std::string& name, const Factory& factory, const ModelSpec& spec)
+    -> Result<decltype(factory(spec))> {
+  decltype(factory(spec)) built;
+  try {
+    built = factory(spec);
+  } catch (const std::exception& e) {
+    return InvalidArgument(what + " " + name + ": its factory failed: " + FirstLine(e.what()));
+  }
+  if (built == nullptr) return InvalidArgument(what + " " + name + ": its factory returned no " + what);
+  return built;
+}
+
 // After a fused loss over encoded uses: the use gradients through the encoder, at the rows the
 // engine gathered (`leaves`). Tables the encoder left as they were keep the fused pieces.
 void BackThroughEncoder(const std::vector<torch::Tensor>& leaves, const ModelInput& encoded,
@@ -140,13 +155,7 @@ Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input) {
 Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const std::string& name,
                                            const EncoderFactory& factory, const ModelSpec& spec) {
   if (name.empty()) return model;
-  std::shared_ptr<Encoder> encoder;
-  try {
-    encoder = factory(spec);
-  } catch (const std::exception& e) {
-    return InvalidArgument("encoder " + name + ": its factory failed: " + FirstLine(e.what()));
-  }
-  if (encoder == nullptr) return InvalidArgument("encoder " + name + ": its factory returned no encoder");
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<Encoder> encoder, CallFactory("encoder", name, factory, spec));
   return std::shared_ptr<Model>(std::make_shared<EncodedModel>(std::move(encoder), std::move(model)));
 }
 
@@ -161,14 +170,7 @@ void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const tor
 
 Result<std::shared_ptr<Model>> CallModelFactory(const std::string& name, const ModelFactory& factory,
                                                 const ModelSpec& spec) {
-  std::shared_ptr<Model> model;
-  try {
-    model = factory(spec);
-  } catch (const std::exception& e) {
-    return InvalidArgument("model " + name + ": its factory failed: " + FirstLine(e.what()));
-  }
-  if (model == nullptr) return InvalidArgument("model " + name + ": its factory returned no model");
-  return model;
+  return CallFactory("model", name, factory, spec);
 }
 
 }  // namespace sluice
