@@ -12,8 +12,8 @@ interleaved over --rounds rounds, each run writing RUN/steps.tsv (wall seconds p
                      dataset file and the page cache (madvise normal / random), in a cgroup-v1
                      memory group limited to the budget, as users of np.memmap train today
 
-Per configuration: the median step time over steps 20 to the end of epoch 2 (epoch 1, which
-warms the cache, reported separately: its median over steps 20 on); rows loaded, disk requests
+Per configuration: the median step time over steps 20 (--skip) to the end of epoch 2 (epoch 1,
+which warms the cache, reported separately: its median over steps 20 on); rows loaded, disk requests
 and MB read per step; io busy per step; peak RSS against the budget. --short-steps runs the
 slow baselines (the per-step planners, none, mmap) once for that many steps; their medians are
 over steps 20 on of epoch 1.
@@ -106,13 +106,16 @@ def train(args, name: str, run_dir: pathlib.Path, epochs: int, extra: list[str])
     return {"steps": [(int(e), int(s), float(sec)) for e, s, sec, *_ in steps], "summary": summary}
 
 
-def median_steps(steps, epoch: int, first: int = 20, stat=statistics.median):
-    xs = [sec for e, s, sec in steps if e == epoch and s >= first]
+SKIP = 20  # steps of an epoch left out of its median (--skip)
+
+
+def median_steps(steps, epoch: int, stat=statistics.median):
+    xs = [sec for e, s, sec in steps if e == epoch and s >= SKIP]
     return stat(xs) if xs else float("nan")
 
 
 def epoch2(run, stat=statistics.median):
-    """Steps 20 on of epoch 2, or of epoch 1 for a run that stopped in it."""
+    """Steps SKIP on of epoch 2, or of epoch 1 for a run that stopped in it."""
     last = 2 if any(e == 2 for e, _, _ in run["steps"]) else 1
     return median_steps(run["steps"], last, stat=stat)
 
@@ -161,14 +164,20 @@ def main() -> int:
     p.add_argument("--config", type=pathlib.Path, default=ROOT / "configs/nc_scale.yaml")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/release/train/sluice")
     p.add_argument("--budget", default="3GiB", help="memory budget (and the mmap runs' cgroup limit)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (0: the accuracy check alone)")
     p.add_argument("--epochs", type=int, default=2, help="epochs per timed run")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
     p.add_argument("--short-steps", type=int, default=40,
                    help="steps the slow baselines (per-step planners, none, mmap) run, once (0: all, every round)")
+    p.add_argument("--skip", type=int, default=20,
+                   help="steps at the start of an epoch left out of its median (the slow mmap rows: fewer)")
     p.add_argument("--accuracy-epochs", type=int, default=3, help="0: skip the accuracy check")
     p.add_argument("--work", type=pathlib.Path, help="run directories (default: a temporary one)")
     args = p.parse_args()
+    global SKIP
+    SKIP = args.skip
+    if 0 < args.short_steps <= SKIP:
+        p.error(f"--short-steps {args.short_steps} leaves no step after --skip {SKIP}")
     args.dataset = args.dataset.resolve()
     names = [n for n in args.configs.split(",") if n]
     for n in names:
@@ -188,12 +197,15 @@ def main() -> int:
             if r + 1 < args.rounds:
                 shutil.rmtree(work / f"{n}-{r}", ignore_errors=True)
     budget = parse_bytes(args.budget)
-    print(f"\nnode classification out of core: {args.dataset.name}, budget {args.budget}, medians of "
-          f"{args.rounds} interleaved rounds (step seconds: median over steps 20 to the end of epoch 2; "
-          "short runs: steps 20 on)\n")
-    print("| configuration | step s (epoch 2) | mean step s (epoch 2) | step s (epoch 1) | vs in memory | "
-          "rows loaded / step | requests / step | MB read / step | io busy s / step | peak RSS | RSS / budget |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if args.rounds == 0:
+        names = []  # --rounds 0: the accuracy check alone
+    else:
+        print(f"\nnode classification out of core: {args.dataset.name}, budget {args.budget}, medians of "
+              f"{args.rounds} interleaved rounds (step seconds: median over steps {SKIP} to the end of epoch 2; "
+              f"short runs: steps {SKIP} to {args.short_steps} of epoch 1)\n")
+        print("| configuration | step s (epoch 2) | mean step s (epoch 2) | step s (epoch 1) | vs in memory | "
+              "rows loaded / step | requests / step | MB read / step | io busy s / step | peak RSS | RSS / budget |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mem = None
     table = {}
     for n in names:
@@ -224,7 +236,7 @@ def main() -> int:
         mm = [table[n]["e2"] for n in MMAP if n in table]
         if mm:
             print(f"mmap (the faster madvise) / chosen: {min(mm) / c['e2']:.2f}x")
-    if args.accuracy_epochs > 0 and "chosen" in names:
+    if args.accuracy_epochs > 0 and ("chosen" in names or args.rounds == 0):
         acc = {}
         for n in ("chosen", "in_memory"):
             run_dir = work / f"{n}-accuracy"

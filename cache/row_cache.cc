@@ -12,6 +12,13 @@ uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps,
   return (uint64_t{window_steps} + protect_steps + 1) * max_rows_per_step;
 }
 
+PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahead, uint64_t step_rows) {
+  const uint64_t fits = capacity_rows / std::max<uint64_t>(1, step_rows);  // whole steps
+  uint32_t d = run_ahead;
+  while (d > 0 && uint64_t{window_steps} + d + 1 > fits) --d;
+  return PassFit{d, std::max<uint64_t>(1, capacity_rows / (uint64_t{d} + 1))};
+}
+
 namespace {
 // Index slots for `rows` entries at most 3/4 full.
 uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
@@ -174,6 +181,12 @@ void RowCache::ReleaseProtected() {
     ++protected_first_;
   }
   protected_first_ = step_;
+}
+
+void RowCache::SetProtectSteps(uint32_t protect_steps) {
+  SLUICE_CHECK(window_.empty() && protected_.empty(), "run-ahead changed inside a pass (%zu appended, %zu protected)",
+               window_.size(), protected_.size());
+  options_.protect_steps = protect_steps;
 }
 
 Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {

@@ -56,6 +56,18 @@ struct RowCacheOptions {
 
 // Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
 uint64_t MinCapacityRows(uint32_t window_steps, uint32_t protect_steps, uint64_t max_rows_per_step);
+
+// A read-only pass (evaluation) through a cache sized for training, whose steps may be larger
+// than training's (a split in id order on a degree-ordered graph starts with its hubs): the
+// largest run-ahead d, at most `run_ahead`, with which window + d + 1 steps of `step_rows` rows
+// fit `capacity_rows` (0 when none does), and the rows a step may then take: the d + 1 steps in
+// flight must fit, the window's rows may be evicted (the oracle then plans with less
+// foresight). Such a pass runs with less io ahead of compute instead of failing.
+struct PassFit {
+  uint32_t run_ahead = 0;
+  uint64_t max_rows = 0;  // capacity / (run_ahead + 1), at least 1
+};
+PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahead, uint64_t step_rows);
 // RAM the cache's bookkeeping takes besides the rows: its index (entries of cached rows and of
 // at most `window_rows` other rows; at most 3/4 full), its
 // eviction candidates (compacted at twice the capacity) and its free-slot list.
@@ -97,6 +109,9 @@ class RowCache {
   void DropWindow();
   // Every planned step has computed: protected rows become evictable.
   void ReleaseProtected();
+  // Between passes (nothing appended, nothing protected: after DropWindow and
+  // ReleaseProtected): the run-ahead of the next pass (FitPass).
+  void SetProtectSteps(uint32_t protect_steps);
   // Dirty resident rows (to flush), at most max_rows per call so that a flush needs bounded
   // memory: start with cursor 0 and call until it returns false (no rows); MarkAllClean after
   // they are written.

@@ -277,5 +277,47 @@ TEST(RowCache, ErasedEntriesKeepLookupsWorking) {
   RunModel(steps, PlannerKind::kLru, 0, 1, 40);
 }
 
+// A read-only pass whose steps are larger than training's gets less run-ahead, not a failure.
+TEST(RowCache, FitPassGivesLargeStepsLessRunAhead) {
+  struct Case {
+    uint64_t capacity;
+    uint32_t window, run_ahead;
+    uint64_t step_rows;
+    uint32_t want_run_ahead;
+    uint64_t want_max_rows;
+  };
+  const Case cases[] = {
+      {1000, 1, 3, 100, 3, 250},    // training's shape fits: nothing changes
+      {1000, 1, 3, 200, 3, 250},    // exactly enough: window + 4 steps of 200
+      {1000, 1, 3, 201, 2, 333},    // one row over: one step less ahead
+      {1000, 1, 3, 400, 0, 1000},   // window + one step
+      {1000, 1, 3, 501, 0, 1000},   // a step alone: the window's rows make way
+      {1000, 1, 3, 1001, 0, 1000},  // too large for the cache (the caller refuses it)
+      {1000, 0, 2, 1000, 0, 1000},  // no window (lru): one whole-cache step
+      {0, 1, 3, 10, 0, 1},          // an empty cache
+  };
+  for (const Case& c : cases) {
+    const PassFit f = FitPass(c.capacity, c.window, c.run_ahead, c.step_rows);
+    EXPECT_EQ(f.run_ahead, c.want_run_ahead) << c.capacity << " " << c.step_rows;
+    EXPECT_EQ(f.max_rows, c.want_max_rows) << c.capacity << " " << c.step_rows;
+  }
+}
+
+// The run-ahead changes between passes: a step of 6 rows fits a cache of 10 with window 0 only
+// once nothing else is protected.
+TEST(RowCache, SetProtectStepsBetweenPasses) {
+  RowCache cache(RowCacheOptions{PlannerKind::kLru, 10, 0, 1});
+  RowStepPlan plan;
+  std::vector<RowKey> a, b;
+  for (uint64_t i = 0; i < 6; ++i) a.push_back(RowKey{i, 0}), b.push_back(RowKey{100 + i, 0});
+  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+  EXPECT_FALSE(cache.Plan(b, false, plan).ok());  // a is protected: 12 rows in 10 slots
+  cache.ReleaseProtected();
+  cache.SetProtectSteps(0);
+  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+  ASSERT_TRUE(cache.Plan(b, false, plan).ok()) << "with run-ahead 0 a's rows may go";
+  EXPECT_EQ(cache.options().protect_steps, 0u);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -114,6 +114,23 @@ def test_grouped_io_reads_fewer_larger_requests(sluice_bin, gen, tmp_path):
     assert stats["group"]["requests"] * 3 < stats["step"]["requests"], stats
 
 
+def test_evaluation_steps_larger_than_trainings_run_with_less_run_ahead(sluice_bin, gen, tmp_path):
+    """Evaluation batches of 512 sample about 8,500 rows, twelve times a training step: in a
+    9,000-row cache planned for training (window 1, run-ahead 1) they once failed ("more than the
+    3000 feature rows a step may take"); now they run one at a time and score as in memory."""
+    lines = {}
+    for name, st in (("x", "{mode: out_of_core, cache_rows: 9000, window: 1, run_ahead: 1}"), ("mem", MEM)):
+        cfg = write_config(tmp_path / f"{name}.yaml", gen, tmp_path / name, SAGE, st, epochs=1)
+        cfg.write_text(cfg.read_text().replace("eval: {every: 1, fanouts: [5, 5], batch: 32}",
+                                               "eval: {every: 1, fanouts: [5, 5], batch: 512}"))
+        out = train(sluice_bin, cfg)
+        ev = run(sluice_bin, "eval", str(tmp_path / name), "--split", "test")
+        assert ev.returncode == 0, ev.stderr
+        lines[name] = ([x.split("s/s, ", 1)[-1] for x in out.stderr.splitlines() + out.stdout.splitlines()
+                        if "valid accuracy" in x], ev.stdout.strip().splitlines()[-1])
+    assert lines["x"][0] and lines["x"] == lines["mem"], lines
+
+
 def test_mmap_needs_in_memory_features(sluice_bin, gen, tmp_path):
     cfg = write_config(tmp_path / "m.yaml", gen, tmp_path / "m", SAGE, "{mode: out_of_core, mmap: normal}")
     out = run(sluice_bin, "train", str(cfg))

@@ -31,7 +31,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   std::vector<int64_t> all(num_nodes_);
   std::iota(all.begin(), all.end(), int64_t{0});
   Pass pass{&all, sampler_.get(), &one_hop_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
-  if (in.cache) pass.max_rows = std::max<uint64_t>(1, in.cache->options().capacity_rows / (plan_.window + plan_.run_ahead + 1));
+  FitEvalPass(pass, in.cache);
   std::unique_ptr<IoSession> io;
   if (out_file) {
     SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(cfg_.io));

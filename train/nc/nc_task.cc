@@ -529,6 +529,21 @@ std::string NcTask::DescribePlan() const {
          FormatBytes(plan_.predicted_bytes);
 }
 
+// An evaluation pass through `cache`: the run-ahead that steps as large as the probe's largest
+// evaluation sample (a tenth more) leave room for (FitPass; the first batch of a split in id
+// order is its hubs on a degree-ordered graph, larger than training's steps), io groups no
+// longer than run-ahead + 1 steps (a group's steps are planned before any of them computes).
+void NcTask::FitEvalPass(Pass& pass, const RowCache* cache) const {
+  pass.run_ahead = run_ahead_;
+  pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
+  if (cache == nullptr) return;
+  const PassFit fit = FitPass(cache->options().capacity_rows, cache->options().window_steps, run_ahead_,
+                              probe_eval_nodes_ + probe_eval_nodes_ / 10);
+  pass.run_ahead = fit.run_ahead;
+  pass.group = std::min(pass.group, fit.run_ahead + 1);
+  pass.max_rows = fit.max_rows;
+}
+
 NcTask::RowSource NcTask::FeatureSource() const {
   RowSource s;
   s.memory = memory_.get();
@@ -544,10 +559,11 @@ NcTask::RowSource NcTask::FeatureSource() const {
 
 std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const RowSource& source) {
   RowPrefetcherOptions po;
-  po.run_ahead = run_ahead_;
+  po.run_ahead = pass.run_ahead;
   po.writes = pass.writes;
   po.io = cfg_.io;
-  po.group_steps = static_cast<uint32_t>(cfg_.storage.io_group);
+  po.group_steps = pass.group;
+  if (source.cache) source.cache->SetProtectSteps(pass.run_ahead);
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
     const uint64_t step = pass.first_step + t;
@@ -686,6 +702,8 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   Pass pass{&epoch_nodes_, sampler_.get(), &train_options_, cfg_.train.seed, epoch, first,
             static_cast<uint64_t>(cfg_.train.batch)};
   pass.writes = embeddings_;
+  pass.run_ahead = run_ahead_;
+  pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();
@@ -715,8 +733,7 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   torch::NoGradGuard no_grad;
   net_->eval();
   Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
-  // The window and the steps in flight must fit the cache together.
-  if (cache_) pass.max_rows = std::max<uint64_t>(1, cache_->options().capacity_rows / (plan_.window + plan_.run_ahead + 1));
+  FitEvalPass(pass, cache_.get());
   const RowSource source = FeatureSource();
   auto p = MakePipeline(pass, source);
   p->Start();

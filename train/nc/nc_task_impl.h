@@ -75,6 +75,7 @@ class NcTask : public Task {
     const KHopOptions* options = nullptr;  // the pass's fanouts
     uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
     uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
+    uint32_t run_ahead = 0, group = 1;  // steps of io ahead of compute, steps per io group
     bool writes = false;    // training learnable embeddings: rows become dirty
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
   };
@@ -94,6 +95,7 @@ class NcTask : public Task {
 
   const std::vector<int64_t>& Split(const std::string& name) const;
   RowSource FeatureSource() const;
+  void FitEvalPass(Pass& pass, const RowCache* cache) const;
   Status OpenGraph();
   Status CheckLabelsAndSplits();
   Status BuildModel();
