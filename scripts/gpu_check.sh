@@ -1,40 +1,177 @@
 #!/usr/bin/env bash
-# The CUDA checks, for a GPU machine that has the CUDA toolkit but none of sluice's other
-# libraries (no package installs there): build the torch-free CUDA targets here, stage them with
-# the shared libraries they need in .gpu/ (ignored by git), then run them on the GPU machine.
-#   bash scripts/gpu_check.sh stage     here: build build/cuda-gpu, fill .gpu/
-#   bash scripts/gpu_check.sh run       there: the CUDA test under compute-sanitizer's four
-#                                       tools, then bench/sampler_vs_numpy.py --cuda
+# The CUDA build and checks, for a GPU machine that has the CUDA toolkit and a CUDA PyTorch but
+# none of sluice's other libraries and no package registry. Here (Debian 12) `stage` downloads
+# the Debian packages sluice builds with into .gpu/debs (ignored by git; carry .gpu there);
+# there, the other verbs unpack them into a sysroot, build sluice against PyTorch's libtorch
+# with -DSLUICE_CUDA=ON and run the GPU tests and benchmarks.
+#
+#   bash scripts/gpu_check.sh stage       here: .gpu/debs (about 11 MB)
+#   bash scripts/gpu_check.sh facts       there: GPU, CPUs, compilers, PyTorch and its C++ ABI
+#   bash scripts/gpu_check.sh sysroot     there: unpack .gpu/debs into .gpu/sysroot
+#   bash scripts/gpu_check.sh configure   there: cmake build/gpu (SLUICE_CUDA=ON, PyTorch's libtorch)
+#   bash scripts/gpu_check.sh build [TARGET...]
+#   bash scripts/gpu_check.sh disk        there: random 4 KiB reads at depth 32, sequential GB/s
+#   bash scripts/gpu_check.sh data        there: the benchmarks' datasets in build/gpu-data (about
+#                                         a minute: a 2M-sample click log (8 x 25M ids), FB15k-237 from
+#                                         .gpu/datasets/fb15k-237 when carried)
+#   bash scripts/gpu_check.sh test        there: ctest (the GPU tests included), the device tests
+#                                         (tests/e2e/test_device.py)
+#   bash scripts/gpu_check.sh sampler     there: the CUDA sampler's test under compute-sanitizer's
+#                                         four tools, bench/sampler_vs_numpy.py --cuda
+#   bash scripts/gpu_check.sh pytest      there: the rest of pytest against the CUDA build (xdist;
+#                                         the install and example tests, which build against an
+#                                         installed prefix, are left to the CPU machine)
+#   bash scripts/gpu_check.sh bench       there: bench/gpu_bench.py on build/gpu-data
+#   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
+#
+# Why a sysroot: the GPU machine has no Debian -dev packages and cannot fetch any; `dpkg -x`
+# unpacks the same packages CI installs, so the CUDA build compiles against the same RocksDB,
+# TBB, yaml-cpp and liburing as the CPU build. PyTorch's libtorch must use the new C++ ABI
+# (_GLIBCXX_USE_CXX11_ABI=1) like Debian's libraries, or nothing that passes a std::string
+# across them links; `facts` and `configure` check it.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+sysroot=$root/.gpu/sysroot
+build=$root/build/gpu
+debs=(liburing-dev liburing2 librocksdb-dev librocksdb7.8 libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
+      libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libgtest-dev libgmock-dev libbenchmark-dev
+      libbenchmark1debian zlib1g-dev zlib1g libgflags2.2 libgflags-dev libsnappy1v5 libsnappy-dev
+      libbz2-dev libbz2-1.0 liblz4-dev liblz4-1 libzstd-dev libzstd1 pkgconf libpkgconf3 pkgconf-bin)
+
+torch_python() {
+  local py
+  for py in "${SLUICE_PYTHON:-}" python3 /opt/torch/.venv/bin/python3; do
+    [[ -n "$py" ]] && "$py" -c 'import torch' >/dev/null 2>&1 && { command -v "$py"; return 0; }
+  done
+  echo "gpu_check: no python3 with torch found" >&2
+  return 1
+}
+
+print_env() {
+  local py
+  py=$(torch_python)
+  echo "export SLUICE_PYTHON=$py"
+  echo "export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu:$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+  echo "export PKG_CONFIG_PATH=$sysroot/usr/lib/x86_64-linux-gnu/pkgconfig"
+  echo "export PKG_CONFIG_SYSROOT_DIR=$sysroot"
+  echo "export PATH=$sysroot/usr/bin:\$PATH"
+  echo "export SLUICE_BIN=$build/train/sluice"
+  echo "export CUBLAS_WORKSPACE_CONFIG=:4096:8"
+}
+
 case "${1:-}" in
   stage)
-    cmake -S . -B build/cuda-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON \
-      -DSLUICE_WITH_TORCH=OFF -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" >/dev/null
-    ninja -C build/cuda-gpu sampler_cuda_test sampler_bench
-    rm -rf .gpu && mkdir -p .gpu/lib
-    cp build/cuda-gpu/tests/sampler_cuda_test build/cuda-gpu/bench/sampler_bench .gpu/
-    # Every non-system library the two binaries load (libtbb, libyaml-cpp, libcudart).
-    ldd .gpu/sampler_cuda_test .gpu/sampler_bench | awk '/=> \// {print $3}' | sort -u |
-      grep -v -E '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
-      xargs -r -I{} cp -L {} .gpu/lib/
+    mkdir -p .gpu/debs
     grep -qxF /.gpu/ .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.gpu/ >>.git/info/exclude; }
-    du -sh .gpu
+    (cd .gpu/debs && apt-get download "${debs[@]}" >/dev/null)
+    du -sh .gpu/debs
     ;;
-  run)
-    export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-    .gpu/sampler_cuda_test
+  facts)
+    py=$(torch_python)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    echo "cpus $(nproc); memory $(free -g | awk '/Mem:/ {print $2}') GiB; disk: $(df -h "$root" | tail -1)"
+    gcc --version | head -1; g++ --version | head -1; cmake --version | head -1
+    echo "ninja $(ninja --version 2>/dev/null || echo missing); nvcc: $(nvcc --version | tail -2 | head -1)"
+    "$py" - <<'PY'
+import torch, sys
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI, "gpu", torch.cuda.is_available())
+print("cmake prefix", torch.utils.cmake_prefix_path)
+PY
+    ;;
+  sysroot)
+    [[ -d .gpu/debs ]] || { echo "gpu_check: no .gpu/debs (run 'stage' on the Debian machine and carry .gpu)" >&2; exit 2; }
+    rm -rf "$sysroot" && mkdir -p "$sysroot"
+    for f in .gpu/debs/*.deb; do dpkg -x "$f" "$sysroot"; done
+    # Some packages' CMake files name their libraries by absolute /usr paths (Snappy's
+    # targets, RocksDB's bzip2): point those into the sysroot.
+    find "$sysroot" -name '*.cmake' -print0 | xargs -0 sed -i -E \
+      -e "s#([\";])/usr/(lib/x86_64-linux-gnu/lib|include)#\1$sysroot/usr/\2#g" \
+      -e "s#set\(_IMPORT_PREFIX \"/usr\"\)#set(_IMPORT_PREFIX \"$sysroot/usr\")#"
+    # pkg-config files say prefix=/usr; PKG_CONFIG_SYSROOT_DIR maps them.
+    echo "sysroot: $(du -sh "$sysroot" | cut -f1)"
+    ;;
+  configure)
+    eval "$(print_env)"
+    py=$SLUICE_PYTHON
+    abi=$("$py" -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+    if [[ "$abi" != 1 ]]; then
+      echo "gpu_check: this PyTorch's libtorch uses the old C++ ABI; Debian's libraries use the new one" >&2
+      exit 1
+    fi
+    prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON \
+      -DSLUICE_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+      -DCMAKE_PREFIX_PATH="$sysroot/usr;$prefix" -DTorch_DIR="$prefix/Torch" \
+      -DPKG_CONFIG_EXECUTABLE="$sysroot/usr/bin/pkgconf" -DPython3_EXECUTABLE="$py" "${@:2}"
+    ;;
+  build)
+    eval "$(print_env)"
+    shift
+    ninja -C "$build" "$@"
+    ;;
+  disk)
+    eval "$(print_env)"
+    f=$root/build/gpu-disk.bin
+    dd if=/dev/zero of="$f" bs=16M count=256 oflag=direct status=none
+    sync
+    "$SLUICE_PYTHON" - "$f" <<'PY'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+import mmap
+buf = mmap.mmap(-1, 16 << 20)
+start, total = time.perf_counter(), 0
+while (n := os.readv(fd, [buf])) > 0:
+    total += n
+print(f"sequential read: {total / (time.perf_counter() - start) / 1e9:.2f} GB/s ({total >> 30} GiB, 16 MiB O_DIRECT reads)")
+PY
+    "$build/bench/io_bench" rand --file "$f" --row-bytes 4096 --backend uring --threads 1 --qd 32 --seconds 5
+    rm -f "$f"
+    ;;
+  data)
+    py=$(torch_python)
+    data=$root/build/gpu-data
+    mkdir -p "$data"
+    [[ -d "$data/clicks8" ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
+      --dense 13 --vocab 25000000 --seed 1 --test-frac 0.01 --out "$data/clicks8" >/dev/null
+    if [[ -d .gpu/datasets/fb15k-237 && ! -d "$data/fb15k-237" ]]; then
+      "$py" scripts/sluice_prep.py kg .gpu/datasets/fb15k-237 --out "$data/fb15k-237" --partitions 4 >/dev/null
+    fi
+    ls "$data"
+    ;;
+  test)
+    eval "$(print_env)"
+    (cd "$build" && ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 300)
+    SLUICE_BUILD_DIR=$build "$SLUICE_PYTHON" -m pytest -q -p no:cacheprovider tests/e2e/test_device.py
+    ;;
+  sampler)
+    eval "$(print_env)"
     for tool in memcheck racecheck initcheck synccheck; do
-      echo "== compute-sanitizer --tool $tool"
-      compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 10 .gpu/sampler_cuda_test |
-        tail -3
+      echo "== compute-sanitizer --tool $tool sampler_cuda_test"
+      compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 10 "$build/tests/sampler_cuda_test" | tail -2
     done
-    python3 bench/sampler_vs_numpy.py --bench .gpu/sampler_bench --cuda --rounds "${ROUNDS:-3}"
+    "$SLUICE_PYTHON" bench/sampler_vs_numpy.py --bench "$build/bench/sampler_bench" --cuda --rounds "${ROUNDS:-3}"
+    ;;
+  pytest)
+    eval "$(print_env)"
+    export SLUICE_BUILD_DIR=$build SLUICE_DATASETS=${SLUICE_DATASETS:-$root/.gpu/datasets}
+    "$SLUICE_PYTHON" -m pytest -q -p no:cacheprovider -n "${JOBS:-16}" -m "not slow" tests \
+      --ignore=tests/e2e/test_library.py --ignore=tests/e2e/test_docs.py --ignore=tests/e2e/test_device.py
+    ;;
+  bench)
+    eval "$(print_env)"
+    data=$root/build/gpu-data
+    fb=()
+    [[ -d "$data/fb15k-237" ]] && fb=(--fb15k "$data/fb15k-237")
+    "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm "$data/clicks8" "${fb[@]}" --bin "$build/train/sluice" \
+      --tmp "$root/build" "${@:2}"
+    ;;
+  env)
+    print_env
     ;;
   *)
-    echo "usage: bash scripts/gpu_check.sh stage|run" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
     ;;
 esac

@@ -118,7 +118,7 @@ void BackThroughEncoder(const std::vector<torch::Tensor>& leaves, const ModelInp
 
 }  // namespace
 
-Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused) {
+Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused, bool defer_loss) {
   StepGrads out;
   try {
     // The rows as gathered: an encoder may replace the uses the model sees.
@@ -134,7 +134,11 @@ Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused) {
     }
     torch::Tensor loss = model.Loss(in);
     loss.backward();
-    out.loss = loss.item<double>();
+    if (defer_loss) {
+      out.loss_value = loss.detach();
+    } else {
+      out.loss = loss.item<double>();
+    }
     for (const torch::Tensor& leaf : leaves) out.use_grads.push_back({leaf.grad()});
   } catch (const std::exception& e) {
     return InvalidArgument("the model failed at epoch " + std::to_string(input.key.epoch + 1) +
@@ -143,8 +147,26 @@ Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused) {
   return out;
 }
 
+torch::Device ModelDevice(const Model& model) {
+  for (const torch::Tensor& p : model.parameters()) return p.device();
+  return torch::Device(torch::kCPU);
+}
+
+ModelInput InputOn(const ModelInput& input, const torch::Device& device) {
+  auto to = [&device](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  ModelInput out = input;
+  out.dense = to(input.dense);
+  out.labels = to(input.labels);
+  for (TableInput& t : out.tables) t.uses = to(t.uses), t.inverse = to(t.inverse);
+  for (BlockInput& b : out.blocks) b.offsets = to(b.offsets), b.src_local = to(b.src_local);
+  for (auto& [name, ids] : out.ids) ids = to(ids);
+  return out;
+}
+
 Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input) {
   try {
+    const torch::Device device = ModelDevice(model);
+    if (!device.is_cpu()) return model.Predict(model.Encode(InputOn(input, device))).to(torch::kCPU);
     return model.Predict(model.Encode(input));
   } catch (const std::exception& e) {
     return InvalidArgument("the model failed in evaluation step " + std::to_string(input.key.step) + ": " +

@@ -36,13 +36,23 @@ torch::Tensor SumRowGrads(const UseParts& parts, const std::vector<torch::Tensor
 
 struct StepGrads {
   double loss = 0;
+  // With defer_loss: the loss as a detached scalar tensor (on the model's device), not read
+  // yet (reading it waits for the device), and `loss` is 0.
+  torch::Tensor loss_value;
   std::vector<std::vector<torch::Tensor>> use_grads;  // per table, pieces over the uses
 };
 
 // Runs the model on a step: FusedLoss when the model has it and allow_fused, else Loss and
 // backward (the uses of each table must require grad then). An exception thrown by the model
 // is an error naming the step. The caller zeroes and steps its dense optimizer around it.
-Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused);
+// defer_loss (autograd only) leaves the loss on the device, so a GPU step's kernels are queued
+// without waiting for them.
+Result<StepGrads> RunModel(Model& model, ModelInput& input, bool allow_fused, bool defer_loss = false);
+
+// The device of the model's parameters (the CPU when it has none).
+torch::Device ModelDevice(const Model& model);
+// The input's tensors moved to `device` (a no-op on the device they are on).
+ModelInput InputOn(const ModelInput& input, const torch::Device& device);
 
 // A user's model from its factory (Run::SetModel): the factory's exception or a null model is an
 // error naming the model.
@@ -72,8 +82,8 @@ class EncodedModel final : public Model {
 Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const std::string& name,
                                            const EncoderFactory& factory, const ModelSpec& spec);
 
-// The model's outputs for evaluation: Predict of the encoded input. An exception is an error
-// naming the step.
+// The model's outputs for evaluation: Predict of the encoded input, on the model's device (the
+// input moved there and the outputs back to the CPU). An exception is an error naming the step.
 Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input);
 
 // Applies `opt` to distinct rows [0, rows): rows[k] gets sums row k (parallel over rows).

@@ -6,6 +6,7 @@
 // section `every` and `patience`.
 
 #include "common/config.h"
+#include "train/device_config.h"
 #include "train/task.h"
 
 namespace sluice {
@@ -31,8 +32,9 @@ template <class V, class Config>
 void VisitRunFields(V& v, Config& c) {
   v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");
   v.Field("run_dir", c.run_dir, "run directory: tables, checkpoints, metrics, summary");
-  v.Field("checkpoint_every", c.checkpoint_every, "checkpoint every N epochs (0: at the end only)",
-          InRange(0, 100000));
+  v.Field("checkpoint_every", c.checkpoint_every,
+          "checkpoint every N epochs (0: at the end only; -1: never, for benchmarks: the run "
+          "cannot be resumed, evaluated or exported)", InRange(-1, 100000));
   v.Field("progress", c.progress, "print a progress bar on stderr");
   v.Field("step_log", c.step_log,
           "write RUN/steps.tsv: every step's epoch, step, wall seconds, units and mean loss");
@@ -42,6 +44,7 @@ void VisitRunFields(V& v, Config& c) {
   v.Section("storage", c.storage, "where the tables live");
   v.Section("threads", c.threads, "thread plan");
   v.Section("io", c.io, "io layer");
+  v.Section("device", c.device, "the compute device");
 }
 
 template <class Config>

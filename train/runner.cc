@@ -359,6 +359,7 @@ Status Runner::Validate(uint64_t epoch, JsonObject& line, bool& stop) {
 }
 
 Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
+  if (s_.checkpoint_every < 0) return Status::Ok();  // never (benchmarks)
   const auto start = Clock::now();
   const std::string name = CheckpointName(epoch, step);
   if (best) best_name_ = name;

@@ -48,8 +48,8 @@ int RunVersion() {
   ThreadPlan plan = MakeThreadPlan(ThreadConfig{}, OnlineCores());
   auto handle = ApplyThreadPlan(plan);
   ApplyTorchThreads(plan);
-  std::printf("sluice %s\n%s\n%s\n", kVersion, TorchRuntimeSummary().c_str(),
-              plan.ToString().c_str());
+  std::printf("sluice %s\n%s\n%s\n%s\n", kVersion, TorchRuntimeSummary().c_str(),
+              plan.ToString().c_str(), DeviceSummary().c_str());
   return 0;
 }
 

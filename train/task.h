@@ -29,7 +29,7 @@ struct RunSettings {
   std::string dataset;   // dataset directory
   std::string run_dir;
   int epochs = 1;
-  int checkpoint_every = 1;  // epochs (0: only at the end)
+  int checkpoint_every = 1;  // epochs (0: only at the end; -1: never)
   bool progress = true;
   bool step_log = false;  // RUN/steps.tsv, a line per step
   int eval_every = 1;  // validate every N epochs (0: never)

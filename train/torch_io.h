@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -29,12 +30,18 @@ Status SaveTorch(CheckpointWriter& writer, const std::string& name, const T& val
   return writer.WriteString(name, out.str());
 }
 
-// Loads `name` of a checkpoint into a tensor, module or optimizer.
+// Loads `name` of a checkpoint into a tensor, module or optimizer; with `device`, every tensor
+// it holds is mapped there (a checkpoint written on a GPU read on the CPU, or the reverse).
 template <typename T>
-Status LoadTorch(const CheckpointReader& checkpoint, const std::string& name, T& value) {
+Status LoadTorch(const CheckpointReader& checkpoint, const std::string& name, T& value,
+                 std::optional<torch::Device> device = std::nullopt) {
   SLUICE_ASSIGN_OR_RETURN(std::string path, checkpoint.PathOf(name));
   try {
-    torch::load(value, path);
+    if (device) {
+      torch::load(value, path, *device);
+    } else {
+      torch::load(value, path);
+    }
   } catch (const std::exception& e) {
     return Corruption(path + ": cannot be loaded (" + FirstLine(e.what()) + ")");
   }

@@ -11,5 +11,8 @@ namespace sluice {
 void ApplyTorchThreads(const ThreadPlan& plan);
 // "libtorch 1.13.1, 2 intra-op threads, BLAS: OpenBLAS (2 threads)"
 std::string TorchRuntimeSummary();
+// "GPU: NVIDIA H200 (cuda:0), 139.8 GiB" when this build has CUDA and sees a device, else why
+// not (`sluice version` prints it; the GPU tests look for it). In train/accelerator.cc.
+std::string DeviceSummary();
 
 }  // namespace sluice

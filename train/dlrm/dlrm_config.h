@@ -167,6 +167,7 @@ struct DlrmConfig {
   DlrmEvalConfig eval;
   DlrmStorageConfig storage;
   ThreadConfig threads;
+  DeviceConfig device;
   IoConfig io;
 
   template <class V>

@@ -45,6 +45,7 @@ torch::Tensor DlrmNetImpl::forward(const torch::Tensor& dense, const torch::Tens
   torch::Tensor x = has_dense ? bottom->forward(dense) : x0.unsqueeze(0).expand({b, dim_});
   torch::Tensor t = torch::cat({x.unsqueeze(1), emb}, 1);
   torch::Tensor z = torch::bmm(t, t.transpose(1, 2)).reshape({b, features * features});
+  if (pairs.device() != z.device()) pairs = pairs.to(z.device());  // not a buffer: follows the input
   z = z.index_select(1, pairs);
   torch::Tensor logit = top->forward(torch::cat({x, z}, 1)).reshape({b});
   if (linear) logit = logit + rows.select(2, dim_).sum(1);  // each row's first-order weight

@@ -126,6 +126,7 @@ Status DlrmTask::Open(Purpose purpose) {
   SLUICE_ASSIGN_OR_RETURN(DlrmTables tables, DlrmTables::Make(cfg_, dataset_));
   tables_.emplace(std::move(tables));
   SLUICE_RETURN_IF_ERROR(BuildModel());
+  SLUICE_RETURN_IF_ERROR(SetUpDevice());  // before the optimizer: its state follows the parameters
   const double lr = cfg_.train.dense_lr;
   if (cfg_.train.dense_optimizer == DenseOptimizer::kSgd) {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
@@ -149,8 +150,9 @@ Status DlrmTask::LoadState(const CheckpointReader& checkpoint) {
                            ", storage.backend " + EnumName(cfg_.storage.backend) + "); use the storage "
                            "settings it was trained with");
   }
-  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_));
-  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense_optimizer.pt", *opt_));
+  const torch::Device device = acc_ != nullptr ? acc_->device() : torch::Device(torch::kCPU);
+  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_, device));
+  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense_optimizer.pt", *opt_, device));
   resume_dir_ = checkpoint.dir();
   return Status::Ok();
 }
@@ -170,6 +172,7 @@ Status DlrmTask::PrepareTraining(const CheckpointReader* resumed) {
   if (resumed != nullptr && !in_memory_) SLUICE_RETURN_IF_ERROR(RestoreTables(resumed->dir()));
   SLUICE_RETURN_IF_ERROR(SetUpStorage(resumed == nullptr, ""));
   if (resumed != nullptr && in_memory_) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(resumed->dir()));
+  SLUICE_RETURN_IF_ERROR(SetUpDeviceRows());
   SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
   train_source_.emplace(std::move(source));
   return Status::Ok();
@@ -322,6 +325,7 @@ void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {
 }
 
 Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, StepSink& sink) {
+  if (device_rows_ != nullptr) return TrainEpochOnDevice(first, sink);
   const RecordSource* source = &*train_source_;
   const uint64_t steps = source->steps();
   StartPreload(source, first);

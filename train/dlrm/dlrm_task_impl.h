@@ -24,6 +24,8 @@
 #include "train/dlrm/dlrm_metrics.h"
 #include "train/dlrm/dlrm_model.h"
 #include "train/dlrm/dlrm_tables.h"
+#include "train/accelerator.h"
+#include "train/device_rows.h"
 #include "train/task.h"
 
 namespace sluice {
@@ -95,6 +97,19 @@ class DlrmTask : public Task {
   Status ExportTable(uint32_t t, const std::string& dir);
   Status ExportRawTables(const std::string& dir);
   void SummarizeCache(RunSummary& s) const;
+  // The device path (dlrm_task_device.cc): the accelerator and the model on it (training only;
+  // reading runs on the CPU), the device rows, and a pass whose steps are staged while the
+  // previous one computes.
+  Status SetUpDevice();
+  Status SetUpDeviceRows();
+  DeviceRowsOptions DeviceOptions() const;
+  uint64_t DeviceStepUses() const;
+  uint64_t DeviceExtraBytes() const;
+  // Host memory the device path takes: page-locked staging and the device cache's index.
+  uint64_t DeviceHostBytes() const;
+  Status StageStep(RowBatch& b);
+  Status LaunchStep(const RowBatch& b);
+  Result<EpochOutcome> TrainEpochOnDevice(uint64_t first, StepSink& sink);
 
   DlrmConfig cfg_;
   RunSettings settings_;
@@ -124,6 +139,11 @@ class DlrmTask : public Task {
   std::string encoder_name_;  // Run::SetEncoder
   EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
+  // Device.
+  std::unique_ptr<Accelerator> acc_;
+  std::unique_ptr<DeviceRows> device_rows_;
+  torch::Tensor device_loss_;  // the running step's loss, on the device
+  double device_wall_s_ = 0;   // wall time of the passes on the device
   // Bookkeeping.
   TimeSplit time_;
   StageTime read_time_, plan_time_, io_time_;

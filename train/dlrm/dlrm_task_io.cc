@@ -30,7 +30,8 @@ Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
   memory_ = std::make_unique<MemoryRows>(tables_->row_bytes(), tables_->offsets(), Init());
   if (!rows_from.empty()) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(rows_from));
   run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
-  plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + net_->StepBytes() + memory_->bytes();
+  plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + memory_->bytes() +
+                         (acc_ != nullptr ? DeviceHostBytes() : net_->StepBytes());
   memory_plan_ = "in memory: " +
                  std::string(tables_->raw_ids()
                                  ? "rows created on first use"
@@ -45,6 +46,13 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.budget_bytes = sc.budget.value;
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
+  if (acc_ != nullptr) {
+    // The model's state and activations live on the device; the host holds the CUDA runtime
+    // (measured), the page-locked staging and the device cache's index.
+    in.runtime_bytes = std::max(kRuntimeBytes, CurrentRssBytes());
+    in.model_bytes = 0;
+    in.step_bytes = DeviceHostBytes();
+  }
   in.keys_per_step = static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
   in.step_record_bytes = static_cast<uint64_t>(cfg_.train.batch) * rec_.bytes();
   in.row_bytes = tables_->row_bytes();
@@ -56,7 +64,9 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.rocksdb = rocksdb_;
   in.oracle = sc.planner == PlannerKind::kOracle;
   in.window = static_cast<uint32_t>(sc.window);
-  in.run_ahead = static_cast<uint32_t>(sc.run_ahead);
+  // On a device step t + 1 is made ready before step t has computed: its plan must not evict
+  // step t's rows (run-ahead at least 1).
+  in.run_ahead = static_cast<uint32_t>(std::max(sc.run_ahead, acc_ != nullptr ? 1 : 0));
   in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
   in.kv_bytes = KvTable::BudgetBytes(KvOptions(sc, false));
@@ -133,7 +143,8 @@ std::string DlrmTask::DescribePlan() const {
          std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
   }
   s += "runtime " + FormatBytes(kRuntimeBytes) + ", dense model " + FormatBytes(net_->StateBytes()) +
-       ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
+       (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
+                        : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + EnumName(cfg_.storage.planner) + " window " +
        std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
   if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);
@@ -336,6 +347,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
   s.Set("memory", "write_back_buffer_rows", plan_.staging_rows);
+  if (device_rows_ != nullptr) SummarizeDevice(s, *acc_, *device_rows_, device_wall_s_);
   if (!cache_) return;
   SummarizeCache(s);
   const auto* rf = dynamic_cast<const RowFileBacking*>(backing_.get());

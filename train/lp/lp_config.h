@@ -165,6 +165,7 @@ struct LpConfig {
   LpEvalConfig eval;
   LpStorageConfig storage;
   ThreadConfig threads;
+  DeviceConfig device;
   IoConfig io;
 
   template <class V>

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "prefetch/block_pipeline.h"
 #include "storage/io_session.h"
+#include "train/device_steps.h"
 
 namespace sluice {
 namespace {
@@ -20,9 +21,15 @@ class LpEpoch {
 
   Status Start();
   Result<EpochOutcome> Run(StepSink& sink);
+  // The same steps on a device: step t + 1 staged while step t computes, unless it starts
+  // another buffer state (whose partitions may evict step t's).
+  Result<EpochOutcome> RunOnDevice(StepSink& sink);
 
  private:
   Result<bool> Fill(uint64_t t, LinkBatch& batch);
+  uint64_t EdgesBefore() const;
+  Result<LinkBatch*> Ready(uint64_t s);
+  Result<bool> Done(uint64_t s, double loss, StepSink& sink);
   Status Finish(bool stopped);
 
   LpEpochContext& ctx_;
@@ -90,30 +97,74 @@ Status LpEpoch::Start() {
   return Status::Ok();
 }
 
-Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
+uint64_t LpEpoch::EdgesBefore() const {
   uint64_t before = 0;
   for (uint64_t i = 0; i < first_ && i < steps_.size(); ++i) before += steps_[i].end - steps_[i].begin;
-  sink.EpochStart(before);
+  return before;
+}
+
+// Step s's batch, its state's blocks in place.
+Result<LinkBatch*> LpEpoch::Ready(uint64_t s) {
+  SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, pipe_->WaitReady(s - first_));
+  if (ctx_.cache != nullptr) {
+    for (BlockId b : states_[steps_[s].state].blocks) block_base_[b] = ctx_.cache->block_data(b);
+  }
+  return batch;
+}
+
+// Step s has updated its rows: its blocks are dirty, the step computed; true: stop after it.
+Result<bool> LpEpoch::Done(uint64_t s, double loss, StepSink& sink) {
+  const EdgeStep& step = steps_[s];
+  if (ctx_.cache != nullptr) {
+    for (BlockId b : states_[step.state].blocks) ctx_.cache->MarkDirty(b);
+  }
+  pipe_->Computed(s - first_);
+  const uint64_t edges = step.end - step.begin;
+  const bool last = s + 1 == steps_.size();
+  return sink.StepDone(edges, loss * static_cast<double>(edges), last) && !last;
+}
+
+Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
+  if (ctx_.device_rows != nullptr) return RunOnDevice(sink);
+  sink.EpochStart(EdgesBefore());
   for (uint64_t s = first_; s < steps_.size(); ++s) {
-    const EdgeStep& step = steps_[s];
-    SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, pipe_->WaitReady(s - first_));
-    if (ctx_.cache != nullptr) {
-      for (BlockId b : states_[step.state].blocks) block_base_[b] = ctx_.cache->block_data(b);
-    }
-    const uint64_t edges = step.end - step.begin;
+    SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, Ready(s));
     SLUICE_ASSIGN_OR_RETURN(const double loss, ctx_.stepper.Train(*batch, block_base_, epoch_, s));
-    if (ctx_.cache != nullptr) {
-      for (BlockId b : states_[step.state].blocks) ctx_.cache->MarkDirty(b);
-    }
-    pipe_->Computed(s - first_);
-    const bool last = s + 1 == steps_.size();
-    if (sink.StepDone(edges, loss * static_cast<double>(edges), last) && !last) {
+    SLUICE_ASSIGN_OR_RETURN(const bool stop, Done(s, loss, sink));
+    if (stop) {
       SLUICE_RETURN_IF_ERROR(Finish(/*stopped=*/true));
       return EpochOutcome{true, s + 1};
     }
   }
   SLUICE_RETURN_IF_ERROR(Finish(/*stopped=*/false));
   return EpochOutcome{};
+}
+
+Result<EpochOutcome> LpEpoch::RunOnDevice(StepSink& sink) {
+  const auto start = SteadyClock::now();
+  sink.EpochStart(EdgesBefore());
+  LpStepper& stepper = ctx_.stepper;
+  DeviceLoop<LinkBatch> loop;
+  loop.ready = [this](uint64_t s) { return Ready(s); };
+  loop.stage = [&](uint64_t, LinkBatch& b) { return stepper.Stage(b, block_base_); };
+  loop.launch = [&](uint64_t s, LinkBatch& b) { return stepper.Launch(b, epoch_, s); };
+  loop.finish = [&](uint64_t s, LinkBatch&) -> Result<bool> {
+    SLUICE_ASSIGN_OR_RETURN(const double loss, stepper.Finish());
+    return Done(s, loss, sink);
+  };
+  loop.overlap = [this](uint64_t s) { return steps_[s + 1].state == steps_[s].state; };
+  Result<uint64_t> end = RunDeviceSteps(first_, steps_.size(), loop);
+  ctx_.stats.device_wall_s += SecondsSince(start);
+  if (!end.ok()) {
+    ctx_.device_rows->Reset();
+    pipe_->Abort(end.status());
+    (void)pipe_->Stop();
+    return end.status();
+  }
+  const bool stopped = *end < steps_.size();
+  if (stopped) ctx_.device_rows->Reset();  // a staged step is dropped
+  SLUICE_RETURN_IF_ERROR(Finish(stopped));
+  return stopped ? EpochOutcome{true, *end} : EpochOutcome{};
 }
 
 Status LpEpoch::Finish(bool stopped) {

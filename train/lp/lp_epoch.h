@@ -23,6 +23,7 @@ struct LpEpochStats {
   double wait_s = 0;  // compute waiting for the pipeline (samples, edges, io)
   StageTime sampler, edges, plan, io;
   PlanStats plan_stats;
+  double device_wall_s = 0;  // wall time of the epochs on a device
 };
 
 struct LpEpochContext {
@@ -35,6 +36,7 @@ struct LpEpochContext {
   std::byte* memory_table = nullptr;  // in memory (every block, in order)
   uint32_t slots = 0;                 // out of core: cache slots
   LpEpochStats& stats;
+  DeviceRows* device_rows = nullptr;  // a device run's (the stepper uses it)
 };
 
 // Trains epoch `epoch` from step `first_step`. When the sink asks to stop, the pipeline is

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/json.h"
+#include "train/model_step.h"
 #include "train/torch_io.h"
 #include "sampler/random.h"
 #include "prefetch/edge_schedule.h"
@@ -97,7 +98,7 @@ Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel
   in.sizes["corrupt_head"] = corrupt_head ? 1 : 0;
   torch::Tensor all;
   try {
-    all = model_.Predict(in);
+    all = model_.Predict(InputOn(in, ModelDevice(model_))).to(torch::kCPU);
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("the model failed ranking ") +
                            (corrupt_head ? "heads" : "tails") + ": " + FirstLine(e.what()));

@@ -464,7 +464,7 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
   torch::Tensor tq = decoder_.TailQuery(b.h, r);
   torch::Tensor pos = decoder_.Score(tq, b.t);
   torch::Tensor hq = b.head_neg.defined() ? decoder_.HeadQuery(r, b.t) : torch::Tensor();
-  torch::Tensor loss = torch::zeros({});
+  torch::Tensor loss = torch::zeros({}, relations_.options());
   for (int64_t c = 0; c < v.chunks; ++c) {
     const int64_t lo = v.q * c / v.chunks, hi = v.q * (c + 1) / v.chunks;
     torch::Tensor p = pos.slice(0, lo, hi);

@@ -6,13 +6,14 @@
 namespace sluice {
 
 LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations,
-                     std::shared_ptr<Model> user)
+                     std::shared_ptr<Model> user, torch::Device device)
     : cfg_(config), layout_(layout), model_(std::move(user)) {
   if (model_ == nullptr) {
     auto builtin = std::make_shared<LinkModel>(config, num_relations);
     builtin_ = builtin.get();
     model_ = std::move(builtin);
   }
+  model_->to(device);
   std::vector<torch::Tensor> params = model_->parameters();
   if (cfg_.train.relation_optimizer == DenseOptimizer::kAdam) {
     rel_opt_ = std::make_unique<torch::optim::Adam>(params,
@@ -63,6 +64,50 @@ Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& blo
   rel_opt_->step();
   times_.update_s += SecondsSince(t2);
   return g.loss;
+}
+
+Status LpStepper::Stage(LinkBatch& b, const std::vector<std::byte*>& block_base) {
+  const auto start = SteadyClock::now();
+  const std::vector<float*> rows = RowAddresses(b, block_base);
+  keys_.resize(b.unique.size());
+  for (size_t i = 0; i < b.unique.size(); ++i) keys_[i] = RowKey{static_cast<uint64_t>(b.unique[i]), 0};
+  UseParts parts = {b.head, b.tail, b.tail_neg};
+  if (!b.head_neg.empty()) parts.push_back(b.head_neg);
+  const torch::Tensor rel = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);
+  SLUICE_RETURN_IF_ERROR(device_rows_->Stage(keys_, rows, parts, {rel}));
+  times_.gather_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status LpStepper::Launch(LinkBatch& b, uint64_t epoch, uint64_t step) {
+  const auto start = SteadyClock::now();
+  DeviceStep staged = device_rows_->Begin(/*training=*/true);
+  ModelInput in;
+  in.tables.push_back(std::move(staged.table));
+  in.ids["relation"] = staged.extras[0];
+  in.sizes = {{"queries", static_cast<int64_t>(b.queries)},
+              {"chunks", b.chunks},
+              {"per_chunk", b.per_chunk},
+              {"head_negatives", b.head_neg.empty() ? 0 : 1}};
+  in.key = {cfg_.train.seed, epoch, step};
+  rel_opt_->zero_grad();
+  SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*model_, in, /*allow_fused=*/false, /*defer_loss=*/true));
+  rel_opt_->step();
+  const std::vector<torch::Tensor>& pieces = g.use_grads.at(0);
+  torch::Tensor grads = pieces.size() == 1 ? pieces[0] : torch::cat(pieces);
+  if (!grads.defined()) grads = torch::zeros_like(in.tables[0].uses);  // a model that ignores the rows
+  device_rows_->Update(grads);
+  loss_ = g.loss_value;
+  times_.compute_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Result<double> LpStepper::Finish() {
+  const auto start = SteadyClock::now();
+  SLUICE_RETURN_IF_ERROR(device_rows_->Finish());
+  const double loss = loss_.item<double>();
+  times_.update_s += SecondsSince(start);
+  return loss;
 }
 
 }  // namespace sluice

@@ -21,6 +21,7 @@
 #include "sampler/link_batch.h"
 #include "train/lp/lp_config.h"
 #include "train/lp/lp_model.h"
+#include "train/device_rows.h"
 #include "train/lp/node_table.h"
 
 namespace sluice {
@@ -35,8 +36,9 @@ class LpStepper {
   // The built-in LinkModel of the config's decoder, or `user` (a user's model, trained through
   // autograd) when given. The dense optimizer (train.relation_optimizer) steps the model's
   // parameters: the built-in model's relations, or every parameter of the user's.
+  // `device`: where the model lives (a device run's; its optimizer state follows).
   LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint64_t num_relations,
-            std::shared_ptr<Model> user = nullptr);
+            std::shared_ptr<Model> user = nullptr, torch::Device device = torch::Device(torch::kCPU));
 
   Model& model() { return *model_; }
   const std::shared_ptr<Model>& model_ptr() const { return model_; }
@@ -49,6 +51,14 @@ class LpStepper {
   Result<double> Train(LinkBatch& batch, const std::vector<std::byte*>& block_base,
                        uint64_t epoch, uint64_t step);
 
+  // The device path (train/device_rows.h): a step staged (its rows and relations copied to the
+  // device while the previous step computes), launched through autograd (the fused path is the
+  // CPU's), and finished (its rows written back into the blocks); Finish returns its loss.
+  void UseDevice(DeviceRows* rows) { device_rows_ = rows; }
+  Status Stage(LinkBatch& batch, const std::vector<std::byte*>& block_base);
+  Status Launch(LinkBatch& batch, uint64_t epoch, uint64_t step);
+  Result<double> Finish();
+
   const LpStepTimes& times() const { return times_; }
 
  private:
@@ -59,6 +69,9 @@ class LpStepper {
   std::shared_ptr<Model> model_;
   LinkModel* builtin_ = nullptr;
   std::unique_ptr<torch::optim::Optimizer> rel_opt_;
+  DeviceRows* device_rows_ = nullptr;
+  std::vector<RowKey> keys_;  // the staged step's rows, as keys
+  torch::Tensor loss_;        // the running step's loss, on the device
   LpStepTimes times_;
 };
 

@@ -13,6 +13,8 @@
 #include "storage/dataset.h"
 #include "storage/file.h"
 #include "storage/row_file.h"
+#include "train/accelerator.h"
+#include "train/device_rows.h"
 #include "train/fingerprint.h"
 #include "train/lp/lp_epoch.h"
 #include "train/lp/lp_eval.h"
@@ -105,6 +107,17 @@ class LpTask : public Task {
   LpEpochStats stats_;
   std::string model_name_;  // a user's model ("" = the built-in decoder)
   ModelFactory factory_;
+  // A device run (device.type cuda or emulated; training only, reading runs on the CPU).
+  Status SetUpDeviceRows();
+  DeviceRowsOptions DeviceOptions() const;
+  uint64_t DeviceStepUses() const;
+  uint64_t DeviceStepRows() const;
+  uint64_t DeviceHostBytes() const;
+  torch::Device ComputeDevice() const {
+    return acc_ != nullptr ? acc_->device() : torch::Device(torch::kCPU);
+  }
+  std::unique_ptr<Accelerator> acc_;
+  std::unique_ptr<DeviceRows> device_rows_;
 };
 
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
@@ -136,6 +149,9 @@ Status LpTask::Open(Purpose purpose) {
     so.io = cfg_.io;
     SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
     sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), BatchOptions());
+    if (cfg_.device.on_device()) {
+      SLUICE_ASSIGN_OR_RETURN(acc_, OpenAccelerator(cfg_.device));
+    }
   }
   SLUICE_RETURN_IF_ERROR(MakeStepper());
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
@@ -158,13 +174,14 @@ Status LpTask::MakeStepper() {
     torch::manual_seed(cfg_.train.seed);
     SLUICE_ASSIGN_OR_RETURN(user, CallModelFactory(model_name_, factory_, spec));
   }
-  stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_, std::move(user));
+  stepper_ = std::make_unique<LpStepper>(cfg_, layout_, num_relations_, std::move(user), ComputeDevice());
   return Status::Ok();
 }
 
 std::unique_ptr<LpScorer> LpTask::Scorer() {
   if (LinkModel* builtin = stepper_->builtin()) {
-    return std::make_unique<DecoderScorer>(builtin->decoder(), builtin->relations().detach());
+    // Rankings run on the CPU, where the node table is.
+    return std::make_unique<DecoderScorer>(builtin->decoder(), builtin->relations().detach().to(torch::kCPU));
   }
   return std::make_unique<ModelScorer>(stepper_->model());
 }
@@ -178,7 +195,7 @@ Status LpTask::LoadState(const CheckpointReader& checkpoint) {
   }
   if (LinkModel* builtin = stepper_->builtin()) {
     torch::Tensor rel;
-    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel));
+    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "relations.pt", rel, torch::Device(torch::kCPU)));
     torch::Tensor& relations = builtin->relations();
     if (rel.sizes() != relations.sizes()) {
       return Corruption(checkpoint.dir() + "/relations.pt: shape does not match the model");
@@ -187,10 +204,10 @@ Status LpTask::LoadState(const CheckpointReader& checkpoint) {
     relations.copy_(rel);
   } else {
     std::shared_ptr<Model> model = stepper_->model_ptr();
-    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", model));
+    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", model, ComputeDevice()));
   }
   SLUICE_RETURN_IF_ERROR(
-      LoadTorch(checkpoint, "relation_optimizer.pt", stepper_->relation_optimizer()));
+      LoadTorch(checkpoint, "relation_optimizer.pt", stepper_->relation_optimizer(), ComputeDevice()));
   rows_path_ = nodes;
   return Status::Ok();
 }
@@ -208,7 +225,50 @@ Status LpTask::PrepareTraining(const CheckpointReader* resumed) {
     fs::remove(table_path_, ec);  // a fresh run starts from freshly initialised rows
   }
   rows_path_.clear();
-  return SetUpStorage();
+  SLUICE_RETURN_IF_ERROR(SetUpStorage());
+  return SetUpDeviceRows();
+}
+
+DeviceRowsOptions LpTask::DeviceOptions() const {
+  DeviceRowsOptions o;
+  o.dim = cfg_.model.dim;
+  o.row_floats = 2 * cfg_.model.dim;  // the embedding, then its Adagrad state
+  o.optimizer = RowOptimizer::kAdagrad;
+  o.lr = static_cast<float>(cfg_.train.lr);
+  o.planner = cfg_.device.planner;
+  return o;
+}
+
+// A step's uses: heads and tails of its queries, and each chunk's negatives per corrupted side.
+uint64_t LpTask::DeviceStepUses() const {
+  const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
+  const uint64_t negatives = static_cast<uint64_t>(cfg_.train.chunks) * static_cast<uint64_t>(cfg_.train.negatives);
+  return 2 * queries + negatives * (cfg_.model.reciprocal ? 1 : 2);
+}
+
+uint64_t LpTask::DeviceStepRows() const { return std::min(DeviceStepUses(), layout_.num_nodes()); }
+
+uint64_t LpTask::DeviceHostBytes() const {
+  DeviceRowsOptions o = DeviceOptions();
+  const uint64_t extra = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;
+  Result<uint64_t> capacity = DeviceCapacityRows(cfg_.device, o, DeviceStepUses(), DeviceStepRows(), extra);
+  o.capacity_rows = capacity.ok() ? *capacity : 0;
+  const uint64_t host = DeviceStagingHostBytes(o, DeviceStepUses(), DeviceStepRows(), extra) +
+                        RowCacheIndexBytes(o.capacity_rows, 0);
+  // Emulated, the device's memory is the host's: its rows, staging and the model's tensors.
+  if (!acc_->device().is_cpu()) return host;
+  return host + DeviceRowsBytes(o, DeviceStepUses(), DeviceStepRows(), extra) + stepper_->model().StepBytes();
+}
+
+Status LpTask::SetUpDeviceRows() {
+  if (acc_ == nullptr) return Status::Ok();
+  DeviceRowsOptions o = DeviceOptions();
+  const uint64_t extra = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;
+  SLUICE_ASSIGN_OR_RETURN(o.capacity_rows,
+                          DeviceCapacityRows(cfg_.device, o, DeviceStepUses(), DeviceStepRows(), extra));
+  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), o);
+  stepper_->UseDevice(device_rows_.get());
+  return Status::Ok();
 }
 
 Status LpTask::PrepareReading(const CheckpointReader& checkpoint) {
@@ -232,7 +292,9 @@ PartitionPlanInput LpTask::PlanInput() const {
   // What the process holds already: libtorch's code and allocator, the dense model, the edges
   // of the global shuffle.
   in.runtime_bytes = CurrentRssBytes();
-  in.step_bytes = stepper_->model().StepBytes();
+  // On a device the step's tensors live there; the host holds its page-locked staging and the
+  // device cache's index.
+  in.step_bytes = acc_ != nullptr ? DeviceHostBytes() : stepper_->model().StepBytes();
   in.ring_bytes = BlockPipeline<LinkBatch>::Capacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
                   LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), BatchOptions());
   in.block_bytes = layout_.block_bytes();
@@ -302,7 +364,8 @@ std::string LpTask::MemoryPlan() const {
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
   LpEpochContext ctx{cfg_, layout_, schedule_, *sampler_, *stepper_, cache_.get(),
-                     in_memory_ ? memory_table_.data() : nullptr, plan_.slots, stats_};
+                     in_memory_ ? memory_table_.data() : nullptr, plan_.slots, stats_,
+                     device_rows_.get()};
   return TrainLpEpoch(ctx, epoch, first_step, sink);
 }
 
@@ -321,7 +384,7 @@ Status LpTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin"));
   if (LinkModel* builtin = stepper_->builtin()) {
-    SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", builtin->relations().detach().clone()));
+    SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", builtin->relations().detach().to(torch::kCPU).clone()));
   } else {
     SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", stepper_->model_ptr()));
   }
@@ -391,6 +454,7 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Set("memory", "resident", plan_.resident), s.Set("memory", "partitions", partitions());
   s.Set("memory", "reserved_bytes", plan_.reserved_bytes);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
+  if (device_rows_ != nullptr) SummarizeDevice(s, *acc_, *device_rows_, e.device_wall_s);
 }
 
 std::string LpTask::MemorySummary() const {
@@ -427,7 +491,7 @@ Status LpTask::Export(const std::string& dir) {
       "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
       "original id.\n";
   if (LinkModel* builtin = stepper_->builtin()) {
-    torch::Tensor rels = builtin->relations().detach().contiguous();
+    torch::Tensor rels = builtin->relations().detach().to(torch::kCPU).contiguous();
     SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
                                     rels.data_ptr<float>(), rels.numel() * 4));
     readme += "relations.npy: row r is relation r (rows past the relation count are the "

@@ -213,6 +213,7 @@ struct NcConfig {
   NcEvalConfig eval;
   NcStorageConfig storage;
   ThreadConfig threads;
+  DeviceConfig device;
   IoConfig io;
 
   template <class V>

@@ -284,6 +284,10 @@ RowInit NcTask::Init() const {
 Status NcTask::Open(Purpose purpose) {
   purpose_ = purpose;
   if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
+  if (cfg_.device.on_device()) {
+    return InvalidArgument("device.type " + std::string(EnumName(cfg_.device.type)) +
+                           ": node classification trains on the CPU in this version (device.type: cpu)");
+  }
   SLUICE_ASSIGN_OR_RETURN(dataset_, Dataset::Open(cfg_.dataset));
   const Manifest& m = dataset_.manifest();
   const std::string where = "dataset " + cfg_.dataset;

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The device path on a GPU: configurations measured in one run on one machine, one table per
+workload (scripts/gpu_check.sh bench runs it on the GPU machine).
+
+  --dlrm DIR    a generated Zipf click log (gen-clicks, 8 tables, 13 dense features; ids modulo
+                the table rows): at each --batches size, sluice on the GPU with the tables in host
+                RAM (storage.mode in_memory) and out of core (tables --scale x (storage.budget +
+                device.gpu_budget)), against bench/dlrm_reference.py on the same GPU with its
+                tables in GPU memory and in host memory. Same model (dim 16, bottom 512-256,
+                top 512-256), SGD everywhere. samples/s from the median step after --warmup steps
+                (sluice: RUN/steps.tsv; the reference: its timed loop after 3 warm-up steps).
+  --fb15k DIR   link prediction on FB15k-237 prepared by `sluice_prep.py kg ... --partitions 4`
+                (configs/fb15k237_distmult_marius.yaml and _ooc.yaml): seconds per epoch on the GPU
+                in memory and out of core and on the CPU, the median of the epochs after the first.
+
+Each sluice row also gives the summary's device figures: GPU busy over wall, copy seconds and
+how many of them hid behind compute, and (out of core) io and planner busy per step, for the
+overlap criterion: out-of-core step <= 1.1 x max(in-memory step, io per step, planner per step).
+
+  python3 bench/gpu_bench.py --dlrm data/clicks8 --fb15k data/fb15k-237 [--bin build/gpu/train/sluice]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PY = sys.executable
+GIB = 1 << 30
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int) -> dict | None:
+    """Trains one fresh run; its summary.json and steps.tsv, or None (the error is printed)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    path.write_text(config.replace("RUN_DIR", str(run_dir)))
+    start = time.perf_counter()
+    try:
+        out = subprocess.run([str(binary), "train", str(path)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"  {run_dir.name}: timed out after {timeout} s")
+        return None
+    if out.returncode != 0:
+        log(f"  {run_dir.name}: failed: {out.stderr.strip()[-400:]}")
+        return None
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = [l.split("\t") for l in (run_dir / "steps.tsv").read_text().splitlines()[1:]]
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    log(f"  {run_dir.name}: {time.perf_counter() - start:.1f} s; "
+        + "; ".join(l for l in out.stdout.splitlines() if "device:" in l or "memory:" in l))
+    return {"summary": summary, "steps": steps, "metrics": metrics}
+
+
+def step_seconds(run: dict, warmup: int) -> float:
+    return statistics.median(float(s[2]) for s in run["steps"][warmup:])
+
+
+def device_cells(run: dict, warmup: int) -> str:
+    d = run["summary"].get("device", {})
+    wall = max(d.get("wall_s", 0), 1e-9)
+    return (f"{100 * d.get('busy_s', 0) / wall:.0f}% | {d.get('copy_s', 0):.2f} s | "
+            f"{d.get('copy_hidden_s', 0):.2f} s | {run['summary'].get('peak_rss_bytes', 0) / GIB:.2f} GiB")
+
+
+def overlap_cells(run: dict, mem_step: float, warmup: int) -> str:
+    """io and planner busy per step, and the criterion's bound."""
+    p = run["summary"].get("prefetcher", {})
+    steps = max(1, len(run["steps"]))
+    io, plan = p.get("io_s", 0) / steps, p.get("plan_s", 0) / steps
+    bound = 1.1 * max(mem_step, io, plan)
+    step = step_seconds(run, warmup)
+    return f"{io * 1e3:.1f} ms | {plan * 1e3:.1f} ms | {step / bound:.2f}"
+
+
+DLRM = """task: recommendation
+dataset: {ds}
+run_dir: RUN_DIR
+progress: false
+step_log: true
+checkpoint_every: -1
+model: {{dim: 16, bottom: [512, 256], top: [512, 256], ids: modulo, table_rows: {rows}, linear: false}}
+train: {{epochs: 1, batch: {batch}, max_steps: {steps}, optimizer: sgd, lr: 0.1, dense_optimizer: sgd, dense_lr: 0.1}}
+eval: {{every: 0}}
+storage: {{mode: {mode}, budget: {budget}, window: 4, run_ahead: 2}}
+device: {{type: {device}, gpu_budget: {gpu_budget}}}
+"""
+
+
+def reference(ds: pathlib.Path, rows: int, batch: int, steps: int, tables: str) -> dict | None:
+    args = [PY, str(ROOT / "bench/dlrm_reference.py"), str(ds), "--rows", str(rows), "--dim", "16",
+            "--batch", str(batch), "--steps", str(steps), "--lr", "0.1", "--threads", "16",
+            "--device", "cuda", "--tables", tables]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        log(f"  reference ({tables}): failed: {out.stderr.strip()[-400:]}")
+        return None
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    log(f"  reference ({tables}): {r}")
+    return r
+
+
+def bench_dlrm(args, tmp: pathlib.Path) -> None:
+    budget, gpu = args.budget_gib * GIB, args.gpu_budget_gib * GIB
+    manifest = json.loads((args.dlrm / "manifest.json").read_text())
+    tables = manifest["record"]["sparse"]
+    rows = int(args.scale * (budget + gpu) / (tables * 64))  # 16 floats a row, SGD: no state
+    print(f"\n### DLRM on the GPU: {args.dlrm}, {tables} tables x {rows:,} rows x 64 B = "
+          f"{tables * rows * 64 / GIB:.1f} GiB of tables, {args.scale:g} x (storage.budget {args.budget_gib:g} GiB + "
+          f"device.gpu_budget {args.gpu_budget_gib:g} GiB); {args.steps} steps a run, median step after "
+          f"{args.warmup}\n")
+    print("| batch | system | samples/s | vs reference (tables on GPU) | GPU busy | copies | hidden | peak RSS | "
+          "io/step | plan/step | step / 1.1 max(mem, io, plan) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for batch in args.batches:
+        fmt = dict(ds=args.dlrm, rows=rows, batch=batch, steps=args.steps, budget=f"{args.budget_gib}GiB",
+                   gpu_budget=f"{args.gpu_budget_gib}GiB", device=args.device)
+        ref = {t: reference(args.dlrm, rows, batch, args.steps, t) for t in ("device", "host")}
+        base = ref["device"]["compute_only_samples_per_s"] if ref["device"] else float("nan")
+        mem = train(args.bin, DLRM.format(mode="in_memory", **fmt), tmp / f"dlrm-mem-{batch}", 900)
+        ooc = train(args.bin, DLRM.format(mode="out_of_core", **fmt), tmp / f"dlrm-ooc-{batch}", 900)
+        mem_step = step_seconds(mem, args.warmup) if mem else float("nan")
+        for name, r in (("PyTorch, tables in GPU memory", ref["device"]), ("PyTorch, tables in host memory", ref["host"])):
+            if r:
+                print(f"| {batch} | {name} (compute only / end to end) | {r['compute_only_samples_per_s']:,} / "
+                      f"{r['end_to_end_samples_per_s']:,} | {r['compute_only_samples_per_s'] / base:.2f} | | | | | | | |")
+        for name, r in (("sluice GPU, tables in host RAM", mem), ("sluice GPU, out of core", ooc)):
+            if r:
+                rate = batch / step_seconds(r, args.warmup)
+                over = overlap_cells(r, mem_step, args.warmup) if r is ooc else "| |"
+                print(f"| {batch} | {name} | {rate:,.0f} | {rate / base:.2f} | {device_cells(r, args.warmup)} | {over} |")
+        sys.stdout.flush()
+
+
+def bench_fb15k(args, tmp: pathlib.Path) -> None:
+    print(f"\n### Link prediction on FB15k-237 (DistMult d=50, batch 1000, 10 x 500 negatives): seconds per "
+          f"epoch, median of epochs 2..{args.lp_epochs} (Marius reports 0.8-0.9 s on a V100)\n")
+    print("| configuration | epoch s | GPU busy | copies | hidden | peak RSS |\n|---|---:|---:|---:|---:|---:|")
+    dev = [f"device: {{type: {args.device}}}"]
+    runs = [("GPU, in memory", "fb15k237_distmult_marius.yaml", dev),
+            ("GPU, out of core (2 of 4 partitions)", "fb15k237_distmult_marius_ooc.yaml", dev),
+            ("CPU, in memory", "fb15k237_distmult_marius.yaml", [])]
+    for name, config, extra in runs:
+        text = (ROOT / "configs" / config).read_text()
+        lines = [l for l in text.splitlines() if not l.startswith(("dataset:", "run_dir:"))]
+        lines = [l.replace("epochs: 10", f"epochs: {args.lp_epochs}").replace("every: 10", "every: 0") for l in lines]
+        cfg = "\n".join([f"dataset: {args.fb15k}", "run_dir: RUN_DIR", "progress: false", "step_log: true",
+                         "checkpoint_every: -1"] + lines + extra) + "\n"
+        r = train(args.bin, cfg, tmp / f"fb15k-{len(name)}-{name.split(',')[0]}", 600)
+        if r is None:
+            continue
+        epochs = [m["epoch_s"] for m in r["metrics"]][1:] or [r["metrics"][0]["epoch_s"]]
+        cells = device_cells(r, 0) if "device" in r["summary"] else f"| | | {r['summary'].get('peak_rss_bytes', 0) / GIB:.2f} GiB"
+        print(f"| {name} | {statistics.median(epochs):.3f} | {cells} |")
+        sys.stdout.flush()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dlrm", type=pathlib.Path, help="a gen-clicks dataset")
+    p.add_argument("--fb15k", type=pathlib.Path, help="FB15k-237 prepared with --partitions 4")
+    p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/gpu/train/sluice")
+    p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[16384, 65536])
+    p.add_argument("--steps", type=int, default=25, help="steps per DLRM run")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
+    p.add_argument("--budget-gib", type=float, default=2.5, help="storage.budget of the out-of-core runs")
+    p.add_argument("--gpu-budget-gib", type=float, default=0.5, help="device.gpu_budget")
+    p.add_argument("--scale", type=float, default=4.0, help="tables / (budget + gpu_budget)")
+    p.add_argument("--lp-epochs", type=int, default=4)
+    p.add_argument("--device", default="cuda", help="device.type of the sluice rows (emulated: a dry run on a CPU)")
+    p.add_argument("--tmp", type=pathlib.Path, help="where runs go (default: a temporary folder)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        if args.dlrm:
+            bench_dlrm(args, pathlib.Path(tmp))
+        if args.fb15k:
+            bench_fb15k(args, pathlib.Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

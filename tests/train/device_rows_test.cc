@@ -1,0 +1,194 @@
+// DeviceRows (train/device_rows.h) against the host path (SumRowGrads + ApplyRowOptimizer): the
+// same steps, each staged while the previous one runs, leave the host rows as the host path
+// leaves them; the device cache's size changes what is copied, never the rows. On the emulated
+// device always; on a GPU when this build has CUDA and one is visible.
+
+#include "train/device_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "train/model_step.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kDim = 6;
+
+struct Step {
+  std::vector<RowKey> keys;         // distinct rows
+  std::vector<int64_t> use_rows;    // per use, its distinct row
+  torch::Tensor grads;              // [uses, dim]
+};
+
+// Steps over `rows` rows, with repeats inside a step and across steps (hot rows).
+std::vector<Step> MakeSteps(int n, int64_t rows, int uses, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Step> steps(static_cast<size_t>(n));
+  torch::manual_seed(seed);
+  for (Step& s : steps) {
+    std::vector<int64_t> local(static_cast<size_t>(rows), -1);
+    for (int u = 0; u < uses; ++u) {
+      const int64_t row = (rng() % 4 == 0) ? static_cast<int64_t>(rng() % 8)
+                                           : static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+      if (local[static_cast<size_t>(row)] < 0) {
+        local[static_cast<size_t>(row)] = static_cast<int64_t>(s.keys.size());
+        s.keys.push_back(RowKey{static_cast<uint64_t>(row), 0});
+      }
+      s.use_rows.push_back(local[static_cast<size_t>(row)]);
+    }
+    s.grads = torch::randn({uses, kDim});
+  }
+  return steps;
+}
+
+std::vector<float> MakeTable(int64_t rows, int64_t row_floats) {
+  std::vector<float> t(static_cast<size_t>(rows * row_floats));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.01f, 1.0f);
+  for (float& x : t) x = u(rng);
+  return t;
+}
+
+std::vector<float*> Addresses(std::vector<float>& table, const Step& s, int64_t row_floats) {
+  std::vector<float*> a;
+  for (const RowKey& k : s.keys) a.push_back(table.data() + static_cast<int64_t>(k.id) * row_floats);
+  return a;
+}
+
+void RunOnHost(std::vector<float>& table, const std::vector<Step>& steps, RowOptimizer opt, int64_t rf) {
+  for (const Step& s : steps) {
+    const std::vector<float*> rows = Addresses(table, s, rf);
+    const torch::Tensor sums = SumRowGrads({s.use_rows}, {s.grads}, static_cast<int64_t>(rows.size()), kDim);
+    ApplyRowOptimizer(opt, rows, sums, kDim, 0.1f);
+  }
+}
+
+// The device loop's order: step t + 1 staged between Update(t) and Finish(t). The uses the
+// device gathers must be the host rows' current values.
+void RunOnDevice(Accelerator& acc, DeviceRowsOptions o, std::vector<float>& table,
+                 const std::vector<Step>& steps, DeviceRowsStats* stats = nullptr) {
+  DeviceRows rows(&acc, o);
+  auto stage = [&](size_t t) {
+    std::vector<float*> host = Addresses(table, steps[t], o.row_floats);
+    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {steps[t].grads}).ok());
+  };
+  stage(0);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    DeviceStep step = rows.Begin(/*training=*/true);
+    // The uses are the rows as the host has them now: step t - 1 was written back.
+    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
+    ASSERT_EQ(uses.size(0), static_cast<int64_t>(steps[t].use_rows.size()));
+    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
+      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
+      const float* want = table.data() + static_cast<int64_t>(k.id) * o.row_floats;
+      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), want, kDim * 4))
+          << "step " << t << " use " << u << " (row " << k.id << ") is not the host's row";
+    }
+    rows.Update(step.extras.at(0));
+    if (t + 1 < steps.size()) stage(t + 1);
+    ASSERT_TRUE(rows.Finish().ok());
+  }
+  if (stats != nullptr) *stats = rows.stats();
+}
+
+class DeviceRowsTest : public ::testing::TestWithParam<DeviceType> {
+ protected:
+  void SetUp() override {
+    DeviceConfig c;
+    c.type = GetParam();
+    if (c.type == DeviceType::kCuda && (!BuiltWithCuda() || !torch::cuda::is_available())) {
+      GTEST_SKIP() << "no GPU (a CUDA build and a visible device are needed)";
+    }
+    auto acc = OpenAccelerator(c);
+    ASSERT_TRUE(acc.ok()) << acc.status().message();
+    acc_ = std::move(*acc);
+  }
+  std::unique_ptr<Accelerator> acc_;
+};
+
+DeviceRowsOptions Options(RowOptimizer opt, uint64_t capacity) {
+  DeviceRowsOptions o;
+  o.dim = kDim;
+  o.row_floats = kDim + RowStateFloats(opt, kDim) + 1;  // a padding float, as tables may have
+  o.optimizer = opt;
+  o.lr = 0.1f;
+  o.capacity_rows = capacity;
+  return o;
+}
+
+TEST_P(DeviceRowsTest, UpdatesRowsAsTheHostPathDoes) {
+  for (RowOptimizer opt : {RowOptimizer::kAdagrad, RowOptimizer::kRowwiseAdagrad, RowOptimizer::kSgd}) {
+    const DeviceRowsOptions o = Options(opt, 400);
+    const std::vector<Step> steps = MakeSteps(30, 300, 90, 11);
+    std::vector<float> host = MakeTable(300, o.row_floats), device = host;
+    RunOnHost(host, steps, opt, o.row_floats);
+    RunOnDevice(*acc_, o, device, steps);
+    double worst = 0;
+    for (size_t i = 0; i < host.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(host[i]) - device[i]) /
+                                  std::max(1.0, std::abs(static_cast<double>(host[i]))));
+    }
+    EXPECT_LT(worst, 1e-5) << EnumName(opt);
+    EXPECT_NE(host, MakeTable(300, o.row_floats)) << "nothing was trained";
+  }
+}
+
+TEST_P(DeviceRowsTest, RowsDoNotDependOnTheDeviceCache) {
+  const std::vector<Step> steps = MakeSteps(40, 500, 120, 5);
+  std::vector<float> small = MakeTable(500, 13), big = small;
+  DeviceRowsStats small_stats, big_stats;
+  // Two steps' rows at most (everything reloaded) against every row fitting.
+  RunOnDevice(*acc_, Options(RowOptimizer::kAdagrad, 2 * 120), small, steps, &small_stats);
+  RunOnDevice(*acc_, Options(RowOptimizer::kAdagrad, 500), big, steps, &big_stats);
+  EXPECT_EQ(small, big);  // bit for bit
+  EXPECT_EQ(small_stats.rows, big_stats.rows);
+  EXPECT_LT(big_stats.loads, small_stats.loads);
+  EXPECT_LE(big_stats.loads, 500u);  // each row copied in once
+}
+
+TEST_P(DeviceRowsTest, StepsTooLargeForTheSlotsFail) {
+  const std::vector<Step> steps = MakeSteps(2, 500, 200, 3);
+  std::vector<float> table = MakeTable(500, 13);
+  DeviceRows rows(acc_.get(), Options(RowOptimizer::kAdagrad, 50));
+  std::vector<float*> host = Addresses(table, steps[0], 13);
+  Status s = rows.Stage(steps[0].keys, host, {steps[0].use_rows}, {});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("device.gpu_budget"), std::string::npos) << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DeviceRowsTest,
+                         ::testing::Values(DeviceType::kEmulated, DeviceType::kCuda),
+                         [](const auto& p) { return std::string(EnumName(p.param)); });
+
+TEST(DeviceCapacityRowsTest, FromTheBudget) {
+  DeviceRowsOptions o = Options(RowOptimizer::kAdagrad, 0);
+  DeviceConfig c;
+  c.type = DeviceType::kEmulated;
+  // No budget: the two steps in flight.
+  auto none = DeviceCapacityRows(c, o, 1000, 600, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 1200u);
+  // Too small for two steps and their staging: one line naming the numbers.
+  c.gpu_budget = Bytes{64 << 10};
+  auto small = DeviceCapacityRows(c, o, 1000, 600, 0);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("cannot hold two steps"), std::string::npos);
+  // A large budget: the rest, in rows.
+  c.gpu_budget = Bytes{1 << 30};
+  auto big = DeviceCapacityRows(c, o, 1000, 600, 0);
+  ASSERT_TRUE(big.ok());
+  const uint64_t row_bytes = static_cast<uint64_t>(o.row_floats) * 4;
+  EXPECT_GT(*big, (uint64_t{1} << 30) / row_bytes * 9 / 10);
+  EXPECT_LE(*big, (uint64_t{1} << 30) / row_bytes);
+  // planner none keeps the steps in flight only, whatever the budget.
+  c.planner = PlannerKind::kNone;
+  EXPECT_EQ(*DeviceCapacityRows(c, o, 1000, 600, 0), 1200u);
+}
+
+}  // namespace
+}  // namespace sluice

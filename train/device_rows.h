@@ -1,0 +1,139 @@
+#pragma once
+// DeviceRows: a learnable table's rows on the device (train/accelerator.h), for the tasks that
+// train on a GPU. One mechanism for every task: a step's distinct rows (their keys and their
+// current rows in the host cache or the in-memory table) and its uses (per use, its distinct
+// row) are staged into page-locked host memory and copied to the device on the copy stream
+// while the previous step computes; rows already on the device are not copied again (the device
+// row cache: slots within device.gpu_budget, planned by cache/RowCache, lru or none).
+//
+// Per step, in this order (step t + 1 is staged between Update(t) and Finish(t)):
+//   Stage(keys, host, parts, extras)  host: plans the device slots, packs what the device lacks
+//                                     and starts its copy
+//   Begin(training)                   compute: the loaded rows into their slots; the uses
+//                                     gathered [m, dim] (a leaf that requires grad in training)
+//   Update(use_grads)                 compute: each row's use gradients summed in use order
+//                                     (index_add_, deterministic), the row optimizer applied to
+//                                     the rows in their slots, the updated rows copied back
+//   Finish()                          host: waits for them and writes every updated row into
+//                                     its host row: the host cache sees the same rows, in the
+//                                     same order, as on the CPU path
+//   End()                             instead of Update + Finish when a step only reads rows
+//
+// Consistency: the device holds a row only as a copy of its host row (every update is written
+// back at Finish), and the planner keeps the previous step's rows resident while the next step
+// is planned (protect_steps 1), so a row the next step shares with the running one is never
+// read from the host before the running step's update of it has been written back. The rows a
+// step reads therefore do not depend on which rows the device holds: device in memory and out
+// of core train the same bits.
+//
+// Thread safety: one thread (the compute thread).
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "cache/row_cache.h"
+#include "common/status.h"
+#include "train/accelerator.h"
+#include "train/model.h"
+#include "train/model_step.h"
+#include "train/row_optimizers.h"
+
+namespace sluice {
+
+struct DeviceRowsOptions {
+  int64_t dim = 0;         // floats of a row the model reads (the embedding)
+  int64_t row_floats = 0;  // floats of a row (the embedding, then its optimizer state)
+  RowOptimizer optimizer = RowOptimizer::kAdagrad;
+  float lr = 0;
+  PlannerKind planner = PlannerKind::kLru;
+  uint64_t capacity_rows = 0;  // device slots: at least two steps' rows
+};
+
+// The device memory DeviceRows takes: its slots and two lanes' staging buffers for steps of at
+// most `max_uses` uses, `max_rows` distinct rows and `extra_bytes` of extras.
+uint64_t DeviceRowsBytes(const DeviceRowsOptions& options, uint64_t max_uses, uint64_t max_rows,
+                         uint64_t extra_bytes);
+// Page-locked host bytes the staging takes (two lanes, rows in and out).
+uint64_t DeviceStagingHostBytes(const DeviceRowsOptions& options, uint64_t max_uses,
+                                uint64_t max_rows, uint64_t extra_bytes);
+
+// The device row cache's slots for device.gpu_budget: what the budget holds after two lanes'
+// staging and a step's tensors, at least two steps' rows (the running and the staged one); with
+// budget 0 or planner none exactly that (no rows kept beyond the steps in flight). Fails naming
+// the numbers when a non-zero budget cannot hold two steps.
+Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRowsOptions& options,
+                                    uint64_t max_uses, uint64_t max_rows, uint64_t extra_bytes);
+
+// A staged step on the device.
+struct DeviceStep {
+  TableInput table;                   // uses [m, dim] and inverse [m] on the device
+  std::vector<torch::Tensor> extras;  // Stage's extras, on the device (same shapes and dtypes)
+};
+
+struct DeviceRowsStats {
+  uint64_t steps = 0, rows = 0, loads = 0;  // distinct rows per step summed; rows copied in
+};
+
+class DeviceRows {
+ public:
+  DeviceRows(Accelerator* accelerator, const DeviceRowsOptions& options);
+
+  // Stages the next step. keys[k] is distinct row k (no key twice), host[k] its current row in
+  // host memory (row_floats floats, valid until Finish); parts give each use's distinct row;
+  // extras are contiguous host tensors the step also needs on the device. At most one step is
+  // staged ahead of the running one. Fails (FailedPrecondition) when the device slots cannot
+  // hold this step beside the running one.
+  Status Stage(std::span<const RowKey> keys, std::span<float* const> host, const UseParts& parts,
+               const std::vector<torch::Tensor>& extras);
+  DeviceStep Begin(bool training);
+  void Update(const torch::Tensor& use_grads);
+  Status Finish();
+  void End();
+  // Forgets every device row and a step staged but not begun (a pass ended or failed).
+  void Reset();
+
+  const DeviceRowsStats& stats() const { return stats_; }
+  uint64_t capacity_rows() const { return options_.capacity_rows; }
+
+ private:
+  struct Lane {
+    torch::Tensor host_in, dev_in;     // staged bytes
+    torch::Tensor host_out;            // updated rows back
+    std::vector<float*> host_rows;     // where they go
+    int64_t loads = 0, rows = 0, uses = 0;
+    std::vector<int64_t> extra_offsets;
+    std::vector<torch::Tensor> extra_shapes;  // host extras (for shapes and dtypes)
+    int64_t load_off = 0, slot_off = 0, use_off = 0;
+    torch::Tensor row_slots, use_rows;  // device, set by Begin
+    bool staged = false;
+  };
+  Status PlanSlots(std::span<const RowKey> keys, Lane& lane);
+  void Pack(std::span<float* const> host, const UseParts& parts, const std::vector<torch::Tensor>& extras,
+            Lane& lane);
+  torch::Tensor DeviceView(const Lane& lane, int64_t offset, int64_t count, torch::ScalarType type) const;
+
+  Accelerator* acc_;
+  DeviceRowsOptions options_;
+  std::optional<RowCache> cache_;
+  torch::Tensor slots_;  // [capacity, row_floats] on the device
+  Lane lanes_[2];
+  int staged_lane_ = 0;  // the lane Stage fills next
+  int running_ = -1;     // the lane of the step begun and not finished
+  RowStepPlan plan_;
+  std::vector<uint8_t> loading_;  // by slot: loaded by the step being staged
+  std::vector<uint32_t> slots_of_step_;
+  DeviceRowsStats stats_;
+};
+
+class RunSummary;
+// The device's lines and `device` fields of a run's summary: GPU busy time over the device
+// passes' wall time, copy time and how much of it hid behind compute, rows copied in and the
+// device cache's hits, peak device memory.
+void SummarizeDevice(RunSummary& summary, const Accelerator& accelerator, const DeviceRows& rows,
+                     double wall_s);
+
+}  // namespace sluice

@@ -1,0 +1,140 @@
+// The DLRM task on a device (device.type cuda or emulated; see dlrm_task_impl.h): the model and
+// its optimizer on the device, a step's rows, dense features and labels staged through
+// DeviceRows while the previous step computes, the row optimizer on the device and every
+// updated row written back through the host cache.
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "train/device_steps.h"
+#include "train/dlrm/dlrm_task_impl.h"
+#include "train/model_step.h"
+
+namespace sluice {
+
+Status DlrmTask::SetUpDevice() {
+  if (!cfg_.device.on_device() || purpose_ != Purpose::kTrain) return Status::Ok();
+  if (!cfg_.model.torchscript.empty()) {
+    return InvalidArgument("device.type " + std::string(EnumName(cfg_.device.type)) +
+                           ": a TorchScript model (model.torchscript) trains on the CPU only");
+  }
+  SLUICE_ASSIGN_OR_RETURN(acc_, OpenAccelerator(cfg_.device));
+  net_->to(acc_->device());
+  return Status::Ok();
+}
+
+DeviceRowsOptions DlrmTask::DeviceOptions() const {
+  DeviceRowsOptions o;
+  o.dim = tables_->width();
+  o.row_floats = tables_->row_bytes() / 4;
+  o.optimizer = tables_->optimizer();
+  o.lr = static_cast<float>(cfg_.train.lr);
+  o.planner = cfg_.device.planner;
+  return o;
+}
+
+uint64_t DlrmTask::DeviceStepUses() const {
+  return static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
+}
+
+uint64_t DlrmTask::DeviceExtraBytes() const {
+  return static_cast<uint64_t>(cfg_.train.batch) * (rec_.dense + 1) * 4 + 128;
+}
+
+uint64_t DlrmTask::DeviceHostBytes() const {
+  if (acc_ == nullptr) return 0;
+  const uint64_t uses = DeviceStepUses();
+  DeviceRowsOptions o = DeviceOptions();
+  Result<uint64_t> capacity = DeviceCapacityRows(cfg_.device, o, uses, uses, DeviceExtraBytes());
+  o.capacity_rows = capacity.ok() ? *capacity : 0;
+  const uint64_t host = DeviceStagingHostBytes(o, uses, uses, DeviceExtraBytes()) +
+                        RowCacheIndexBytes(o.capacity_rows, 0);
+  // Emulated, the device's memory is the host's: its rows, staging and the model's activations.
+  if (!acc_->device().is_cpu()) return host;
+  return host + DeviceRowsBytes(o, uses, uses, DeviceExtraBytes()) + net_->StepBytes();
+}
+
+Status DlrmTask::SetUpDeviceRows() {
+  if (acc_ == nullptr) return Status::Ok();
+  const uint64_t uses = DeviceStepUses();
+  DeviceRowsOptions o = DeviceOptions();
+  SLUICE_ASSIGN_OR_RETURN(o.capacity_rows, DeviceCapacityRows(cfg_.device, o, uses, uses, DeviceExtraBytes()));
+  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), o);
+  return Status::Ok();
+}
+
+Status DlrmTask::StageStep(RowBatch& b) {
+  const auto start = SteadyClock::now();
+  torch::Tensor dense, labels;
+  SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
+  inverse_.assign(b.inverse.begin(), b.inverse.end());
+  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  SLUICE_RETURN_IF_ERROR(device_rows_->Stage(b.unique, rows, {inverse_}, {dense, labels}));
+  time_.gather_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status DlrmTask::LaunchStep(const RowBatch& b) {
+  const auto start = SteadyClock::now();
+  DeviceStep step = device_rows_->Begin(/*training=*/true);
+  ModelInput in;
+  in.dense = step.extras[0];
+  in.labels = step.extras[1];
+  in.tables.push_back(std::move(step.table));
+  in.key = {cfg_.train.seed, 0, b.step};
+  opt_->zero_grad();
+  SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false, /*defer_loss=*/true));
+  opt_->step();
+  const std::vector<torch::Tensor>& pieces = g.use_grads.at(0);
+  torch::Tensor grads = pieces.size() == 1 ? pieces[0] : torch::cat(pieces);
+  if (!grads.defined()) grads = torch::zeros_like(in.tables[0].uses);  // a model that ignores the rows
+  device_rows_->Update(grads);
+  device_loss_ = g.loss_value;
+  time_.compute_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Result<EpochOutcome> DlrmTask::TrainEpochOnDevice(uint64_t first, StepSink& sink) {
+  const auto pass_start = SteadyClock::now();
+  const RecordSource* source = &*train_source_;
+  const uint64_t steps = source->steps();
+  StartPreload(source, first);
+  auto p = MakePipeline(source, first, /*writes=*/true);
+  p->Start();
+  sink.EpochStart(source->RecordsBefore(first));
+  DeviceLoop<RowBatch> loop;
+  loop.ready = [&](uint64_t s) -> Result<RowBatch*> {
+    Status st;
+    RowBatch* b = p->WaitReady(s - first, st);
+    if (b == nullptr) return st;
+    return b;
+  };
+  loop.stage = [this](uint64_t, RowBatch& b) { return StageStep(b); };
+  loop.launch = [this](uint64_t, RowBatch& b) { return LaunchStep(b); };
+  loop.finish = [&](uint64_t s, RowBatch& b) -> Result<bool> {
+    const auto start = SteadyClock::now();
+    SLUICE_RETURN_IF_ERROR(device_rows_->Finish());
+    const double loss = device_loss_.item<double>();
+    time_.update_s += SecondsSince(start);
+    const uint32_t samples = b.samples;  // the slot is refilled once the step is computed
+    p->Computed(s - first);
+    const bool last = s + 1 == steps;
+    return sink.StepDone(samples, loss * samples, last) && !last;
+  };
+  // Step t + 1's plan never evicts step t's rows (run-ahead of at least 1), so it is ready
+  // without waiting for step t.
+  loop.overlap = [](uint64_t) { return true; };
+  Result<uint64_t> end = RunDeviceSteps(first, steps, loop);
+  device_wall_s_ += SecondsSince(pass_start);
+  if (!end.ok()) {
+    device_rows_->Reset();
+    p->Abort(end.status());
+    (void)FinishPass(*p);
+    return end.status();
+  }
+  if (*end < steps) device_rows_->Reset();  // a staged step is dropped
+  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+  return *end < steps ? EpochOutcome{true, *end} : EpochOutcome{};
+}
+
+}  // namespace sluice
