@@ -180,10 +180,10 @@ def main() -> int:
     p.add_argument("--tmp", type=pathlib.Path, help="where runs go (default: a temporary folder)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        if args.dlrm:
-            bench_dlrm(args, pathlib.Path(tmp))
         if args.fb15k:
             bench_fb15k(args, pathlib.Path(tmp))
+        if args.dlrm:
+            bench_dlrm(args, pathlib.Path(tmp))
     return 0
 
 

@@ -1,5 +1,8 @@
 #include "prefetch/row_backings.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -117,7 +120,10 @@ Status CreateInitialRowFile(const std::string& path, uint32_t row_bytes,
       const uint64_t n = offsets[t + 1] - offsets[t];
       for (uint64_t lo = 0; lo < n; lo += kChunk) {
         const uint64_t c = std::min(kChunk, n - lo);
-        for (uint64_t i = 0; i < c; ++i) init(RowKey{lo + i, t}, rows.data() + i * row_bytes);
+        // A row's initial value is a pure function of its key: a chunk is filled in parallel.
+        tbb::parallel_for(tbb::blocked_range<uint64_t>(0, c, 4096), [&](const tbb::blocked_range<uint64_t>& r) {
+          for (uint64_t i = r.begin(); i < r.end(); ++i) init(RowKey{lo + i, t}, rows.data() + i * row_bytes);
+        });
         SLUICE_RETURN_IF_ERROR(file->WriteRange(*session, offsets[t] + lo, c, rows.data()));
       }
     }

@@ -1,5 +1,8 @@
 #include "prefetch/row_prefetcher.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <cstring>
 
 #include "common/check.h"
@@ -24,10 +27,15 @@ MemoryRows::MemoryRows(uint32_t row_bytes, std::vector<uint64_t> table_offsets, 
     : row_bytes_(row_bytes), offsets_(std::move(table_offsets)), init_(std::move(init)) {
   if (dense()) {
     dense_ = AlignedBuffer(offsets_.back() * row_bytes_, 64);
+    // A row's initial value is a pure function of its key: rows are filled in parallel.
     for (size_t t = 0; t + 1 < offsets_.size(); ++t) {
-      for (uint64_t i = 0; i < offsets_[t + 1] - offsets_[t]; ++i) {
-        init_(RowKey{i, static_cast<uint32_t>(t)}, dense_.data() + (offsets_[t] + i) * row_bytes_);
-      }
+      const auto table = static_cast<uint32_t>(t);
+      tbb::parallel_for(tbb::blocked_range<uint64_t>(0, offsets_[t + 1] - offsets_[t], 1 << 14),
+                        [&](const tbb::blocked_range<uint64_t>& r) {
+                          for (uint64_t i = r.begin(); i < r.end(); ++i) {
+                            init_(RowKey{i, table}, dense_.data() + (offsets_[t] + i) * row_bytes_);
+                          }
+                        });
     }
   }
 }

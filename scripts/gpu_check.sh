@@ -114,7 +114,7 @@ PY
   disk)
     eval "$(print_env)"
     f=$root/build/gpu-disk.bin
-    dd if=/dev/zero of="$f" bs=16M count=256 oflag=direct status=none
+    dd if=/dev/zero of="$f" bs=16M count=128 oflag=direct status=none
     sync
     "$SLUICE_PYTHON" - "$f" <<'PY'
 import os, sys, time
@@ -126,7 +126,7 @@ while (n := os.readv(fd, [buf])) > 0:
     total += n
 print(f"sequential read: {total / (time.perf_counter() - start) / 1e9:.2f} GB/s ({total >> 30} GiB, 16 MiB O_DIRECT reads)")
 PY
-    "$build/bench/io_bench" rand --file "$f" --row-bytes 4096 --backend uring --threads 1 --qd 32 --seconds 5
+    "$build/bench/io_bench" rand --file "$f" --row-bytes 4096 --backend uring --threads 1 --qd 32 --seconds 3
     rm -f "$f"
     ;;
   data)
