@@ -23,6 +23,9 @@
 #                                         installed prefix, are left to the CPU machine)
 #   bash scripts/gpu_check.sh bench       there: bench/gpu_bench.py on build/gpu-data
 #   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
+#   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
+#                                         so the whole ends within SECONDS (default 500); logs
+#                                         and bench.md in $OUT (default build/gpu-out)
 #
 # Why a sysroot: the GPU machine has no Debian -dev packages and cannot fetch any; `dpkg -x`
 # unpacks the same packages CI installs, so the CUDA build compiles against the same RocksDB,
@@ -169,6 +172,35 @@ PY
     ;;
   env)
     print_env
+    ;;
+  all)
+    limit=${2:-500}
+    out=${OUT:-$root/build/gpu-out}
+    mkdir -p "$out" build
+    t0=$(date +%s)
+    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+    # Seconds left until `share` (a fraction) of the limit has passed (15 at least).
+    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
+    me=$root/scripts/gpu_check.sh
+    (bash "$me" data > build/data.log 2>&1 &)
+    el facts; bash "$me" facts
+    el sysroot; bash "$me" sysroot
+    el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+    el build; timeout "$(left 57)" bash "$me" build -k 0 > "$out/build.log" 2>&1 || {
+      grep -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+    eval "$(print_env)"
+    el version; "$build/train/sluice" version | tail -1
+    el disk; timeout 25 bash "$me" disk || true
+    el ctest; (cd "$build" && timeout "$(left 65)" ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
+      > "$out/ctest.log" 2>&1 || true
+    grep -E "tests passed|tests failed|\*\*\*" "$out/ctest.log" | head -20 || true
+    el device tests; SLUICE_BUILD_DIR=$build timeout "$(left 77)" "$SLUICE_PYTHON" -m pytest -q -rs \
+      -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
+    tail -5 "$out/device_tests.log"
+    el bench; timeout "$(left 99)" bash "$me" bench --steps 20 --warmup 5 --lp-epochs 3 \
+      > "$out/bench.md" 2> "$out/bench.err" || true
+    cat "$out/bench.md"
+    el done
     ;;
   *)
     sed -n '2,20p' "$0" >&2

@@ -15,6 +15,7 @@ class EmulatedAccelerator final : public Accelerator {
   torch::Device device() const override { return torch::Device(torch::kCPU); }
   std::string Describe() const override { return "emulated device (the GPU path on the CPU)"; }
   torch::Tensor HostBytes(int64_t bytes) override { return torch::empty({bytes}, torch::kUInt8); }
+  torch::Tensor DeviceBytes(int64_t bytes) override { return torch::empty({bytes}, torch::kUInt8); }
   void CopyIn(int /*lane*/, const torch::Tensor& host, const torch::Tensor& dev) override {
     const auto start = SteadyClock::now();
     dev.copy_(host);

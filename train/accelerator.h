@@ -47,6 +47,12 @@ class Accelerator {
   virtual std::string Describe() const = 0;
   // Host bytes for staging [bytes] uint8: page-locked on a GPU.
   virtual torch::Tensor HostBytes(int64_t bytes) = 0;
+  // Device bytes [bytes] uint8 that CopyIn writes on the copy stream and the compute stream
+  // reads: allocated for the copy stream and recorded for the compute stream, so the allocator
+  // reuses the block only after both streams are done with it. (A block allocated for the
+  // compute stream may still be in use by queued compute kernels when the copy stream writes
+  // it: the first GPU run corrupted staged indices that way.)
+  virtual torch::Tensor DeviceBytes(int64_t bytes) = 0;
   virtual void CopyIn(int lane, const torch::Tensor& host, const torch::Tensor& dev) = 0;
   virtual void WaitCopyIn(int lane) = 0;
   virtual void BeginStep(int lane) = 0;
@@ -54,6 +60,9 @@ class Accelerator {
   virtual void WaitCopyOut(int lane) = 0;
   // Blocks until everything issued on both streams is done.
   virtual void Synchronize() = 0;
+  // Host memory the device's runtime adds to the process beyond what it held when the memory
+  // plan measured it (the CUDA context, cuBLAS, kernels loaded on first use); 0 when emulated.
+  virtual uint64_t RuntimeHostBytes() const { return 0; }
   // Peak bytes libtorch's allocator held on the device (activations included); 0 when emulated.
   virtual uint64_t PeakDeviceBytes() const { return 0; }
   const AcceleratorTimes& times() const { return times_; }

@@ -49,7 +49,7 @@ void Reserve(Accelerator& acc, torch::Tensor& host, torch::Tensor* dev, int64_t 
   if (host.defined() && host.numel() >= bytes) return;
   const int64_t size = Align(bytes + bytes / 4 + kAlign);
   host = acc.HostBytes(size);
-  if (dev != nullptr) *dev = torch::empty({size}, torch::TensorOptions().dtype(torch::kUInt8).device(acc.device()));
+  if (dev != nullptr) *dev = acc.DeviceBytes(size);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "storage/file.h"
+#include "tests/storage/test_util.h"
 
 namespace sluice {
 namespace {
@@ -18,10 +19,7 @@ namespace fs = std::filesystem;
 class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    run_ = fs::temp_directory_path() /
-           ("ckpt-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(run_);
+    run_ = fs::path(tmp_.path()) / "run";
     fs::create_directories(run_ / "checkpoints");
     fs::create_directories(run_ / "src");
     std::ofstream(run_ / "src/table.bin", std::ios::binary) << std::string(100000, 'x');
@@ -54,6 +52,9 @@ class CheckpointStoreTest : public ::testing::Test {
     f.write(&c, 1);
   }
 
+  // std::filesystem::temp_directory_path() crashed every test that called it when this binary
+  // was linked against PyTorch 2.11's pip libtorch (on the GPU machine); mkdtemp does not.
+  testing::TempDir tmp_;
   fs::path run_;
 };
 

@@ -5,14 +5,16 @@
 
 #include <filesystem>
 
+#include "tests/storage/test_util.h"
+
 namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
 
 TEST(RunDirLockTest, ASecondTrainerIsRefusedUntilTheFirstIsDone) {
-  const fs::path dir = fs::temp_directory_path() / ("lock-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const testing::TempDir tmp;
+  const fs::path dir = fs::path(tmp.path()) / "lock";
   {
     auto first = RunDirLock::Acquire(dir.string());
     ASSERT_TRUE(first.ok()) << first.status().ToString();

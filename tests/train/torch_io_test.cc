@@ -6,14 +6,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/storage/test_util.h"
+
 namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
 
 TEST(TorchIoTest, SavedTensorsLoadBackAndDamagedOnesAreOneLineNamingTheFile) {
-  const fs::path run = fs::temp_directory_path() / ("torchio-" + std::to_string(::getpid()));
-  fs::remove_all(run);
+  const testing::TempDir tmp;
+  const fs::path run = fs::path(tmp.path()) / "torchio";
   CheckpointStore store(run.string());
   fs::create_directories(store.dir());
   torch::Tensor t = torch::arange(12, torch::kFloat32).reshape({3, 4});

@@ -51,16 +51,24 @@ class CudaAccelerator final : public Accelerator {
         copy_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {
     cudaDeviceProp prop{};
     Check(cudaGetDeviceProperties(&prop, index), "read the device's properties");
-    char text[256];
-    std::snprintf(text, sizeof text, "%s (cuda:%d), %.1f GiB", prop.name, static_cast<int>(index),
-                  static_cast<double>(prop.totalGlobalMem) / (1ull << 30));
-    name_ = text;
+    char memory[32];
+    std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1ull << 30));
+    name_ = std::string(prop.name) + " (cuda:" + std::to_string(static_cast<int>(index)) + "), " + memory;
   }
 
   torch::Device device() const override { return torch::Device(torch::kCUDA, index_); }
   std::string Describe() const override { return name_; }
   torch::Tensor HostBytes(int64_t bytes) override {
     return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  }
+  torch::Tensor DeviceBytes(int64_t bytes) override {
+    torch::Tensor t;
+    {
+      c10::cuda::CUDAStreamGuard guard(copy_);
+      t = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device()));
+    }
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute_);
+    return t;
   }
   void CopyIn(int lane, const torch::Tensor& host, const torch::Tensor& dev) override {
     Lane& l = lanes_[lane];
@@ -100,6 +108,10 @@ class CudaAccelerator final : public Accelerator {
     Check(cudaStreamSynchronize(copy_.stream()), "synchronize the copy stream");
     Check(cudaStreamSynchronize(compute_.stream()), "synchronize the compute stream");
   }
+  // Measured on an H200 with PyTorch 2.11 (cu130): a run's peak RSS on the GPU less the same
+  // run's on the CPU, 0.61 GiB for link prediction on FB15k-237; the CUDA context, cuBLAS and the
+  // kernels loaded on first use, most of it after the plan measured the process.
+  uint64_t RuntimeHostBytes() const override { return 640ull << 20; }
   uint64_t PeakDeviceBytes() const override {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
     return static_cast<uint64_t>(stats.allocated_bytes[0].peak);  // 0: the aggregate

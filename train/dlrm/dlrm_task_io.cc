@@ -31,7 +31,7 @@ Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
   if (!rows_from.empty()) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(rows_from));
   run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
   plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + memory_->bytes() +
-                         (acc_ != nullptr ? DeviceHostBytes() : net_->StepBytes());
+                         (acc_ != nullptr ? DeviceHostBytes() + acc_->RuntimeHostBytes() : net_->StepBytes());
   memory_plan_ = "in memory: " +
                  std::string(tables_->raw_ids()
                                  ? "rows created on first use"
@@ -49,7 +49,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   if (acc_ != nullptr) {
     // The model's state and activations live on the device; the host holds the CUDA runtime
     // (measured), the page-locked staging and the device cache's index.
-    in.runtime_bytes = std::max(kRuntimeBytes, CurrentRssBytes());
+    in.runtime_bytes = std::max(kRuntimeBytes, CurrentRssBytes()) + acc_->RuntimeHostBytes();
     in.model_bytes = 0;
     in.step_bytes = DeviceHostBytes();
   }
@@ -142,7 +142,8 @@ std::string DlrmTask::DescribePlan() const {
     s += "read-ahead " + FormatCount(static_cast<double>(p.preload_rows)) + " rows over " +
          std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
   }
-  s += "runtime " + FormatBytes(kRuntimeBytes) + ", dense model " + FormatBytes(net_->StateBytes()) +
+  const uint64_t runtime = kRuntimeBytes + (acc_ != nullptr ? acc_->RuntimeHostBytes() : 0);
+  s += "runtime " + FormatBytes(runtime) + ", dense model " + FormatBytes(net_->StateBytes()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
                         : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + EnumName(cfg_.storage.planner) + " window " +

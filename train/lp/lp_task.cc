@@ -291,7 +291,7 @@ PartitionPlanInput LpTask::PlanInput() const {
   in.budget_bytes = cfg_.storage.budget.value;
   // What the process holds already: libtorch's code and allocator, the dense model, the edges
   // of the global shuffle.
-  in.runtime_bytes = CurrentRssBytes();
+  in.runtime_bytes = CurrentRssBytes() + (acc_ != nullptr ? acc_->RuntimeHostBytes() : 0);
   // On a device the step's tensors live there; the host holds its page-locked staging and the
   // device cache's index.
   in.step_bytes = acc_ != nullptr ? DeviceHostBytes() : stepper_->model().StepBytes();
