@@ -48,6 +48,15 @@ torch::Tensor LpDecoder::ScoreAll(const torch::Tensor& q, const torch::Tensor& c
   return q.mm(candidates.t());
 }
 
+torch::Tensor LpDecoder::ScoreChunks(const torch::Tensor& q, const torch::Tensor& candidates) const {
+  if (kind_ == Decoder::kTransE) {
+    auto d2 = q.pow(2).sum(2, true) + candidates.pow(2).sum(2).unsqueeze(1) -
+              2 * torch::bmm(q, candidates.transpose(1, 2));
+    return -(d2.clamp_min(1e-12).sqrt());
+  }
+  return torch::bmm(q, candidates.transpose(1, 2));
+}
+
 torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg) {
   if (kind == LossKind::kSoftmax) {
@@ -456,14 +465,21 @@ LinkModel::Views LinkModel::Split(const ModelInput& in) const {
   return v;
 }
 
-torch::Tensor LinkModel::Loss(const ModelInput& in) {
+// Every chunk's loss, summed: with equal chunks one batched product per side (a few kernels a
+// step on a GPU instead of a few per chunk), else chunk by chunk.
+torch::Tensor LinkModel::ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& tq,
+                                     const torch::Tensor& hq) const {
   const LpTrainConfig& tc = config_.train;
-  Views v = Split(in);
   const LpBatch& b = v.batch;
-  torch::Tensor r = relations_.index_select(0, v.relation_ids);
-  torch::Tensor tq = decoder_.TailQuery(b.h, r);
-  torch::Tensor pos = decoder_.Score(tq, b.t);
-  torch::Tensor hq = b.head_neg.defined() ? decoder_.HeadQuery(r, b.t) : torch::Tensor();
+  if (v.q % v.chunks == 0) {
+    const int64_t per = v.q / v.chunks, d = tq.size(1), n = v.per_chunk;
+    auto side = [&](const torch::Tensor& query, const torch::Tensor& negatives) {
+      const torch::Tensor scores = decoder_.ScoreChunks(query.reshape({v.chunks, per, d}), negatives);
+      return LpLoss(tc.loss, tc.margin, pos, scores.reshape({v.q, n}));
+    };
+    torch::Tensor loss = side(tq, b.tail_neg);
+    return hq.defined() ? loss + side(hq, b.head_neg) : loss;
+  }
   torch::Tensor loss = torch::zeros({}, relations_.options());
   for (int64_t c = 0; c < v.chunks; ++c) {
     const int64_t lo = v.q * c / v.chunks, hi = v.q * (c + 1) / v.chunks;
@@ -473,6 +489,18 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
       loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]));
     }
   }
+  return loss;
+}
+
+torch::Tensor LinkModel::Loss(const ModelInput& in) {
+  const LpTrainConfig& tc = config_.train;
+  Views v = Split(in);
+  const LpBatch& b = v.batch;
+  torch::Tensor r = relations_.index_select(0, v.relation_ids);
+  torch::Tensor tq = decoder_.TailQuery(b.h, r);
+  torch::Tensor pos = decoder_.Score(tq, b.t);
+  torch::Tensor hq = b.head_neg.defined() ? decoder_.HeadQuery(r, b.t) : torch::Tensor();
+  torch::Tensor loss = ChunkLosses(v, pos, tq, hq);
   const double scale = Scale(v.q);
   loss = loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {

@@ -25,6 +25,8 @@ class LpDecoder {
   torch::Tensor Score(const torch::Tensor& q, const torch::Tensor& x) const;
   // Scores of every query against every candidate: [queries, candidates].
   torch::Tensor ScoreAll(const torch::Tensor& q, const torch::Tensor& candidates) const;
+  // The same per chunk, all chunks at once: q [C, b, d] against candidates [C, n, d] -> [C, b, n].
+  torch::Tensor ScoreChunks(const torch::Tensor& q, const torch::Tensor& candidates) const;
 
  private:
   Decoder kind_;
@@ -95,6 +97,8 @@ class LinkModel : public Model {
     torch::Tensor relation_ids;
   };
   Views Split(const ModelInput& input) const;
+  torch::Tensor ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& tq,
+                            const torch::Tensor& hq) const;
   double Scale(int64_t queries) const;
 
   LpConfig config_;
