@@ -235,13 +235,19 @@ DeviceStep DeviceRows::Begin(bool training) {
   return step;
 }
 
-void DeviceRows::Update(const torch::Tensor& use_grads) {
+void DeviceRows::Update(const std::vector<torch::Tensor>& use_grads) {
   SLUICE_CHECK(running_ >= 0, "device rows: Update without a running step");
   Lane& lane = lanes_[running_];
   torch::NoGradGuard no_grad;
   const int64_t d = options_.dim, rf = options_.row_floats;
   torch::Tensor sums = torch::zeros({lane.rows, d}, slots_.options());
-  sums.index_add_(0, lane.use_rows, use_grads.reshape({lane.uses, d}));
+  std::vector<torch::Tensor> pieces;
+  for (const torch::Tensor& g : use_grads) {
+    if (g.defined()) pieces.push_back(g.reshape({-1, d}));
+  }
+  if (!pieces.empty()) {
+    sums.index_add_(0, lane.use_rows, pieces.size() == 1 ? pieces[0] : torch::cat(pieces));
+  }
   torch::Tensor rows = slots_.index_select(0, lane.row_slots);
   ApplyOnDevice(options_.optimizer, rows, sums, d, options_.lr);
   slots_.index_put_({lane.row_slots}, rows);

@@ -90,7 +90,9 @@ class DeviceRows {
   Status Stage(std::span<const RowKey> keys, std::span<float* const> host, const UseParts& parts,
                const std::vector<torch::Tensor>& extras);
   DeviceStep Begin(bool training);
-  void Update(const torch::Tensor& use_grads);
+  // `use_grads`: the uses' gradients as pieces over the uses in order (StepGrads' table 0); none
+  // defined (a model that ignored the rows) updates with zero gradients.
+  void Update(const std::vector<torch::Tensor>& use_grads);
   Status Finish();
   void End();
   // Forgets every device row and a step staged but not begun (a pass ended or failed).

@@ -89,7 +89,7 @@ void RunOnDevice(Accelerator& acc, DeviceRowsOptions o, std::vector<float>& tabl
       ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), want, kDim * 4))
           << "step " << t << " use " << u << " (row " << k.id << ") is not the host's row";
     }
-    rows.Update(step.extras.at(0));
+    rows.Update({step.extras.at(0)});
     if (t + 1 < steps.size()) stage(t + 1);
     ASSERT_TRUE(rows.Finish().ok());
   }

@@ -85,10 +85,7 @@ Status DlrmTask::LaunchStep(const RowBatch& b) {
   opt_->zero_grad();
   SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false, /*defer_loss=*/true));
   opt_->step();
-  const std::vector<torch::Tensor>& pieces = g.use_grads.at(0);
-  torch::Tensor grads = pieces.size() == 1 ? pieces[0] : torch::cat(pieces);
-  if (!grads.defined()) grads = torch::zeros_like(in.tables[0].uses);  // a model that ignores the rows
-  device_rows_->Update(grads);
+  device_rows_->Update(g.use_grads.at(0));
   device_loss_ = g.loss_value;
   time_.compute_s += SecondsSince(start);
   return Status::Ok();

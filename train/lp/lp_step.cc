@@ -93,10 +93,7 @@ Status LpStepper::Launch(LinkBatch& b, uint64_t epoch, uint64_t step) {
   rel_opt_->zero_grad();
   SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*model_, in, /*allow_fused=*/false, /*defer_loss=*/true));
   rel_opt_->step();
-  const std::vector<torch::Tensor>& pieces = g.use_grads.at(0);
-  torch::Tensor grads = pieces.size() == 1 ? pieces[0] : torch::cat(pieces);
-  if (!grads.defined()) grads = torch::zeros_like(in.tables[0].uses);  // a model that ignores the rows
-  device_rows_->Update(grads);
+  device_rows_->Update(g.use_grads.at(0));
   loss_ = g.loss_value;
   times_.compute_s += SecondsSince(start);
   return Status::Ok();
