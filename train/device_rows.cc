@@ -91,6 +91,21 @@ Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRows
   return (config.gpu_budget.value - reserved) / row_bytes;
 }
 
+Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions options,
+                              const DeviceStepShape& shape, bool device_is_host,
+                              uint64_t model_step_bytes) {
+  DevicePlan plan;
+  SLUICE_ASSIGN_OR_RETURN(options.capacity_rows,
+                          DeviceCapacityRows(config, options, shape.uses, shape.rows, shape.extra_bytes));
+  plan.options = options;
+  plan.host_bytes = DeviceStagingHostBytes(options, shape.uses, shape.rows, shape.extra_bytes) +
+                    RowCacheIndexBytes(options.capacity_rows, 0);
+  if (device_is_host) {
+    plan.host_bytes += DeviceRowsBytes(options, shape.uses, shape.rows, shape.extra_bytes) + model_step_bytes;
+  }
+  return plan;
+}
+
 void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& rows, double wall_s) {
   const AcceleratorTimes& t = acc.times();
   const DeviceRowsStats& r = rows.stats();

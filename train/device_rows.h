@@ -68,6 +68,22 @@ uint64_t DeviceStagingHostBytes(const DeviceRowsOptions& options, uint64_t max_u
 Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRowsOptions& options,
                                     uint64_t max_uses, uint64_t max_rows, uint64_t extra_bytes);
 
+// The largest step a task stages: uses, distinct rows, bytes of its other inputs.
+struct DeviceStepShape {
+  uint64_t uses = 0, rows = 0, extra_bytes = 0;
+};
+
+// A device run's memory, from its rows' options, its largest step and its budgets.
+struct DevicePlan {
+  DeviceRowsOptions options;  // capacity_rows from DeviceCapacityRows
+  // Host bytes it adds: page-locked staging and the device cache's index; when the device is
+  // the host (emulated), also the device's rows, staging and the model's step.
+  uint64_t host_bytes = 0;
+};
+Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions options,
+                              const DeviceStepShape& shape, bool device_is_host,
+                              uint64_t model_step_bytes);
+
 // A staged step on the device.
 struct DeviceStep {
   TableInput table;                   // uses [m, dim] and inverse [m] on the device

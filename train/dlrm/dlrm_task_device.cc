@@ -33,33 +33,23 @@ DeviceRowsOptions DlrmTask::DeviceOptions() const {
   return o;
 }
 
-uint64_t DlrmTask::DeviceStepUses() const {
-  return static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
-}
-
-uint64_t DlrmTask::DeviceExtraBytes() const {
-  return static_cast<uint64_t>(cfg_.train.batch) * (rec_.dense + 1) * 4 + 128;
+Result<DevicePlan> DlrmTask::PlanDeviceRows() const {
+  DeviceStepShape shape;
+  shape.uses = shape.rows = static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
+  shape.extra_bytes = static_cast<uint64_t>(cfg_.train.batch) * (rec_.dense + 1) * 4 + 128;  // dense, labels
+  return PlanDevice(cfg_.device, DeviceOptions(), shape, acc_->device().is_cpu(), net_->StepBytes());
 }
 
 uint64_t DlrmTask::DeviceHostBytes() const {
   if (acc_ == nullptr) return 0;
-  const uint64_t uses = DeviceStepUses();
-  DeviceRowsOptions o = DeviceOptions();
-  Result<uint64_t> capacity = DeviceCapacityRows(cfg_.device, o, uses, uses, DeviceExtraBytes());
-  o.capacity_rows = capacity.ok() ? *capacity : 0;
-  const uint64_t host = DeviceStagingHostBytes(o, uses, uses, DeviceExtraBytes()) +
-                        RowCacheIndexBytes(o.capacity_rows, 0);
-  // Emulated, the device's memory is the host's: its rows, staging and the model's activations.
-  if (!acc_->device().is_cpu()) return host;
-  return host + DeviceRowsBytes(o, uses, uses, DeviceExtraBytes()) + net_->StepBytes();
+  Result<DevicePlan> plan = PlanDeviceRows();
+  return plan.ok() ? plan->host_bytes : 0;  // a plan that fails fails at SetUpDeviceRows
 }
 
 Status DlrmTask::SetUpDeviceRows() {
   if (acc_ == nullptr) return Status::Ok();
-  const uint64_t uses = DeviceStepUses();
-  DeviceRowsOptions o = DeviceOptions();
-  SLUICE_ASSIGN_OR_RETURN(o.capacity_rows, DeviceCapacityRows(cfg_.device, o, uses, uses, DeviceExtraBytes()));
-  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), o);
+  SLUICE_ASSIGN_OR_RETURN(DevicePlan plan, PlanDeviceRows());
+  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), plan.options);
   return Status::Ok();
 }
 

@@ -103,8 +103,7 @@ class DlrmTask : public Task {
   Status SetUpDevice();
   Status SetUpDeviceRows();
   DeviceRowsOptions DeviceOptions() const;
-  uint64_t DeviceStepUses() const;
-  uint64_t DeviceExtraBytes() const;
+  Result<DevicePlan> PlanDeviceRows() const;
   // Host memory the device path takes: page-locked staging and the device cache's index.
   uint64_t DeviceHostBytes() const;
   Status StageStep(RowBatch& b);

@@ -110,8 +110,7 @@ class LpTask : public Task {
   // A device run (device.type cuda or emulated; training only, reading runs on the CPU).
   Status SetUpDeviceRows();
   DeviceRowsOptions DeviceOptions() const;
-  uint64_t DeviceStepUses() const;
-  uint64_t DeviceStepRows() const;
+  Result<DevicePlan> PlanDeviceRows() const;
   uint64_t DeviceHostBytes() const;
   torch::Device ComputeDevice() const {
     return acc_ != nullptr ? acc_->device() : torch::Device(torch::kCPU);
@@ -239,34 +238,27 @@ DeviceRowsOptions LpTask::DeviceOptions() const {
   return o;
 }
 
-// A step's uses: heads and tails of its queries, and each chunk's negatives per corrupted side.
-uint64_t LpTask::DeviceStepUses() const {
+// A step's largest shape: heads and tails of its queries, each chunk's negatives per corrupted
+// side; its relations.
+Result<DevicePlan> LpTask::PlanDeviceRows() const {
   const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
   const uint64_t negatives = static_cast<uint64_t>(cfg_.train.chunks) * static_cast<uint64_t>(cfg_.train.negatives);
-  return 2 * queries + negatives * (cfg_.model.reciprocal ? 1 : 2);
+  DeviceStepShape shape;
+  shape.uses = 2 * queries + negatives * (cfg_.model.reciprocal ? 1 : 2);
+  shape.rows = std::min(shape.uses, layout_.num_nodes());
+  shape.extra_bytes = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;  // relations
+  return PlanDevice(cfg_.device, DeviceOptions(), shape, acc_->device().is_cpu(), stepper_->model().StepBytes());
 }
 
-uint64_t LpTask::DeviceStepRows() const { return std::min(DeviceStepUses(), layout_.num_nodes()); }
-
 uint64_t LpTask::DeviceHostBytes() const {
-  DeviceRowsOptions o = DeviceOptions();
-  const uint64_t extra = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;
-  Result<uint64_t> capacity = DeviceCapacityRows(cfg_.device, o, DeviceStepUses(), DeviceStepRows(), extra);
-  o.capacity_rows = capacity.ok() ? *capacity : 0;
-  const uint64_t host = DeviceStagingHostBytes(o, DeviceStepUses(), DeviceStepRows(), extra) +
-                        RowCacheIndexBytes(o.capacity_rows, 0);
-  // Emulated, the device's memory is the host's: its rows, staging and the model's tensors.
-  if (!acc_->device().is_cpu()) return host;
-  return host + DeviceRowsBytes(o, DeviceStepUses(), DeviceStepRows(), extra) + stepper_->model().StepBytes();
+  Result<DevicePlan> plan = PlanDeviceRows();
+  return plan.ok() ? plan->host_bytes : 0;  // a plan that fails fails at SetUpDeviceRows
 }
 
 Status LpTask::SetUpDeviceRows() {
   if (acc_ == nullptr) return Status::Ok();
-  DeviceRowsOptions o = DeviceOptions();
-  const uint64_t extra = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;
-  SLUICE_ASSIGN_OR_RETURN(o.capacity_rows,
-                          DeviceCapacityRows(cfg_.device, o, DeviceStepUses(), DeviceStepRows(), extra));
-  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), o);
+  SLUICE_ASSIGN_OR_RETURN(DevicePlan plan, PlanDeviceRows());
+  device_rows_ = std::make_unique<DeviceRows>(acc_.get(), plan.options);
   stepper_->UseDevice(device_rows_.get());
   return Status::Ok();
 }
