@@ -36,4 +36,9 @@ if(SLUICE_WITH_TORCH)
   # TorchConfig adds its own flags via TORCH_CXX_FLAGS (e.g. the ABI macro).
   separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(sluice_torch INTERFACE ${_torch_flags})
+  # PyTorch's wheels export the std::filesystem of the libstdc++ they link statically
+  # (pytorch/pytorch#133437); a program that finds those first crashes in std::filesystem
+  # calls (sluice's checkpoints did against PyTorch 2.11). libstdc++ first among the needed
+  # libraries binds every such call to the system's.
+  target_link_options(sluice_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
 endif()

@@ -240,7 +240,7 @@ def test_torchscript_model_trains_out_of_core_as_in_memory(sluice_bin, clicks, t
     pytest.importorskip("torch", reason="python3-torch scripts the model (scripts/install_deps.sh installs it)")
     script = tmp_path / "make.py"
     script.write_text(SCRIPTED)
-    out = subprocess.run(["/usr/bin/python3", str(script), str(tmp_path / "net.pt"), str(tmp_path / "wrong.pt")],
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "net.pt"), str(tmp_path / "wrong.pt")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     tables, dense = {}, {}

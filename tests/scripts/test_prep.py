@@ -330,6 +330,7 @@ def test_effect_decay_takes_the_signal_out_of_rare_values(tmp_path):
 
 
 def test_auc_matches_pairwise_definition():
+    sys.path.insert(0, str(ROOT / "scripts"))
     from sluice_prep.gen_clicks import auc
     rng = np.random.default_rng(1)
     s = rng.integers(0, 5, 200).astype(float)  # many ties
