@@ -22,6 +22,8 @@
 #                                         the install and example tests, which build against an
 #                                         installed prefix, are left to the CPU machine)
 #   bash scripts/gpu_check.sh bench       there: bench/gpu_bench.py on build/gpu-data
+#   bash scripts/gpu_check.sh abi         there: which libstdc++ std::filesystem binds to (why the
+#                                         checkpoint tests crash against PyTorch 2.11's libtorch)
 #   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
@@ -170,6 +172,22 @@ PY
     "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm "$data/clicks8" "${fb[@]}" --bin "$build/train/sluice" \
       --tmp "$root/build" "${@:2}"
     ;;
+  abi)
+    # Which libstdc++ a CUDA build binds std::filesystem to: PyTorch's wheels export a statically
+    # linked copy (pytorch/pytorch#133437); the checkpoint tests crashed in it on PyTorch 2.11.
+    eval "$(print_env)"
+    lib=$(dirname "$("$SLUICE_PYTHON" -c 'import torch; print(torch.__file__)')")/lib
+    echo "compiler: $(command -v g++) ($(g++ -print-file-name=libstdc++.so))"
+    readelf -d "$build/train/sluice" | grep NEEDED | head -4
+    ldd "$build/train/sluice" | grep -E "stdc\+\+|torch_cpu"
+    echo "std::filesystem symbols libtorch_cpu.so exports: $(nm -D --defined-only "$lib/libtorch_cpu.so" | grep -c _ZNSt10filesystem || true)"
+    t=$build/tests/train_test
+    if command -v gdb >/dev/null; then
+      gdb -q -batch -ex run -ex bt --args "$t" --gtest_filter=CheckpointStoreTest.AMissingFileIsNamed 2>&1 | tail -25
+    else
+      LD_DEBUG=bindings "$t" --gtest_filter=CheckpointStoreTest.AMissingFileIsNamed 2>&1 | grep filesystem | tail -15
+    fi
+    ;;
   env)
     print_env
     ;;
@@ -194,6 +212,7 @@ PY
     el ctest; (cd "$build" && timeout "$(left 65)" ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
       > "$out/ctest.log" 2>&1 || true
     grep -E "tests passed|tests failed|\*\*\*" "$out/ctest.log" | head -20 || true
+    grep -q "tests failed" "$out/ctest.log" && { el abi; timeout 30 bash "$me" abi || true; }
     el device tests; SLUICE_BUILD_DIR=$build timeout "$(left 77)" "$SLUICE_PYTHON" -m pytest -q -rs \
       -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
     tail -5 "$out/device_tests.log"
