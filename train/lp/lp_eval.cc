@@ -1,5 +1,9 @@
 #include "train/lp/lp_eval.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -12,19 +16,49 @@
 namespace sluice {
 
 std::string LpMetrics::ToString() const {
-  char buf[200];
+  char buf[320];
   std::snprintf(buf, sizeof buf,
-                "MRR %.4f Hits@1 %.4f Hits@3 %.4f Hits@10 %.4f (%s, %s, %llu edges)", mrr, hits1,
-                hits3, hits10, exact ? "all nodes" : "sampled nodes",
-                filtered ? "filtered" : "unfiltered", static_cast<unsigned long long>(edges));
+                "MRR %.4f Hits@1 %.4f Hits@3 %.4f Hits@10 %.4f (%s, %s, %llu edges); "
+                "tails MRR %.4f Hits@10 %.4f, heads MRR %.4f Hits@10 %.4f",
+                mrr, hits1, hits3, hits10, exact ? "all nodes" : "sampled nodes",
+                filtered ? "filtered" : "unfiltered", static_cast<unsigned long long>(edges),
+                tails.mrr, tails.hits10, heads.mrr, heads.hits10);
   return buf;
+}
+
+std::string LpSideMetrics::ToJson() const {
+  JsonObject o;
+  o.Add("mrr", mrr).Add("hits1", hits1).Add("hits3", hits3).Add("hits10", hits10);
+  return o.str();
 }
 
 std::string LpMetrics::ToJson() const {
   JsonObject o;
   o.Add("mrr", mrr).Add("hits1", hits1).Add("hits3", hits3).Add("hits10", hits10);
   o.Add("edges", edges).Add("ranking", exact ? "all" : "sampled").Add("filtered", filtered);
+  o.AddRaw("tails", tails.ToJson()).AddRaw("heads", heads.ToJson());
   return o.str();
+}
+
+void LpRanker::Sums::Add(const std::vector<double>& ranks) {
+  for (const double x : ranks) {
+    rr += 1.0 / x;
+    h1 += x <= 1;
+    h3 += x <= 3;
+    h10 += x <= 10;
+    ++ranked;
+  }
+}
+
+void LpRanker::Sums::Add(const Sums& o) {
+  rr += o.rr, h1 += o.h1, h3 += o.h3, h10 += o.h10, ranked += o.ranked;
+}
+
+LpSideMetrics LpRanker::Sums::Metrics() const {
+  const double k = std::max<double>(1.0, static_cast<double>(ranked));
+  LpSideMetrics m;
+  m.mrr = rr / k, m.hits1 = h1 / k, m.hits3 = h3 / k, m.hits10 = h10 / k;
+  return m;
 }
 
 LpRanker::LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_relations)
@@ -114,30 +148,34 @@ Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel
   return Status::Ok();
 }
 
-void LpRanker::RankRows(const torch::Tensor& true_score, torch::Tensor scores, const Known& known,
-                        const LpMetrics& m, Sums& sums) const {
-  if (m.filtered) {
-    auto a = scores.accessor<float, 2>();
-    for (int64_t i = 0; i < scores.size(0); ++i) {
-      if (known[i] == nullptr) continue;
-      for (int64_t x : *known[i]) a[i][x] = -std::numeric_limits<float>::infinity();
-    }
-  }
-  torch::Tensor ts = true_score.unsqueeze(1);
-  torch::Tensor greater = (scores > ts).sum(1).to(torch::kDouble);
-  torch::Tensor equal = (scores == ts).sum(1).to(torch::kDouble);
+std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
+                                       const Known& known, const LpMetrics& m) const {
+  scores = scores.to(torch::kFloat32).contiguous();
+  const torch::Tensor truth = true_score.to(torch::kFloat32).contiguous();
+  const int64_t b = scores.size(0), c = scores.size(1);
+  float* s = scores.data_ptr<float>();
+  const float* t = truth.data_ptr<float>();
   // In an exact unfiltered ranking the true node ties with itself; filtered, it was removed.
-  if (m.exact && !m.filtered) equal = equal - 1;
-  torch::Tensor rank = 1 + greater + equal.clamp_min(0) / 2;
-  auto ra = rank.accessor<double, 1>();
-  for (int64_t i = 0; i < rank.size(0); ++i) {
-    const double x = ra[i];
-    sums.rr += 1.0 / x;
-    sums.h1 += x <= 1;
-    sums.h3 += x <= 3;
-    sums.h10 += x <= 10;
-    ++sums.ranked;
-  }
+  const bool self_tie = m.exact && !m.filtered;
+  std::vector<double> ranks(static_cast<size_t>(b));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, b, 4), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t i = r.begin(); i < r.end(); ++i) {
+      float* row = s + i * c;
+      if (m.filtered && known[i] != nullptr) {
+        for (const int64_t x : *known[i]) row[x] = -std::numeric_limits<float>::infinity();
+      }
+      const float ti = t[i];
+      int64_t greater = 0, equal = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        greater += row[j] > ti;
+        equal += row[j] == ti;
+      }
+      if (self_tie) equal -= 1;
+      ranks[static_cast<size_t>(i)] = 1.0 + static_cast<double>(greater) +
+                                      static_cast<double>(std::max<int64_t>(equal, 0)) / 2.0;
+    }
+  });
+  return ranks;
 }
 
 Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
@@ -160,7 +198,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(k.Below(i, num_nodes));
     candidates = nodes.index_select(0, torch::tensor(ids));
   }
-  Sums sums;
+  Sums tails, heads;
   torch::Tensor true_score, scores;
   for (uint64_t lo = 0; lo < n; lo += 256) {
     const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + 256) - lo);
@@ -171,7 +209,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     const Known none(static_cast<size_t>(b), nullptr);
     // Tails of (h, r, ?).
     SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
-    RankRows(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m, sums);
+    tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m));
     // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
     if (cfg_.model.reciprocal) {
       SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs + static_cast<int64_t>(base_relations_), false, h,
@@ -179,10 +217,14 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     } else {
       SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs, true, h, candidates, true_score, scores));
     }
-    RankRows(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m, sums);
+    heads.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m));
   }
-  const double k = std::max<double>(1.0, static_cast<double>(sums.ranked));
-  m.mrr = sums.rr / k, m.hits1 = sums.h1 / k, m.hits3 = sums.h3 / k, m.hits10 = sums.h10 / k;
+  m.tails = tails.Metrics();
+  m.heads = heads.Metrics();
+  Sums both = tails;
+  both.Add(heads);
+  const LpSideMetrics all = both.Metrics();
+  m.mrr = all.mrr, m.hits1 = all.hits1, m.hits3 = all.hits3, m.hits10 = all.hits10;
   return m;
 }
 

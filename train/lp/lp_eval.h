@@ -18,9 +18,16 @@
 
 namespace sluice {
 
+// One side's ranks: tails of (h, r, ?) or heads of (?, r, t).
+struct LpSideMetrics {
+  double mrr = 0, hits1 = 0, hits3 = 0, hits10 = 0;
+  std::string ToJson() const;
+};
+
 struct LpMetrics {
   uint64_t edges = 0;
-  double mrr = 0, hits1 = 0, hits3 = 0, hits10 = 0;
+  double mrr = 0, hits1 = 0, hits3 = 0, hits10 = 0;  // both sides together
+  LpSideMetrics tails, heads;                         // each side apart
   bool exact = true;     // ranked against every node (else against sampled nodes)
   bool filtered = true;  // other true edges removed from the rankings
   std::string ToString() const;
@@ -77,13 +84,17 @@ class LpRanker {
   struct Sums {
     double rr = 0, h1 = 0, h3 = 0, h10 = 0;
     uint64_t ranked = 0;
+    void Add(const std::vector<double>& ranks);
+    void Add(const Sums& o);
+    LpSideMetrics Metrics() const;
   };
   using Known = std::vector<const std::vector<int64_t>*>;
   Status BuildFilter();
-  // Adds the ranks of b queries: true_score [b] among scores [b, c] (the known true answers'
-  // columns excluded when filtered).
-  void RankRows(const torch::Tensor& true_score, torch::Tensor scores, const Known& known,
-                const LpMetrics& m, Sums& sums) const;
+  // The rank of each of b queries' true_score [b] among its row of scores [b, c], ties at
+  // their mean rank; when filtered, the known true answers' columns are set to -inf first (in
+  // place). Rows are ranked in parallel, each by one task, so ranks do not depend on threads.
+  std::vector<double> RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
+                               const Known& known, const LpMetrics& m) const;
   // The known true answers of each query in edges [lo, lo + b): tails of (src, rel) or heads
   // of (dst, rel).
   Known KnownOf(bool tails, const std::vector<int64_t>& a, const std::vector<int64_t>& rel,
