@@ -8,9 +8,12 @@ namespace sluice {
 
 uint64_t LinkBatchBytes(uint64_t edges, const LinkBatchOptions& options) {
   const uint64_t queries = options.reciprocal ? 2 * edges : edges;
-  const uint64_t negatives = uint64_t{options.chunks} * options.negatives * (options.reciprocal ? 1 : 2);
+  const uint64_t per_side = options.all_negatives ? options.max_candidates
+                                                 : uint64_t{options.chunks} * options.negatives;
+  const uint64_t negatives = per_side * (options.reciprocal ? 1 : 2);
+  const uint64_t cols = options.all_negatives ? 2 * queries : 0;
   // head, rel, tail, then unique: as many as the uses at most.
-  return (3 * queries + negatives + 2 * queries + negatives) * sizeof(int64_t);
+  return (3 * queries + negatives + 2 * queries + negatives + cols) * sizeof(int64_t);
 }
 
 LinkBatchSampler::LinkBatchSampler(uint64_t num_nodes, LinkBatchOptions options)
@@ -34,6 +37,12 @@ void LinkBatchSampler::Sample(const EdgeColumns& edges, uint64_t begin, uint64_t
       out.tail[b + i] = edges.src[e];
     }
   }
+  out.tail_col.clear(), out.head_col.clear();
+  if (options_.all_negatives) {
+    AllNegatives(ranges, out);
+    UniqueIds(out);
+    return;
+  }
   out.chunks = static_cast<uint32_t>(std::min<uint64_t>(options_.chunks, q));
   out.per_chunk = options_.negatives;
   std::vector<NodeRange> node_ranges;
@@ -45,6 +54,34 @@ void LinkBatchSampler::Sample(const EdgeColumns& edges, uint64_t begin, uint64_t
     out.head_neg = negatives.Sample({options_.seed, epoch, 2 * index + 1}, out.chunks, out.per_chunk);
   }
   UniqueIds(out);
+}
+
+// Every node of `ranges` in order, as one chunk shared by all queries (both sides when heads are
+// corrupted too), and each query's true candidate's column: the node's offset in that list.
+void LinkBatchSampler::AllNegatives(std::span<const std::pair<int64_t, int64_t>> ranges,
+                                    LinkBatch& out) const {
+  out.chunks = 1;
+  out.tail_neg.clear();
+  for (const auto& [lo, hi] : ranges) {
+    for (int64_t v = lo; v < hi; ++v) out.tail_neg.push_back(v);
+  }
+  out.per_chunk = static_cast<uint32_t>(out.tail_neg.size());
+  auto column = [&](int64_t v) {
+    int64_t before = 0;
+    for (const auto& [lo, hi] : ranges) {
+      if (v >= lo && v < hi) return before + (v - lo);
+      before += hi - lo;
+    }
+    return int64_t{-1};
+  };
+  out.tail_col.resize(out.queries);
+  for (uint64_t i = 0; i < out.queries; ++i) out.tail_col[i] = column(out.tail[i]);
+  out.head_neg.clear();
+  if (!options_.reciprocal) {
+    out.head_neg = out.tail_neg;
+    out.head_col.resize(out.queries);
+    for (uint64_t i = 0; i < out.queries; ++i) out.head_col[i] = column(out.head[i]);
+  }
 }
 
 void LinkBatchSampler::UniqueIds(LinkBatch& out) {

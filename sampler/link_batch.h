@@ -4,6 +4,9 @@
 // side, shared by the queries of a chunk, drawn uniformly from the step's partitions and keyed
 // on (seed, epoch, 2 * step + side)), and its distinct rows in first-occurrence order (heads,
 // tails, tail negatives, head negatives), with every id list rewritten as indices into them.
+// With `all_negatives` (1vsAll scoring) a step has one chunk whose negatives are every node of
+// its partitions, in partition order, and tail_col / head_col give each query's true
+// candidate's column among them (its row in the softmax, which the model leaves out).
 // Everything a step needs but its rows, so it can be sampled ahead of compute; torch-free.
 
 #include <cstdint>
@@ -18,6 +21,9 @@ struct LinkBatch {
   // Indices into `unique` (relation ids in `rel`).
   std::vector<int64_t> head, rel, tail, tail_neg, head_neg;
   std::vector<int64_t> unique;  // node ids, first-occurrence order
+  // all_negatives only: per query, the column of its true tail in tail_neg (of its true head in
+  // head_neg); -1 where it is not among them.
+  std::vector<int64_t> tail_col, head_col;
 };
 
 struct LinkBatchOptions {
@@ -25,6 +31,8 @@ struct LinkBatchOptions {
   uint64_t base_relations = 1;  // relation r's reciprocal is r + base_relations
   uint32_t chunks = 1;
   uint32_t negatives = 1;  // per chunk and corrupted side
+  bool all_negatives = false;  // 1vsAll: every node of the step's partitions, one chunk
+  uint64_t max_candidates = 0; // all_negatives: the most nodes a step's partitions hold (sizes)
   uint64_t seed = 1;
 };
 
@@ -51,6 +59,7 @@ class LinkBatchSampler {
               LinkBatch& out);
 
  private:
+  void AllNegatives(std::span<const std::pair<int64_t, int64_t>> ranges, LinkBatch& out) const;
   void UniqueIds(LinkBatch& out);
 
   LinkBatchOptions options_;

@@ -10,7 +10,7 @@ namespace sluice {
 bool InConfigFingerprint(std::string_view path) {
   if (path == "task") return true;
   if (path.starts_with("model.") || path.starts_with("features.")) return true;
-  return path.starts_with("train.") && path != "train.epochs";
+  return path.starts_with("train.") && path != "train.epochs" && path != "train.max_minutes";
 }
 
 std::string Crc32Hex(std::string_view text) {

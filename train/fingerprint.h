@@ -3,9 +3,10 @@
 // fingerprint and dataset fingerprint equal the ones the checkpoint recorded.
 //
 // The config fingerprint covers what changes the training trajectory: `task`, every `model.*`
-// and `features.*` key and every `train.*` key except `train.epochs` (a run may be given more epochs). It leaves
-// out where and how the run executes: `dataset` (the dataset is fingerprinted by its manifest
-// instead, so a moved dataset still resumes), `run_dir`, `progress`, `checkpoint_every`,
+// and `features.*` key and every `train.*` key except `train.epochs` and `train.max_minutes`
+// (a run may be given more epochs or time). It leaves out where and how the run executes:
+// `dataset` (the dataset is fingerprinted by its manifest instead, so a moved dataset still
+// resumes), `run_dir`, `progress`, `checkpoint_every`,
 // `eval.*`, `storage.*`, `io.*` and `threads.*`. A resume with other `threads.*` is accepted
 // with a warning: bitwise equality with an uninterrupted run no longer holds (see the runner).
 //

@@ -1,5 +1,7 @@
 #include "train/model_step.h"
 
+#include <ATen/Parallel.h>
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -7,6 +9,7 @@
 #include <cstring>
 #include <exception>
 
+#include "sampler/random.h"
 #include "train/torch_io.h"
 
 namespace sluice {
@@ -179,6 +182,37 @@ Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const s
   if (name.empty()) return model;
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<Encoder> encoder, CallFactory("encoder", name, factory, spec));
   return std::shared_ptr<Model>(std::make_shared<EncodedModel>(std::move(encoder), std::move(model)));
+}
+
+namespace {
+constexpr uint64_t kDropoutDomain = 0xD2A9'0E7C'51F3'4B11ull;  // keeps masks apart from samples
+}  // namespace
+
+torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site) {
+  const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+  const auto scale = static_cast<float>(1.0 / (1.0 - p));
+  torch::Tensor mask = torch::empty(sizes, torch::kFloat);
+  float* m = mask.data_ptr<float>();
+  at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
+  });
+  return mask;
+}
+
+torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site) {
+  if (p <= 0) return x;
+  if (!x.requires_grad() && x.is_contiguous() && x.scalar_type() == torch::kFloat && x.is_cpu()) {
+    // Nothing flows back through it (the gathered features): scaled in place, no mask tensor.
+    // The same product as x * mask, so the same bits.
+    const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+    const auto scale = static_cast<float>(1.0 / (1.0 - p));
+    float* d = x.data_ptr<float>();
+    at::parallel_for(0, x.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) d[i] = d[i] * (k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f);
+    });
+    return x;
+  }
+  return x * KeyedDropoutMask(x.sizes(), p, key, site).to(x.device());
 }
 
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,

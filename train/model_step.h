@@ -86,6 +86,14 @@ Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const s
 // input moved there and the outputs back to the CPU). An exception is an error naming the step.
 Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input);
 
+// Dropout keyed on a step (ModelInput::key), never a global generator: element i is kept with
+// probability 1 - p (scaled by 1 / (1 - p)) by bit stream index i of `key`'s counter-based
+// generator at `site`, so a mask is a pure function of (seed, epoch, step, site).
+// KeyedDropoutMask: the mask itself ([sizes], float, on the CPU; 0 or 1 / (1 - p)).
+torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site);
+// x times its mask (x itself when p is 0).
+torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site);
+
 // Applies `opt` to distinct rows [0, rows): rows[k] gets sums row k (parallel over rows).
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,
                        int64_t d, float lr);

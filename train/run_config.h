@@ -28,6 +28,14 @@ struct EnumNames<DenseOptimizer> {
       {DenseOptimizer::kAdagrad, "adagrad"}};
 };
 
+// train.max_minutes, the same key in every task's train section.
+template <class V>
+void MaxMinutesField(V& v, double& max_minutes) {
+  v.Field("max_minutes", max_minutes,
+          "training time budget in minutes (0: none): no epoch starts that the previous one's "
+          "time (training, validation, checkpoint) says would end past it", InRange(0.0, 1e7));
+}
+
 template <class V, class Config>
 void VisitRunFields(V& v, Config& c) {
   v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");
@@ -54,6 +62,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.dataset = c.dataset;
   s.run_dir = c.run_dir;
   s.epochs = c.train.epochs;
+  s.max_minutes = c.train.max_minutes;
   s.checkpoint_every = c.checkpoint_every;
   s.progress = c.progress;
   s.step_log = c.step_log;

@@ -102,7 +102,8 @@ class Runner : public StepSink {
   void PrintHeader() const;
   Status RunEpochs();
   Status RunEpoch(uint64_t epoch, bool& done);
-  Status Validate(uint64_t epoch, JsonObject& line, bool& stop);
+  Status Validate(uint64_t epoch, bool last, JsonObject& line, bool& stop);
+  bool OutOfTime(double epoch_s) const;
   Status Checkpoint(uint64_t epoch, uint64_t step, bool best);
   bool StopRequested() const;
   void LogStep(uint64_t step, uint64_t units, double loss_sum);
@@ -126,7 +127,8 @@ class Runner : public StepSink {
   std::string best_name_;
   uint32_t since_best_ = 0;
   std::string latest_;  // the last checkpoint this run wrote
-  bool interrupted_ = false, early_stopped_ = false;
+  bool interrupted_ = false, early_stopped_ = false, out_of_time_ = false;
+  double overhead_s_ = 0;  // the last epoch's validation and checkpoint seconds
   uint64_t units_ = 0, epochs_trained_ = 0;
   double train_s_ = 0, checkpoint_s_ = 0, eval_s_ = 0;
   Clock::time_point step_start_ = Clock::now();
@@ -315,9 +317,12 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   line.Add(std::string(task_.unit()) + "_per_s", rate);
   std::printf("epoch %llu: loss %.4f, %.2f s, %s %s/s", static_cast<unsigned long long>(epoch + 1),
               loss, epoch_s, FormatCount(rate).c_str(), task_.unit());
-  const bool last = epoch + 1 == static_cast<uint64_t>(s_.epochs);
+  const bool final_epoch = epoch + 1 == static_cast<uint64_t>(s_.epochs);
+  const bool out_of_time = !final_epoch && OutOfTime(epoch_s);
+  const bool last = final_epoch || out_of_time;
+  const double overhead_before = eval_s_ + checkpoint_s_;
   bool stop = false;
-  SLUICE_RETURN_IF_ERROR(Validate(epoch, line, stop));
+  SLUICE_RETURN_IF_ERROR(Validate(epoch, last, line, stop));
   std::printf("\n");
   std::fflush(stdout);
   SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
@@ -327,9 +332,14 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   if (latest_ != CheckpointName(epoch + 1, 0) && (!more || interrupt || cadence)) {
     SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0, false));
   }
+  overhead_s_ = eval_s_ + checkpoint_s_ - overhead_before;
   if (stop) {
     std::printf("early stop: %d validations without a better score\n", s_.patience);
     early_stopped_ = done = true;
+  } else if (out_of_time) {
+    std::printf("time budget: %.1f of train.max_minutes %g used; another epoch would end past it\n",
+                SecondsSince(start_) / 60.0, s_.max_minutes);
+    out_of_time_ = done = true;
   } else if (interrupt) {
     std::printf("interrupted after epoch %llu: checkpoint %s written; `--resume` continues\n",
                 static_cast<unsigned long long>(epoch + 1), latest_.c_str());
@@ -338,8 +348,15 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   return Status::Ok();
 }
 
-Status Runner::Validate(uint64_t epoch, JsonObject& line, bool& stop) {
-  const bool last = epoch + 1 == static_cast<uint64_t>(s_.epochs);
+// Whether another epoch like the one that took `epoch_s` (plus the last validation and
+// checkpoint, twice: this epoch's, still to come, and the next one's) would end past
+// train.max_minutes of wall time since the run started.
+bool Runner::OutOfTime(double epoch_s) const {
+  if (s_.max_minutes <= 0) return false;
+  return SecondsSince(start_) + epoch_s + 2 * overhead_s_ > s_.max_minutes * 60.0;
+}
+
+Status Runner::Validate(uint64_t epoch, bool last, JsonObject& line, bool& stop) {
   const std::string split = task_.ValidationSplit();
   if (s_.eval_every <= 0 || split.empty() || ((epoch + 1) % s_.eval_every != 0 && !last)) {
     return Status::Ok();
@@ -386,6 +403,15 @@ Status Runner::Finish() {
   task_.Summarize(sum);
   sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s, evaluation " +
            FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(SecondsSince(start_)) + " s");
+  if (!best_name_.empty()) {
+    char score[32];
+    std::snprintf(score, sizeof score, "%.4f", best_score_);
+    sum.Line("best checkpoint " + best_name_ + " (validation score " + score + ")" +
+             (early_stopped_ ? "; stopped early" : "") + (out_of_time_ ? "; stopped by train.max_minutes" : ""));
+    // "epoch-E-step-S": the epochs trained when the best model was saved.
+    const uint64_t best_epoch = std::stoull(best_name_.substr(best_name_.find('-') + 1));
+    sum.Set("", "best_epoch", best_epoch);
+  }
   sum.Line(plan_.ToString());
   const uint64_t predicted = task_.PredictedPeakBytes();
   sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()) +
@@ -397,6 +423,7 @@ Status Runner::Finish() {
   sum.Set("", "checkpoint_s", checkpoint_s_), sum.Set("", "eval_s", eval_s_);
   sum.Set("", "wall_s", SecondsSince(start_)), sum.Set("", "peak_rss_bytes", PeakRssBytes());
   sum.Set("", "interrupted", interrupted_), sum.Set("", "early_stopped", early_stopped_);
+  sum.Set("", "out_of_time", out_of_time_);
   sum.Set("", "latest_checkpoint", latest_), sum.Set("", "best_checkpoint", best_name_);
   sum.Set("", "best_score", best_score_);
   sum.Set("threads", "cores", plan_.cores), sum.Set("threads", "total", plan_.total);

@@ -29,6 +29,7 @@ struct RunSettings {
   std::string dataset;   // dataset directory
   std::string run_dir;
   int epochs = 1;
+  double max_minutes = 0;    // training time budget (0: none)
   int checkpoint_every = 1;  // epochs (0: only at the end; -1: never)
   bool progress = true;
   bool step_log = false;  // RUN/steps.tsv, a line per step

@@ -1,5 +1,6 @@
 """End-to-end link prediction through the sluice CLI: exactness of out-of-core training against
 the same schedule in memory, resume after an interruption, eval/export/predict, bad input."""
+import json
 import os
 import pathlib
 import subprocess
@@ -45,14 +46,22 @@ def table_bytes(run_dir: pathlib.Path) -> bytes:
     return (run_dir / "tables/nodes.bin").read_bytes()
 
 
-@pytest.mark.parametrize("threads,ordering", [(1, "split"), (2, "split"), (1, "beta")])
-def test_out_of_core_equals_in_memory_bitwise(sluice_bin, graph, tmp_path, threads, ordering):
+# The quality options: 1vsAll against every node of the buffer state's partitions, label
+# smoothing, dropout on the queries (keyed on the step, so the same masks out of core).
+QUALITY = ("train.scoring=all", "train.label_smoothing=0.1", "model.entity_dropout=0.3",
+           "model.relation_dropout=0.2")
+
+
+@pytest.mark.parametrize("threads,ordering,extra", [(1, "split", ()), (2, "split", ()), (1, "beta", ()),
+                                                    (2, "split", QUALITY)])
+def test_out_of_core_equals_in_memory_bitwise(sluice_bin, graph, tmp_path, threads, ordering, extra):
     runs = {}
+    sets = [a for s in extra for a in ("--set", s)]
     for mode, storage in {"mem": {"mode": "in_memory", "resident": 4},
                           "ooc": {"mode": "out_of_core", "resident": 4, "slots": 5, "run_ahead": 3}}.items():
         cfg = write_config(tmp_path / f"{mode}.yaml", graph, tmp_path / mode, **storage)
         out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
-                  "--set", f"train.ordering={ordering}")
+                  "--set", f"train.ordering={ordering}", *sets)
         assert out.returncode == 0, out.stderr
         runs[mode] = out.stdout
     assert "4 of 16 partitions resident" in runs["ooc"]
@@ -71,6 +80,35 @@ def test_schedule_changes_the_model(sluice_bin, graph, tmp_path):
     assert run(sluice_bin, "train", str(a), "--set", "train.seed=4", "--set",
                f"run_dir={tmp_path / 'b'}").returncode == 0
     assert table_bytes(tmp_path / "a") != table_bytes(tmp_path / "b")
+
+
+def test_quality_options_each_change_the_model(sluice_bin, graph, tmp_path):
+    """Guards the bitwise test's quality case: each option is live (1vsAll, smoothing, each dropout)."""
+    base = write_config(tmp_path / "base.yaml", graph, tmp_path / "base", mode="in_memory", resident=4)
+    assert run(sluice_bin, "train", str(base)).returncode == 0
+    tables = {table_bytes(tmp_path / "base")}
+    for i, option in enumerate(QUALITY):
+        out = run(sluice_bin, "train", str(base), "--set", option, "--set", f"run_dir={tmp_path / str(i)}")
+        assert out.returncode == 0, out.stderr
+        tables.add(table_bytes(tmp_path / str(i)))
+    assert len(tables) == 1 + len(QUALITY)
+
+
+def test_time_budget_stops_training_and_reports_the_best_epoch(sluice_bin, graph, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "run", mode="in_memory", resident=4)
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=20", "--set", "train.max_minutes=0.0001",
+              "--set", "eval.every=5")
+    assert out.returncode == 0, out.stderr
+    assert "time budget:" in out.stdout and "train.max_minutes" in out.stdout
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["out_of_time"] is True and summary["epochs_trained"] == 1
+    # The stopping epoch is validated although eval.every is 5, so the best checkpoint is known.
+    assert summary["best_epoch"] == 1 and summary["best_checkpoint"] == "epoch-1-step-0"
+    assert "stopped by train.max_minutes" in out.stdout
+    # A resume may be given more time: train.max_minutes is not part of the config fingerprint.
+    more = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=2", "--resume")
+    assert more.returncode == 0, more.stderr
+    assert json.loads((tmp_path / "run/summary.json").read_text())["epochs_trained"] == 1
 
 
 def test_eval_export_predict(sluice_bin, graph, tmp_path):

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -93,6 +94,55 @@ TEST(LinkBatchSamplerTest, ReciprocalQueriesCorruptTailsOnly) {
     EXPECT_EQ(b.unique[b.tail[10 + i]], b.unique[b.head[i]]);
     EXPECT_EQ(b.rel[10 + i], b.rel[i] + 3);
   }
+}
+
+// 1vsAll: one chunk of every node of the step's partitions in partition order, and each
+// query's true candidate's column among them (-1 when the node lies outside them).
+TEST(LinkBatchSamplerTest, AllNegativesAreThePartitionsNodesWithTheTrueColumns) {
+  Edges e = Make(40);
+  e.dst[e.order[3]] = 170;  // outside the ranges: no column
+  LinkBatchOptions o;
+  o.base_relations = 3;
+  o.all_negatives = true;
+  o.max_candidates = 200;
+  LinkBatchSampler sampler(200, o);
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{30, 60}, {0, 20}, {160, 169}};
+  LinkBatch b;
+  sampler.Sample(e.columns(), 0, 10, 1, 2, ranges, b);
+  ASSERT_EQ(b.chunks, 1u);
+  ASSERT_EQ(b.per_chunk, 59u);
+  ASSERT_EQ(b.tail_neg.size(), 59u);
+  ASSERT_EQ(b.head_neg.size(), 59u);
+  std::vector<int64_t> want;
+  for (const auto& [lo, hi] : ranges) {
+    for (int64_t v = lo; v < hi; ++v) want.push_back(v);
+  }
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(b.unique[b.tail_neg[j]], want[j]);
+    EXPECT_EQ(b.unique[b.head_neg[j]], want[j]);
+  }
+  ASSERT_EQ(b.tail_col.size(), 10u);
+  ASSERT_EQ(b.head_col.size(), 10u);
+  for (uint64_t i = 0; i < 10; ++i) {
+    for (const auto& [ids, cols] : {std::pair{&b.tail, &b.tail_col}, std::pair{&b.head, &b.head_col}}) {
+      const int64_t col = (*cols)[i];
+      const int64_t v = b.unique[(*ids)[i]];
+      if (col < 0) {
+        EXPECT_EQ(std::count(want.begin(), want.end(), v), 0) << v;
+      } else {
+        EXPECT_EQ(want[static_cast<size_t>(col)], v);
+        EXPECT_EQ(b.tail_neg[static_cast<size_t>(col)], (*ids)[i]);  // the same row
+      }
+    }
+  }
+  EXPECT_EQ(b.tail_col[3], -1);
+  // Reciprocal: tails only.
+  o.reciprocal = true;
+  LinkBatchSampler recip(200, o);
+  recip.Sample(e.columns(), 0, 10, 1, 2, ranges, b);
+  EXPECT_EQ(b.queries, 20u);
+  EXPECT_TRUE(b.head_neg.empty() && b.head_col.empty());
+  EXPECT_EQ(b.tail_col.size(), 20u);
 }
 
 }  // namespace

@@ -87,30 +87,34 @@ TEST(ModelStepTest, RowSumsAreBitwiseTheSameAtOneAndTwoThreads) {
   EXPECT_TRUE(torch::allclose(one.to(torch::kDouble), want, 1e-5, 1e-5));
 }
 
-// FB15k-237 shapes of the Marius configuration: DistMult d=50, 1000 queries, 10 chunks of 500
-// negatives per corrupted side, softmax.
-TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
-  LpConfig cfg;
-  cfg.model.decoder = Decoder::kDistMult;
-  cfg.model.dim = 50;
-  cfg.train.batch = 1000;
-  cfg.train.chunks = 10;
-  cfg.train.negatives = 500;
-  cfg.train.regularizer = Regularizer::kN3;
-  cfg.train.regularization = 0.005;
-  const int64_t q = 1000, negs = 10 * 500, rows = 14541, relations = 237, d = 50;
-  const Step s = RandomStep(rows, d, {q, q, negs, negs}, 4);
-  std::vector<int64_t> rel(q);
+// The fused path and autograd on the same step of `cfg`'s LinkModel: q queries against `chunks`
+// chunks of `per_chunk` negatives per corrupted side among `rows` distinct rows; with `all`
+// (1vsAll) one chunk of every row, each query's true candidates' columns given as the sampler
+// gives them.
+void CompareFusedAndAutograd(const LpConfig& cfg, int64_t q, int64_t chunks, int64_t per_chunk,
+                             int64_t rows, int64_t relations) {
+  const bool all = cfg.train.scoring == Scoring::kAll;
+  const int64_t d = cfg.model.dim, negs = chunks * per_chunk;
+  Step s = RandomStep(rows, d, {q, q, negs, negs}, 4);
+  std::vector<int64_t> rel(static_cast<size_t>(q)), tail_col, head_col;
   std::mt19937_64 rng(5);
-  for (auto& r : rel) r = static_cast<int64_t>(rng() % relations);
+  for (auto& r : rel) r = static_cast<int64_t>(rng() % static_cast<uint64_t>(relations));
+  if (all) {  // the negatives are rows 0..rows-1 in order: a row's column is its index
+    for (auto* part : {&s.parts[2], &s.parts[3]}) {
+      for (int64_t j = 0; j < rows; ++j) (*part)[static_cast<size_t>(j)] = j;
+    }
+    tail_col = s.parts[1], head_col = s.parts[0];
+  }
   auto input = [&](bool grad) {
     ModelInput in;
     in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, grad));
     in.ids["relation"] = torch::tensor(rel);
-    in.sizes = {{"queries", q}, {"chunks", 10}, {"per_chunk", 500}, {"head_negatives", 1}};
+    if (all) in.ids["tail_col"] = torch::tensor(tail_col), in.ids["head_col"] = torch::tensor(head_col);
+    in.sizes = {{"queries", q}, {"chunks", chunks}, {"per_chunk", per_chunk}, {"head_negatives", 1}};
+    in.key = {3, 1, 7};
     return in;
   };
-  LinkModel model(cfg, relations);
+  LinkModel model(cfg, static_cast<uint64_t>(relations), static_cast<uint64_t>(rows));
   ModelInput fused_in = input(false);
   auto fused = RunModel(model, fused_in, true);
   ASSERT_TRUE(fused.ok()) << fused.status().ToString();
@@ -129,6 +133,44 @@ TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
   EXPECT_LT(rel_err(a, b), 1e-5);
   EXPECT_LT(rel_err(fused_rel, auto_rel), 1e-5);
   EXPECT_LT((a - b).abs().max().item<float>(), 1e-5 * b.abs().max().item<float>() + 1e-9);
+}
+
+// FB15k-237 shapes of the Marius configuration: DistMult d=50, 1000 queries, 10 chunks of 500
+// negatives per corrupted side, softmax.
+TEST(ModelStepTest, AutogradDistMultMatchesTheFusedPathOnFb15kShapes) {
+  LpConfig cfg;
+  cfg.model.decoder = Decoder::kDistMult;
+  cfg.model.dim = 50;
+  cfg.train.batch = 1000;
+  cfg.train.chunks = 10;
+  cfg.train.negatives = 500;
+  cfg.train.regularizer = Regularizer::kN3;
+  cfg.train.regularization = 0.005;
+  CompareFusedAndAutograd(cfg, 1000, 10, 500, 14541, 237);
+}
+
+// The quality options through the model: 1vsAll (the columns from the step's ids), label
+// smoothing, dropout masks drawn from the step's key (the same in both paths), both sides.
+TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
+  for (Decoder decoder : {Decoder::kDistMult, Decoder::kComplEx}) {
+    for (Scoring scoring : {Scoring::kSampled, Scoring::kAll}) {
+      SCOPED_TRACE(std::string(EnumName(decoder)) + " " + EnumName(scoring));
+      LpConfig cfg;
+      cfg.model.decoder = decoder;
+      cfg.model.dim = 32;
+      cfg.model.entity_dropout = 0.3;
+      cfg.model.relation_dropout = 0.2;
+      cfg.train.scoring = scoring;
+      cfg.train.label_smoothing = 0.1;
+      cfg.train.regularizer = Regularizer::kN3;
+      cfg.train.regularization = 0.005;
+      if (scoring == Scoring::kAll) {
+        CompareFusedAndAutograd(cfg, 200, 1, 900, 900, 20);
+      } else {
+        CompareFusedAndAutograd(cfg, 200, 4, 50, 900, 20);
+      }
+    }
+  }
 }
 
 // A learnable scale of every gathered row, in front of the model.

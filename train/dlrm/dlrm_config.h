@@ -73,6 +73,7 @@ struct DlrmTrainConfig {
   double dense_lr = 0.001;
   uint64_t seed = 1;
   uint64_t max_steps = 0;  // per epoch, 0 = all
+  double max_minutes = 0;  // training time budget (0: none)
 
   template <class V>
   void VisitFields(V& v) {
@@ -89,6 +90,7 @@ struct DlrmTrainConfig {
     v.Field("dense_lr", dense_lr, "learning rate of the MLPs", InRange(0.0, 1e6));
     v.Field("seed", seed, "seed of the initial rows and MLP weights");
     v.Field("max_steps", max_steps, "train at most this many steps per epoch (0: all)");
+    MaxMinutesField(v, max_minutes);
   }
 };
 

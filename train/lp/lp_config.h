@@ -34,6 +34,15 @@ struct EnumNames<Regularizer> {
   static constexpr std::pair<Regularizer, const char*> kNames[] = {
       {Regularizer::kNone, "none"}, {Regularizer::kL2, "l2"}, {Regularizer::kN3, "n3"}};
 };
+// sampled: each chunk of queries scores its shared uniform negatives; all (1vsAll): every
+// query scores every node of its step's partitions (the global shuffle: every node), its true
+// candidate taken out of the negatives, so the softmax is a cross-entropy over all entities.
+enum class Scoring { kSampled, kAll };
+template <>
+struct EnumNames<Scoring> {
+  static constexpr std::pair<Scoring, const char*> kNames[] = {{Scoring::kSampled, "sampled"},
+                                                                {Scoring::kAll, "all"}};
+};
 enum class Schedule { kPartitions, kShuffle };
 template <>
 struct EnumNames<Schedule> {
@@ -46,6 +55,8 @@ struct LpModelConfig {
   int dim = 50;
   bool reciprocal = false;  // train (t, r^-1, h) for every (h, r, t); score tails only
   double init_scale = 0.001;
+  double entity_dropout = 0.0;    // on the query's entity (h of (h, r, ?), t of (?, r, t))
+  double relation_dropout = 0.0;  // on the query's relation
 
   template <class V>
   void VisitFields(V& v) {
@@ -55,6 +66,11 @@ struct LpModelConfig {
             "add reciprocal relations: (t, r^-1, h) per edge, corrupt tails only");
     v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
             InRange(0.0, 10.0));
+    v.Field("entity_dropout", entity_dropout,
+            "dropout on the query's entity embedding in training (candidates are scored whole)",
+            InRange(0.0, 0.95));
+    v.Field("relation_dropout", relation_dropout,
+            "dropout on the query's relation embedding in training", InRange(0.0, 0.95));
   }
 };
 
@@ -63,6 +79,9 @@ struct LpTrainConfig {
   int batch = 1000;
   int chunks = 10;          // negatives are shared by the edges of a chunk
   int negatives = 500;      // per chunk, for each corrupted side
+  Scoring scoring = Scoring::kSampled;
+  double label_smoothing = 0.0;
+  double max_minutes = 0;   // training time budget (0: none)
   LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
   double lr = 0.1;           // Adagrad, node embeddings (state in the row)
@@ -81,6 +100,14 @@ struct LpTrainConfig {
     v.Field("chunks", chunks, "negative chunks per batch (negatives shared within a chunk)",
             InRange(1, 100000));
     v.Field("negatives", negatives, "negatives per chunk per corrupted side", InRange(1, 1'000'000));
+    v.Field("scoring", scoring,
+            "sampled: each chunk scores `negatives` shared uniform nodes; all (1vsAll): each "
+            "query scores every node of its step's partitions (every node under the shuffle) "
+            "except its true candidate; chunks and negatives are then unused");
+    v.Field("label_smoothing", label_smoothing,
+            "softmax loss: the target puts 1 - e on the true candidate and e spread evenly over "
+            "the negatives", InRange(0.0, 0.99));
+    MaxMinutesField(v, max_minutes);
     v.Field("loss", loss, "softmax (cross-entropy over negatives), logistic or margin");
     v.Field("margin", margin, "margin of the margin ranking loss", InRange(0.0, 1e6));
     v.Field("lr", lr, "Adagrad learning rate of the node embeddings", InRange(0.0, 1e6));

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
+#include <tuple>
 #include <vector>
 
 #include "common/check.h"
 #include "sampler/random.h"
 #include "train/lp/softmax_rows.h"
+#include "train/model_step.h"
 
 namespace sluice {
 
@@ -58,9 +61,20 @@ torch::Tensor LpDecoder::ScoreChunks(const torch::Tensor& q, const torch::Tensor
 }
 
 torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
-                     const torch::Tensor& neg) {
+                     const torch::Tensor& neg, double smoothing, const torch::Tensor& excluded) {
   if (kind == LossKind::kSoftmax) {
-    return (torch::logsumexp(torch::cat({pos.unsqueeze(1), neg}, 1), 1) - pos).sum();
+    const torch::Tensor scores =
+        excluded.defined() ? neg.masked_fill(excluded, -std::numeric_limits<float>::infinity()) : neg;
+    const torch::Tensor lse = torch::logsumexp(torch::cat({pos.unsqueeze(1), scores}, 1), 1);
+    if (smoothing <= 0) return (lse - pos).sum();
+    // The negatives left: their count and score sum per row.
+    torch::Tensor m = torch::full({neg.size(0)}, static_cast<double>(neg.size(1)), neg.options());
+    torch::Tensor sum = neg.sum(1);
+    if (excluded.defined()) {
+      m = m - excluded.sum(1).to(neg.scalar_type());
+      sum = neg.masked_fill(excluded, 0.0).sum(1);
+    }
+    return (lse - (1.0 - smoothing) * pos - smoothing * sum / m.clamp_min(1.0)).sum();
   }
   if (kind == LossKind::kLogistic) {
     return torch::softplus(-pos).sum() + torch::softplus(neg).mean(1).sum();
@@ -201,17 +215,43 @@ void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
 // and the per-query losses. Scratch: s [rows, n], pos and g_pos [rows].
 void SoftmaxSideChunk(const float* x, const float* t, const float* neg, int64_t rows, int64_t n,
                       int64_t d, float scale, float* s, float* pos, float* g_pos, float* dq,
-                      float* dt, bool add_dt, float* d_neg, double* loss) {
+                      float* dt, bool add_dt, float* d_neg, double* loss, float smoothing = 0.0f) {
   if (rows == 0) {
     std::fill_n(d_neg, n * d, 0.0f);
     return;
   }
   RowDots(x, t, rows, d, pos);
   GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);            // S = X N^T
-  SoftmaxRows(s, pos, nullptr, 0, rows, n, scale, g_pos, loss);
+  SoftmaxRows(s, pos, nullptr, 0, rows, n, scale, g_pos, loss, {nullptr, smoothing});
   GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);          // dQ = G N
   TrueCandidateGrads(g_pos, x, t, rows, d, dq, dt, add_dt);
   GemmRowMajor(true, false, n, d, rows, s, n, x, d, d_neg, d);          // dN = G^T X
+}
+
+// 1vsAll: one corrupted side of all q queries x [q, d] against the same n candidates [n, d]
+// (every node of the step's partitions), query i's true candidate t_i [q, d] sitting in column
+// col[i] of them, which its softmax leaves out. Two passes, each parallel over fixed blocks so
+// the bits do not depend on the thread count: blocks of queries (scores into g [q, n], turned
+// into their gradients in place, dQ = G C, the true candidates' terms), then blocks of
+// candidates (dC = G^T X, each block summing over every query in order).
+void SharedSoftmaxSide(const float* x, const float* t, const float* cand, const int64_t* col,
+                       int64_t q, int64_t n, int64_t d, float scale, float smoothing, float* g,
+                       float* dq, float* dt, float* d_cand, double* loss) {
+  constexpr int64_t kRows = 128, kCandidates = 256;
+  std::vector<float> pos(static_cast<size_t>(q)), g_pos(static_cast<size_t>(q));
+  tbb::parallel_for(int64_t{0}, (q + kRows - 1) / kRows, [&](int64_t block) {
+    const int64_t lo = block * kRows, rows = std::min(q, lo + kRows) - lo;
+    RowDots(x + lo * d, t + lo * d, rows, d, pos.data() + lo);
+    GemmRowMajor(false, true, rows, n, d, x + lo * d, d, cand, d, g + lo * n, n);
+    SoftmaxRows(g, pos.data(), nullptr, lo, lo + rows, n, scale, g_pos.data(), loss, {col, smoothing});
+    GemmRowMajor(false, false, rows, d, n, g + lo * n, n, cand, d, dq + lo * d, d);
+    TrueCandidateGrads(g_pos.data() + lo, x + lo * d, t + lo * d, rows, d, dq + lo * d,
+                       dt + lo * d, false);
+  });
+  tbb::parallel_for(int64_t{0}, (n + kCandidates - 1) / kCandidates, [&](int64_t block) {
+    const int64_t lo = block * kCandidates, m = std::min(n, lo + kCandidates) - lo;
+    GemmRowMajor(true, false, m, d, q, g + lo, n, x, d, d_cand + lo * d, d);
+  });
 }
 
 // Per-thread scratch of SoftmaxSideChunk (and DistMult's query and its gradient), grown as
@@ -301,7 +341,7 @@ LpGrads DistMultSoftmax(const LpBatch& b, double scale) {
 // The other bilinear decoders' softmax sides: one task per (side, chunk) on the queries
 // LpDecoder built; the caller maps the query gradients back to h, r and t.
 void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const torch::Tensor* neg,
-                  int sides, double scale, SideGrads** out) {
+                  int sides, double scale, SideGrads** out, float smoothing = 0.0f) {
   const int64_t q = query[0].size(0), d = query[0].size(1), chunks = neg[0].size(0),
                 n = neg[0].size(1);
   std::vector<double> loss(static_cast<size_t>(sides * q));
@@ -321,11 +361,90 @@ void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const
                      static_cast<float>(scale), w.s.data(), w.pos.data(), w.g_pos.data(),
                      out[k]->query.data_ptr<float>() + off,
                      out[k]->target.data_ptr<float>() + off, false,
-                     out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo);
+                     out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo,
+                     smoothing);
   });
   for (int k = 0; k < sides; ++k) {
     out[k]->loss = SumInOrder(loss.data() + k * q, loss.data() + (k + 1) * q);
   }
+}
+
+// A side's query gradient dq mapped back to its two inputs: the tail query (h, r) -> (dh, dr),
+// the head query (r, t) -> (dt, dr) (`entity`: h or t, as the query was built).
+std::pair<torch::Tensor, torch::Tensor> QueryGrads(Decoder decoder, bool tail_side,
+                                                   const torch::Tensor& dq,
+                                                   const torch::Tensor& entity,
+                                                   const torch::Tensor& r) {
+  if (decoder == Decoder::kDistMult) return {dq * r, dq * entity};
+  if (decoder == Decoder::kDot) return {dq, torch::zeros_like(r)};
+  auto a = dq.chunk(2, 1), e = entity.chunk(2, 1), rs = r.chunk(2, 1);
+  if (tail_side) {  // complex: q = [hr rr - hi ri, hr ri + hi rr]
+    return {torch::cat({a[0] * rs[0] + a[1] * rs[1], -a[0] * rs[1] + a[1] * rs[0]}, 1),
+            torch::cat({a[0] * e[0] + a[1] * e[1], -a[0] * e[1] + a[1] * e[0]}, 1)};
+  }
+  // complex: q = [rr tr + ri ti, rr ti - ri tr]
+  return {torch::cat({a[0] * rs[0] - a[1] * rs[1], a[0] * rs[1] + a[1] * rs[0]}, 1),
+          torch::cat({a[0] * e[0] + a[1] * e[1], a[0] * e[1] - a[1] * e[0]}, 1)};
+}
+
+torch::Tensor Masked(const torch::Tensor& x, const torch::Tensor& mask) {
+  return mask.defined() ? x * mask : x;
+}
+
+// The general path: dropout on the queries' inputs, label smoothing, 1vsAll. Per side the query
+// is built from the (dropped-out) entity and relation, scored (chunked negatives, or every
+// candidate), and its gradient mapped back through the masks.
+LpGrads GeneralLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOptions& o) {
+  const LpDecoder dec(decoder);
+  const int sides = b.head_neg.defined() ? 2 : 1;
+  torch::Tensor entity[2], rel[2], query[2], target[2], neg[2];
+  for (int k = 0; k < sides; ++k) {
+    const bool tail = k == 0;
+    entity[k] = Masked(tail ? b.h : b.t, tail ? o.tail_entity_mask : o.head_entity_mask);
+    rel[k] = Masked(b.r, tail ? o.tail_relation_mask : o.head_relation_mask);
+    query[k] = (tail ? dec.TailQuery(entity[k], rel[k]) : dec.HeadQuery(rel[k], entity[k])).contiguous();
+    target[k] = (tail ? b.t : b.h).contiguous();
+    neg[k] = (tail ? b.tail_neg : b.head_neg).contiguous();
+  }
+  SideGrads side[2];
+  const bool all = o.tail_col.defined();
+  if (all) {
+    const int64_t q = b.h.size(0), n = neg[0].size(1), d = b.h.size(1);
+    std::vector<float>& scores = *o.scores;
+    if (scores.size() < static_cast<size_t>(q * n)) scores.resize(static_cast<size_t>(q * n));
+    for (int k = 0; k < sides; ++k) {
+      std::vector<double> loss(static_cast<size_t>(q));
+      side[k].query = torch::empty({q, d}), side[k].target = torch::empty({q, d});
+      side[k].neg = torch::empty({1, n, d});
+      const torch::Tensor col = (k == 0 ? o.tail_col : o.head_col).contiguous();
+      SharedSoftmaxSide(query[k].data_ptr<float>(), target[k].data_ptr<float>(),
+                        neg[k].data_ptr<float>(), col.data_ptr<int64_t>(), q, n, d,
+                        static_cast<float>(o.scale), o.smoothing, scores.data(),
+                        side[k].query.data_ptr<float>(), side[k].target.data_ptr<float>(),
+                        side[k].neg.data_ptr<float>(), loss.data());
+      side[k].loss = SumInOrder(loss.data(), loss.data() + loss.size());
+    }
+  } else if (o.loss == LossKind::kSoftmax) {
+    SideGrads* out[2] = {&side[0], &side[1]};
+    SoftmaxSides(query, target, neg, sides, o.scale, out, o.smoothing);
+  } else {
+    for (int k = 0; k < sides; ++k) side[k] = Side(o.loss, o.margin, query[k], target[k], neg[k], o.scale);
+  }
+  LpGrads g;
+  g.loss = 0;
+  for (int k = 0; k < sides; ++k) {
+    const bool tail = k == 0;
+    auto [de, dr] = QueryGrads(decoder, tail, side[k].query, entity[k], rel[k]);
+    de = Masked(de, tail ? o.tail_entity_mask : o.head_entity_mask);
+    dr = Masked(dr, tail ? o.tail_relation_mask : o.head_relation_mask);
+    g.loss += side[k].loss;
+    if (tail) {
+      g.h = de, g.r = dr, g.t = side[k].target, g.tail_neg = side[k].neg;
+    } else {
+      g.t = g.t + de, g.r = g.r + dr, g.h = g.h + side[k].target, g.head_neg = side[k].neg;
+    }
+  }
+  return g;
 }
 
 }  // namespace
@@ -334,7 +453,16 @@ void UseDirectBlasForTesting(bool enabled) { g_direct_blas = enabled; }
 
 LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
                              const LpBatch& b, double scale) {
+  BilinearOptions o;
+  o.loss = loss, o.margin = margin, o.scale = scale;
+  return BilinearLossAndGrads(decoder, b, o);
+}
+
+LpGrads BilinearLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOptions& o) {
   torch::NoGradGuard no_grad;
+  if (o.general()) return GeneralLossAndGrads(decoder, b, o);
+  const LossKind loss = o.loss;
+  const double margin = o.margin, scale = o.scale;
   const LpDecoder dec(decoder);
   LpGrads g;
   // The two corrupted sides are independent: compute them on two TBB workers (each with the
@@ -371,33 +499,14 @@ LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
   g.loss = tail.loss;
   g.tail_neg = tail.neg;
   g.t = tail.target;
-  torch::Tensor dq = tail.query;
-  if (decoder == Decoder::kDistMult) {
-    g.h = dq * b.r;
-    g.r = dq * b.h;
-  } else if (decoder == Decoder::kDot) {
-    g.h = dq;
-    g.r = torch::zeros_like(b.r);
-  } else {  // complex: q = [hr rr - hi ri, hr ri + hi rr]
-    auto a = dq.chunk(2, 1), h = b.h.chunk(2, 1), r = b.r.chunk(2, 1);
-    g.h = torch::cat({a[0] * r[0] + a[1] * r[1], -a[0] * r[1] + a[1] * r[0]}, 1);
-    g.r = torch::cat({a[0] * h[0] + a[1] * h[1], -a[0] * h[1] + a[1] * h[0]}, 1);
-  }
+  std::tie(g.h, g.r) = QueryGrads(decoder, true, tail.query, b.h, b.r);
   if (b.head_neg.defined()) {
     g.loss += head.loss;
     g.head_neg = head.neg;
     g.h = g.h + head.target;
-    torch::Tensor dh = head.query;
-    if (decoder == Decoder::kDistMult) {
-      g.t = g.t + dh * b.r;
-      g.r = g.r + dh * b.t;
-    } else if (decoder == Decoder::kDot) {
-      g.t = g.t + dh;
-    } else {  // complex: q = [rr tr + ri ti, rr ti - ri tr]
-      auto a = dh.chunk(2, 1), t = b.t.chunk(2, 1), r = b.r.chunk(2, 1);
-      g.t = g.t + torch::cat({a[0] * r[0] - a[1] * r[1], a[0] * r[1] + a[1] * r[0]}, 1);
-      g.r = g.r + torch::cat({a[0] * t[0] + a[1] * t[1], a[0] * t[1] - a[1] * t[0]}, 1);
-    }
+    auto [dt, dr] = QueryGrads(decoder, false, head.query, b.t, b.r);
+    g.t = g.t + dt;
+    if (decoder != Decoder::kDot) g.r = g.r + dr;
   }
   return g;
 }
@@ -428,8 +537,8 @@ double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& g
   return w * total;
 }
 
-LinkModel::LinkModel(const LpConfig& config, uint64_t num_relations)
-    : config_(config), decoder_(config.model.decoder) {
+LinkModel::LinkModel(const LpConfig& config, uint64_t num_relations, uint64_t num_nodes)
+    : config_(config), decoder_(config.model.decoder), num_nodes_(num_nodes) {
   torch::Tensor r = torch::empty({static_cast<int64_t>(num_relations), config.model.dim});
   auto a = r.accessor<float, 2>();
   const Key k = Key(config.train.seed).With(0x7AB1E).With(1);  // a pure function of the seed
@@ -462,31 +571,62 @@ LinkModel::Views LinkModel::Split(const ModelInput& in) const {
     v.batch.head_neg = uses.narrow(0, 2 * v.q + negs, negs).view({v.chunks, v.per_chunk, d});
   }
   v.relation_ids = in.ids.at("relation");
+  if (auto it = in.ids.find("tail_col"); it != in.ids.end()) v.tail_col = it->second;
+  if (auto it = in.ids.find("head_col"); it != in.ids.end()) v.head_col = it->second;
   return v;
 }
 
+LinkModel::Masks LinkModel::DropoutMasks(const ModelInput& in, const Views& v) const {
+  Masks m;
+  if (!in.training) return m;
+  const double pe = config_.model.entity_dropout, pr = config_.model.relation_dropout;
+  const int64_t d = config_.model.dim;
+  const torch::Device device = relations_.device();
+  auto mask = [&](double p, uint64_t site) {
+    return p > 0 ? KeyedDropoutMask({v.q, d}, p, in.key, site).to(device) : torch::Tensor();
+  };
+  m.tail_entity = mask(pe, 0), m.tail_relation = mask(pr, 1);
+  if (v.batch.head_neg.defined()) m.head_entity = mask(pe, 2), m.head_relation = mask(pr, 3);
+  return m;
+}
+
+namespace {
+
+// 1vsAll: each row's true candidate among the negatives, as a bool [q, n] (undefined otherwise).
+torch::Tensor ExcludedColumns(const torch::Tensor& col, int64_t n) {
+  if (!col.defined()) return {};
+  torch::Tensor ex = torch::zeros({col.size(0), n}, torch::TensorOptions(torch::kBool).device(col.device()));
+  const torch::Tensor in_range = col >= 0;
+  return ex.scatter_(1, col.clamp_min(0).unsqueeze(1), in_range.unsqueeze(1));
+}
+
+}  // namespace
+
 // Every chunk's loss, summed: with equal chunks one batched product per side (a few kernels a
 // step on a GPU instead of a few per chunk), else chunk by chunk.
-torch::Tensor LinkModel::ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& tq,
-                                     const torch::Tensor& hq) const {
+torch::Tensor LinkModel::ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& head_pos,
+                                     const torch::Tensor& tq, const torch::Tensor& hq) const {
   const LpTrainConfig& tc = config_.train;
   const LpBatch& b = v.batch;
   if (v.q % v.chunks == 0) {
     const int64_t per = v.q / v.chunks, d = tq.size(1), n = v.per_chunk;
-    auto side = [&](const torch::Tensor& query, const torch::Tensor& negatives) {
+    auto side = [&](const torch::Tensor& query, const torch::Tensor& p, const torch::Tensor& negatives,
+                    const torch::Tensor& col) {
       const torch::Tensor scores = decoder_.ScoreChunks(query.reshape({v.chunks, per, d}), negatives);
-      return LpLoss(tc.loss, tc.margin, pos, scores.reshape({v.q, n}));
+      return LpLoss(tc.loss, tc.margin, p, scores.reshape({v.q, n}), tc.label_smoothing,
+                    ExcludedColumns(col, n));
     };
-    torch::Tensor loss = side(tq, b.tail_neg);
-    return hq.defined() ? loss + side(hq, b.head_neg) : loss;
+    torch::Tensor loss = side(tq, pos, b.tail_neg, v.tail_col);
+    return hq.defined() ? loss + side(hq, head_pos, b.head_neg, v.head_col) : loss;
   }
   torch::Tensor loss = torch::zeros({}, relations_.options());
   for (int64_t c = 0; c < v.chunks; ++c) {
     const int64_t lo = v.q * c / v.chunks, hi = v.q * (c + 1) / v.chunks;
-    torch::Tensor p = pos.slice(0, lo, hi);
-    loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(tq.slice(0, lo, hi), b.tail_neg[c]));
+    loss = loss + LpLoss(tc.loss, tc.margin, pos.slice(0, lo, hi),
+                         decoder_.ScoreAll(tq.slice(0, lo, hi), b.tail_neg[c]), tc.label_smoothing);
     if (hq.defined()) {
-      loss = loss + LpLoss(tc.loss, tc.margin, p, decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]));
+      loss = loss + LpLoss(tc.loss, tc.margin, head_pos.slice(0, lo, hi),
+                           decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]), tc.label_smoothing);
     }
   }
   return loss;
@@ -497,10 +637,15 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
   Views v = Split(in);
   const LpBatch& b = v.batch;
   torch::Tensor r = relations_.index_select(0, v.relation_ids);
-  torch::Tensor tq = decoder_.TailQuery(b.h, r);
+  const Masks m = DropoutMasks(in, v);
+  torch::Tensor tq = decoder_.TailQuery(Masked(b.h, m.tail_entity), Masked(r, m.tail_relation));
   torch::Tensor pos = decoder_.Score(tq, b.t);
-  torch::Tensor hq = b.head_neg.defined() ? decoder_.HeadQuery(r, b.t) : torch::Tensor();
-  torch::Tensor loss = ChunkLosses(v, pos, tq, hq);
+  torch::Tensor hq, head_pos = pos;  // without dropout both sides score the same triple
+  if (b.head_neg.defined()) {
+    hq = decoder_.HeadQuery(Masked(r, m.head_relation), Masked(b.t, m.head_entity));
+    if (m.head_entity.defined() || m.head_relation.defined()) head_pos = decoder_.Score(hq, b.h);
+  }
+  torch::Tensor loss = ChunkLosses(v, pos, head_pos, tq, hq);
   const double scale = Scale(v.q);
   loss = loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
@@ -521,7 +666,15 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
   const int64_t d = config_.model.dim;
   const double scale = Scale(v.q);
   v.batch.r = relations_.detach().index_select(0, v.relation_ids);
-  LpGrads g = BilinearLossAndGrads(config_.model.decoder, tc.loss, tc.margin, v.batch, scale);
+  BilinearOptions o;
+  o.loss = tc.loss, o.margin = tc.margin, o.scale = scale;
+  o.smoothing = static_cast<float>(tc.label_smoothing);
+  o.tail_col = v.tail_col, o.head_col = v.head_col;
+  const Masks m = DropoutMasks(in, v);
+  o.tail_entity_mask = m.tail_entity, o.tail_relation_mask = m.tail_relation;
+  o.head_entity_mask = m.head_entity, o.head_relation_mask = m.head_relation;
+  o.scores = &scores_;
+  LpGrads g = BilinearLossAndGrads(config_.model.decoder, v.batch, o);
   out.loss = g.loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
     const double w = tc.regularization * scale * (config_.model.reciprocal ? 1 : 2);
@@ -548,6 +701,12 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
 uint64_t LinkModel::StepBytes() const {
   const uint64_t queries = static_cast<uint64_t>(config_.train.batch) * (config_.model.reciprocal ? 2 : 1);
   const uint64_t sides = config_.model.reciprocal ? 1 : 2;
+  if (config_.train.scoring == Scoring::kAll) {
+    // The score matrix [queries, candidates] (reused by both sides), the candidates' uses and
+    // their gradients (per side), the per-row sums and the query rows.
+    const uint64_t d = static_cast<uint64_t>(config_.model.dim);
+    return queries * num_nodes_ * 4 + num_nodes_ * d * 4 * (2 * sides + 1) + queries * d * 4 * 16;
+  }
   return queries * static_cast<uint64_t>(config_.train.negatives) * 16 * sides +
          queries * static_cast<uint64_t>(config_.model.dim) * 4 * 16;
 }

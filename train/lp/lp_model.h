@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "train/lp/lp_config.h"
 #include "train/model.h"
@@ -52,13 +53,37 @@ struct LpGrads {
 LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
                              const LpBatch& batch, double scale);
 
+// The same with the quality options: label smoothing (softmax), dropout masks on each side's
+// query inputs (the tail query's h and r, the head query's t and r; 0 or 1 / (1 - p); the
+// candidates are scored whole) and 1vsAll (tail_col defined: one chunk of negatives, every node
+// of the step's partitions, shared by all queries; tail_col[i] / head_col[i] the column of
+// query i's true candidate, left out of its softmax). 1vsAll's score matrix [queries,
+// candidates] lives in `scores` (grown as needed, reused between steps).
+struct BilinearOptions {
+  LossKind loss = LossKind::kSoftmax;
+  double margin = 1.0;
+  double scale = 1.0;
+  float smoothing = 0.0f;
+  torch::Tensor tail_col, head_col;
+  torch::Tensor tail_entity_mask, tail_relation_mask, head_entity_mask, head_relation_mask;
+  std::vector<float>* scores = nullptr;
+  bool general() const {
+    return smoothing > 0 || tail_col.defined() || tail_entity_mask.defined() ||
+           tail_relation_mask.defined();
+  }
+};
+LpGrads BilinearLossAndGrads(Decoder decoder, const LpBatch& batch, const BilinearOptions& options);
+
 // Tests: false makes the softmax path multiply through torch::mm_out, the fallback for a
 // libtorch without a Fortran BLAS symbol, instead of calling sgemm_ directly.
 void UseDirectBlasForTesting(bool enabled);
 
 // Sum over queries of the loss of positive scores `pos` [b] against negatives `neg` [b, n].
+// Softmax only: `smoothing` as SoftmaxTargets; `excluded` (bool [b, n], or undefined) marks the
+// negatives a row leaves out (1vsAll: its true candidate).
 torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
-                     const torch::Tensor& neg);
+                     const torch::Tensor& neg, double smoothing = 0.0,
+                     const torch::Tensor& excluded = {});
 
 // Adds w * |x|^2 (l2, n3 false) or w * |x|^3 (n3) summed over the rows of x [n, d] to a step's
 // loss: its gradient is added to gx [n, d] in place (made contiguous first), in one pass over
@@ -72,12 +97,15 @@ double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& g
 // Its input: table 0's uses are the step's heads [q], tails [q], tail negatives [C * n] and,
 // unless only tails are corrupted, head negatives [C * n], laid end to end; ids["relation"]
 // holds each query's relation; sizes "queries", "chunks", "per_chunk", "head_negatives".
+// 1vsAll (train.scoring: all): C = 1, the negatives are every candidate, and ids["tail_col"]
+// (ids["head_col"]) give each query's true candidate's column among them.
 // The loss is the mean over scored queries (plus the L2/N3 penalty of the rows a step uses).
 // Bilinear decoders (distmult, complex, dot) have a fused path (BilinearLossAndGrads); transe,
 // or any decoder with set_fused(false), goes through autograd.
 class LinkModel : public Model {
  public:
-  LinkModel(const LpConfig& config, uint64_t num_relations);
+  // `num_nodes`: the most candidates a 1vsAll step scores (StepBytes).
+  LinkModel(const LpConfig& config, uint64_t num_relations, uint64_t num_nodes = 0);
 
   torch::Tensor& relations() { return relations_; }
   const LpDecoder& decoder() const { return decoder_; }
@@ -95,16 +123,24 @@ class LinkModel : public Model {
     int64_t q = 0, chunks = 0, per_chunk = 0;
     LpBatch batch;  // h, t, tail_neg, head_neg: views of the uses; r undefined
     torch::Tensor relation_ids;
+    torch::Tensor tail_col, head_col;  // 1vsAll (ids "tail_col", "head_col")
+  };
+  // Dropout masks [q, d] of the queries' inputs (undefined: none).
+  struct Masks {
+    torch::Tensor tail_entity, tail_relation, head_entity, head_relation;
   };
   Views Split(const ModelInput& input) const;
-  torch::Tensor ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& tq,
-                            const torch::Tensor& hq) const;
+  Masks DropoutMasks(const ModelInput& input, const Views& v) const;
+  torch::Tensor ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& head_pos,
+                            const torch::Tensor& tq, const torch::Tensor& hq) const;
   double Scale(int64_t queries) const;
 
   LpConfig config_;
   LpDecoder decoder_;
   torch::Tensor relations_;
   bool fused_ = true;
+  uint64_t num_nodes_ = 0;
+  std::vector<float> scores_;  // 1vsAll's score matrix, reused between steps
 };
 
 }  // namespace sluice

@@ -9,7 +9,7 @@ LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint
                      std::shared_ptr<Model> user, torch::Device device)
     : cfg_(config), layout_(layout), model_(std::move(user)) {
   if (model_ == nullptr) {
-    auto builtin = std::make_shared<LinkModel>(config, num_relations);
+    auto builtin = std::make_shared<LinkModel>(config, num_relations, layout.num_nodes());
     builtin_ = builtin.get();
     model_ = std::move(builtin);
   }
@@ -36,6 +36,15 @@ std::vector<float*> LpStepper::RowAddresses(const LinkBatch& b,
   return rows;
 }
 
+// 1vsAll: each query's true candidate's column among the negatives (ids "tail_col", "head_col").
+void LpStepper::AddColumns(LinkBatch& b, ModelInput& in) {
+  auto ids = [](std::vector<int64_t>& v) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
+  };
+  if (!b.tail_col.empty()) in.ids["tail_col"] = ids(b.tail_col);
+  if (!b.head_col.empty()) in.ids["head_col"] = ids(b.head_col);
+}
+
 Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& block_base,
                                 uint64_t epoch, uint64_t step) {
   auto t0 = SteadyClock::now();
@@ -47,6 +56,7 @@ Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& blo
   ModelInput in;
   in.tables.push_back(GatherUses(rows, parts, d, /*requires_grad=*/!fused));
   in.ids["relation"] = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);
+  AddColumns(b, in);
   in.sizes = {{"queries", static_cast<int64_t>(b.queries)},
               {"chunks", b.chunks},
               {"per_chunk", b.per_chunk},
@@ -74,7 +84,14 @@ Status LpStepper::Stage(LinkBatch& b, const std::vector<std::byte*>& block_base)
   UseParts parts = {b.head, b.tail, b.tail_neg};
   if (!b.head_neg.empty()) parts.push_back(b.head_neg);
   const torch::Tensor rel = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);
-  SLUICE_RETURN_IF_ERROR(device_rows_->Stage(keys_, rows, parts, {rel}));
+  // Extras: the relations, then 1vsAll's columns (tail, head) when the step has them.
+  ModelInput cols;
+  AddColumns(b, cols);
+  std::vector<torch::Tensor> extras = {rel};
+  for (const char* name : {"tail_col", "head_col"}) {
+    if (auto it = cols.ids.find(name); it != cols.ids.end()) extras.push_back(it->second);
+  }
+  SLUICE_RETURN_IF_ERROR(device_rows_->Stage(keys_, rows, parts, extras));
   times_.gather_s += SecondsSince(start);
   return Status::Ok();
 }
@@ -85,6 +102,8 @@ Status LpStepper::Launch(LinkBatch& b, uint64_t epoch, uint64_t step) {
   ModelInput in;
   in.tables.push_back(std::move(staged.table));
   in.ids["relation"] = staged.extras[0];
+  if (!b.tail_col.empty()) in.ids["tail_col"] = staged.extras.at(1);
+  if (!b.head_col.empty()) in.ids["head_col"] = staged.extras.at(2);
   in.sizes = {{"queries", static_cast<int64_t>(b.queries)},
               {"chunks", b.chunks},
               {"per_chunk", b.per_chunk},

@@ -63,6 +63,7 @@ class LpStepper {
 
  private:
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
+  static void AddColumns(LinkBatch& b, ModelInput& in);
 
   LpConfig cfg_;
   NodeTableLayout layout_;

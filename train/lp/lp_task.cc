@@ -137,6 +137,13 @@ Status LpTask::Open(Purpose purpose) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
+  if (cfg_.train.loss != LossKind::kSoftmax &&
+      (cfg_.train.scoring == Scoring::kAll || cfg_.train.label_smoothing > 0)) {
+    return InvalidArgument(std::string("train.loss: ") + EnumName(cfg_.train.loss) + " with " +
+                           (cfg_.train.scoring == Scoring::kAll ? "train.scoring: all"
+                                                                : "train.label_smoothing") +
+                           "; both need loss: softmax (a cross-entropy over the candidates)");
+  }
   layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
   num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
   if (purpose == Purpose::kTrain) {
@@ -168,8 +175,9 @@ Status LpTask::MakeStepper() {
     spec.dim = cfg_.model.dim;
     spec.relations = static_cast<int64_t>(num_relations_);
     spec.reciprocal = cfg_.model.reciprocal;
-    spec.chunks = cfg_.train.chunks;
-    spec.negatives = cfg_.train.negatives;
+    const bool all = cfg_.train.scoring == Scoring::kAll;
+    spec.chunks = all ? 1 : cfg_.train.chunks;
+    spec.negatives = all ? static_cast<int64_t>(layout_.num_nodes()) : cfg_.train.negatives;
     torch::manual_seed(cfg_.train.seed);
     SLUICE_ASSIGN_OR_RETURN(user, CallModelFactory(model_name_, factory_, spec));
   }
@@ -242,11 +250,14 @@ DeviceRowsOptions LpTask::DeviceOptions() const {
 // side; its relations.
 Result<DevicePlan> LpTask::PlanDeviceRows() const {
   const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.model.reciprocal ? 2 : 1);
-  const uint64_t negatives = static_cast<uint64_t>(cfg_.train.chunks) * static_cast<uint64_t>(cfg_.train.negatives);
+  const uint64_t negatives = cfg_.train.scoring == Scoring::kAll
+                                 ? layout_.num_nodes()
+                                 : static_cast<uint64_t>(cfg_.train.chunks) * static_cast<uint64_t>(cfg_.train.negatives);
   DeviceStepShape shape;
   shape.uses = 2 * queries + negatives * (cfg_.model.reciprocal ? 1 : 2);
   shape.rows = std::min(shape.uses, layout_.num_nodes());
-  shape.extra_bytes = static_cast<uint64_t>(cfg_.train.batch) * 16 + 128;  // relations
+  // relations (and 1vsAll's columns)
+  shape.extra_bytes = static_cast<uint64_t>(cfg_.train.batch) * (cfg_.train.scoring == Scoring::kAll ? 48 : 16) + 128;
   return PlanDevice(cfg_.device, DeviceOptions(), shape, acc_->device().is_cpu(), stepper_->model().StepBytes());
 }
 
@@ -274,6 +285,8 @@ LinkBatchOptions LpTask::BatchOptions() const {
   bo.base_relations = base_relations();
   bo.chunks = static_cast<uint32_t>(cfg_.train.chunks);
   bo.negatives = static_cast<uint32_t>(cfg_.train.negatives);
+  bo.all_negatives = cfg_.train.scoring == Scoring::kAll;
+  bo.max_candidates = layout_.num_nodes();
   bo.seed = cfg_.train.seed;
   return bo;
 }

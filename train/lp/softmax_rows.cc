@@ -33,9 +33,30 @@ __attribute__((always_inline)) inline float ExpKernel(float x) {
 
 float ExpNonPositive(float x) { return ExpKernel(x); }
 
+namespace {
+
+// kLanes partial sums of row[0, n) combined in a fixed order, so the loop vectorises and every
+// build gives the same sums.
+__attribute__((always_inline)) inline float LaneSum(const float* __restrict row, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  const int64_t body = n - n % kLanes;
+  float lane[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = 0.0f;
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += row[j + l];
+  }
+  for (int64_t j = body; j < n; ++j) lane[0] += row[j];
+  float z = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) z += lane[l];
+  return z;
+}
+
+}  // namespace
+
 __attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxRows(
     float* s, const float* pos, const float* mask, int64_t begin, int64_t end, int64_t n,
-    float scale, float* g_pos, double* loss) {
+    float scale, float* g_pos, double* loss, SoftmaxTargets targets) {
+  const float eps = targets.smoothing;
   for (int64_t i = begin; i < end; ++i) {
     float* __restrict row = s + i * n;
     if (mask != nullptr && mask[i] == 0.0f) {
@@ -44,28 +65,32 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxRows(
       loss[i] = 0.0;
       continue;
     }
-    // The max in any order (it is exact); the sum in kLanes partial sums combined in a fixed
-    // order, so that loop vectorises and every build gives the same sums.
+    const int64_t ex = targets.exclude != nullptr ? targets.exclude[i] : -1;
+    const int64_t m = n - (ex >= 0 ? 1 : 0);  // the negatives left
+    // The max in any order (it is exact).
     float mx = pos[i];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+    // Smoothing's share of the loss needs the scores' sum before they become probabilities.
+    const float raw = eps > 0.0f ? LaneSum(row, n) - (ex >= 0 ? row[ex] : 0.0f) : 0.0f;
     for (int64_t j = 0; j < n; ++j) row[j] = ExpKernel(row[j] - mx);
-    constexpr int64_t kLanes = 16;
-    const int64_t body = n - n % kLanes;
-    float lane[kLanes];
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = 0.0f;
-    for (int64_t j = 0; j < body; j += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) lane[l] += row[j + l];
-    }
-    for (int64_t j = body; j < n; ++j) lane[0] += row[j];
-    float z = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) z += lane[l];
+    if (ex >= 0) row[ex] = 0.0f;
+    float z = LaneSum(row, n);
     const float e0 = ExpKernel(pos[i] - mx);
     z += e0;
     const float f = scale / z;
     for (int64_t j = 0; j < n; ++j) row[j] *= f;
     g_pos[i] = (e0 / z - 1.0f) * scale;
     loss[i] = std::log(static_cast<double>(z)) - static_cast<double>(pos[i] - mx);
+    if (eps > 0.0f && m > 0) {
+      const float share = scale * eps / static_cast<float>(m);
+      for (int64_t j = 0; j < n; ++j) row[j] -= share;
+      if (ex >= 0) row[ex] = 0.0f;
+      g_pos[i] += eps * scale;
+      loss[i] += static_cast<double>(eps) * static_cast<double>(pos[i] - mx) -
+                 static_cast<double>(eps) / static_cast<double>(m) *
+                     (static_cast<double>(raw) - static_cast<double>(m) * static_cast<double>(mx));
+    }
   }
 }
 

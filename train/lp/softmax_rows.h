@@ -14,8 +14,19 @@
 
 namespace sluice {
 
+//
+// SoftmaxTargets change the target (both default to the plain one-hot on the true candidate):
+// exclude[i] >= 0 takes column exclude[i] out of row i (1vsAll: the true candidate among all
+// nodes): zero probability, zero gradient; smoothing e puts 1 - e on the true candidate and
+// e / m on each of the m negatives left, so s_j's gradient is scale * (p_j - e / m), the true
+// candidate's scale * (p_true - 1 + e), and loss[i] = log Z - (1 - e) pos' - e / m sum_j s'_j
+// (' : max subtracted).
+struct SoftmaxTargets {
+  const int64_t* exclude = nullptr;
+  float smoothing = 0.0f;
+};
 void SoftmaxRows(float* s, const float* pos, const float* mask, int64_t begin, int64_t end,
-                 int64_t n, float scale, float* g_pos, double* loss);
+                 int64_t n, float scale, float* g_pos, double* loss, SoftmaxTargets targets = {});
 
 // Row helpers of the fused side (rows of d floats, contiguous):
 //   RowDots:        out[i] = <a_i, b_i>

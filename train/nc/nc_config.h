@@ -118,6 +118,7 @@ struct NcTrainConfig {
   uint64_t seed = 1;
   RowOptimizer embedding_optimizer = RowOptimizer::kAdagrad;
   double embedding_lr = 0.1;
+  double max_minutes = 0;  // training time budget (0: none)
 
   template <class V>
   void VisitFields(V& v) {
@@ -130,6 +131,7 @@ struct NcTrainConfig {
     v.Field("embedding_optimizer", embedding_optimizer,
             "learnable node embeddings (model.embedding_dim): sgd, rowwise_adagrad or adagrad");
     v.Field("embedding_lr", embedding_lr, "learning rate of the node embeddings", InRange(0.0, 1e6));
+    MaxMinutesField(v, max_minutes);
   }
 };
 

@@ -5,11 +5,11 @@
 #include <algorithm>
 
 #include "sampler/random.h"
+#include "train/model_step.h"
 
 namespace sluice {
 namespace {
 
-constexpr uint64_t kDropoutDomain = 0xD2A9'0E7C'51F3'4B11ull;  // keeps masks apart from samples
 
 // dst index of every sampled edge: i repeated offsets[i + 1] - offsets[i] times.
 torch::Tensor DstIndex(const BlockInput& b) {
@@ -22,27 +22,6 @@ torch::Tensor Degrees(const BlockInput& b) {
 }
 
 }  // namespace
-
-torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site) {
-  if (p <= 0) return x;
-  const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
-  const auto scale = static_cast<float>(1.0 / (1.0 - p));
-  if (!x.requires_grad() && x.is_contiguous() && x.scalar_type() == torch::kFloat) {
-    // Nothing flows back through it (the gathered features): scaled in place, no mask tensor.
-    // The same product as x * mask, so the same bits.
-    float* d = x.data_ptr<float>();
-    at::parallel_for(0, x.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) d[i] = d[i] * (k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f);
-    });
-    return x;
-  }
-  torch::Tensor mask = torch::empty(x.sizes(), torch::kFloat);
-  float* m = mask.data_ptr<float>();
-  at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
-  });
-  return x * mask;
-}
 
 GnnModelImpl::GnnModelImpl(const NcModelConfig& config, GnnShape shape, torch::Tensor in_degree)
     : cfg_(config), shape_(shape), in_degree_(std::move(in_degree)) {

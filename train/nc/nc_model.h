@@ -28,10 +28,6 @@
 
 namespace sluice {
 
-// x with each element kept with probability 1 - p (scaled by 1 / (1 - p)), the mask drawn
-// from `key`'s counter-based generator at `site` (element i: bit stream index i).
-torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site);
-
 struct GnnShape {
   int64_t in_dim = 0, classes = 0;
   int64_t max_seeds = 0, max_nodes = 0, max_edges = 0;  // per step (StepBytes)

@@ -4,6 +4,7 @@
 #include "train/lp/lp_model.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "train/lp/lp_eval.h"
 
@@ -79,6 +80,119 @@ TEST(LpModelTest, DirectGradientsMatchAutograd) {
       }
     }
   }
+}
+
+// The quality options (train.scoring: all, train.label_smoothing, model.*_dropout) against
+// autograd on the loss they define: queries built from the masked entity and relation, 1vsAll
+// with each query's true candidate's column left out of its softmax (-1: none left out).
+struct QualityCase {
+  const char* decoder;
+  bool heads, all;
+  float smoothing;
+  bool dropout;
+};
+
+void CheckQuality(const QualityCase& c, int64_t q, int64_t n, int64_t d) {
+  torch::manual_seed(11);
+  const int64_t chunks = c.all ? 1 : 3;
+  LpBatch b;
+  b.h = torch::randn({q, d}), b.r = torch::randn({q, d}), b.t = torch::randn({q, d});
+  b.tail_neg = torch::randn({chunks, n, d});
+  if (c.heads) b.head_neg = torch::randn({chunks, n, d});
+  BilinearOptions o;
+  o.scale = 1.0 / static_cast<double>(q * (c.heads ? 2 : 1));
+  o.smoothing = c.smoothing;
+  std::vector<float> scores;
+  o.scores = &scores;
+  if (c.all) {
+    o.tail_col = torch::randint(-1, n, {q}, torch::kInt64);
+    if (c.heads) o.head_col = torch::randint(-1, n, {q}, torch::kInt64);
+  }
+  auto mask = [&](double p) { return torch::bernoulli(torch::full({q, d}, 1.0 - p)) / (1.0 - p); };
+  if (c.dropout) {
+    o.tail_entity_mask = mask(0.3), o.tail_relation_mask = mask(0.2);
+    if (c.heads) o.head_entity_mask = mask(0.3), o.head_relation_mask = mask(0.2);
+  }
+  const Decoder decoder = Named<Decoder>(c.decoder);
+  LpGrads got = BilinearLossAndGrads(decoder, b, o);
+
+  auto h = b.h.clone().requires_grad_(true), r = b.r.clone().requires_grad_(true),
+       t = b.t.clone().requires_grad_(true), tn = b.tail_neg.clone().requires_grad_(true);
+  torch::Tensor hn = c.heads ? b.head_neg.clone().requires_grad_(true) : torch::Tensor();
+  auto masked = [](const torch::Tensor& x, const torch::Tensor& m) { return m.defined() ? x * m : x; };
+  auto excluded = [&](const torch::Tensor& col) {
+    if (!col.defined()) return torch::Tensor();
+    return torch::arange(n).unsqueeze(0).eq(col.unsqueeze(1));  // col -1 matches nothing
+  };
+  LpDecoder dec(decoder);
+  torch::Tensor loss = torch::zeros({});
+  for (int side = 0; side < (c.heads ? 2 : 1); ++side) {
+    const bool tail = side == 0;
+    torch::Tensor e = masked(tail ? h : t, tail ? o.tail_entity_mask : o.head_entity_mask);
+    torch::Tensor rr = masked(r, tail ? o.tail_relation_mask : o.head_relation_mask);
+    torch::Tensor query = tail ? dec.TailQuery(e, rr) : dec.HeadQuery(rr, e);
+    torch::Tensor pos = dec.Score(query, tail ? t : h);
+    torch::Tensor neg = tail ? tn : hn;
+    const torch::Tensor ex = excluded(tail ? o.tail_col : o.head_col);
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t lo = q * k / chunks, hi = q * (k + 1) / chunks;
+      loss = loss + LpLoss(LossKind::kSoftmax, 0, pos.slice(0, lo, hi),
+                           dec.ScoreAll(query.slice(0, lo, hi), neg[k]), c.smoothing,
+                           ex.defined() ? ex.slice(0, lo, hi) : ex);
+    }
+  }
+  loss.backward();
+  const std::string what = std::string(c.decoder) + (c.heads ? " both" : " tails") +
+                           (c.all ? " 1vsAll" : " sampled") + " smoothing " +
+                           std::to_string(c.smoothing) + (c.dropout ? " dropout" : "");
+  EXPECT_NEAR(got.loss * o.scale, loss.item<double>() * o.scale, 1e-4 * std::abs(loss.item<double>() * o.scale))
+      << what;
+  auto close = [&](const torch::Tensor& a, const torch::Tensor& ref, const char* name) {
+    EXPECT_TRUE(torch::allclose(a, ref * o.scale, 1e-4, 1e-6)) << what << " d" << name;
+  };
+  close(got.h, h.grad(), "h");
+  close(got.t, t.grad(), "t");
+  close(got.tail_neg, tn.grad(), "tail_neg");
+  if (c.heads) close(got.head_neg, hn.grad(), "head_neg");
+  if (std::string(c.decoder) != "dot") close(got.r, r.grad(), "r");
+}
+
+TEST(LpModelTest, QualityOptionsMatchAutograd) {
+  for (const char* decoder : {"distmult", "complex", "dot"}) {
+    for (bool heads : {false, true}) {
+      for (bool all : {false, true}) {
+        for (float smoothing : {0.0f, 0.1f}) {
+          for (bool dropout : {false, true}) {
+            if (!all && smoothing == 0 && !dropout) continue;  // the plain path, tested above
+            // 1vsAll over query and candidate block edges (128 queries, 256 candidates).
+            CheckQuality({decoder, heads, all, smoothing, dropout}, all ? 300 : 61, all ? 530 : 17, 20);
+          }
+        }
+      }
+    }
+  }
+}
+
+// 1vsAll's two passes run on fixed blocks: the same bits at 1 and 2 threads.
+TEST(LpModelTest, OneVsAllIgnoresThreadCount) {
+  torch::manual_seed(5);
+  const int64_t q = 300, n = 700, d = 24;
+  LpBatch b;
+  b.h = torch::randn({q, d}), b.r = torch::randn({q, d}), b.t = torch::randn({q, d});
+  b.tail_neg = torch::randn({1, n, d});
+  BilinearOptions o;
+  o.scale = 1.0 / q;
+  o.smoothing = 0.1f;
+  o.tail_col = torch::randint(0, n, {q}, torch::kInt64);
+  std::vector<float> scores;
+  o.scores = &scores;
+  LpGrads g[2];
+  for (int threads : {1, 2}) {
+    tbb::task_arena(threads).execute([&] { g[threads - 1] = BilinearLossAndGrads(Decoder::kComplEx, b, o); });
+  }
+  EXPECT_EQ(g[0].loss, g[1].loss);
+  EXPECT_TRUE(torch::equal(g[0].h, g[1].h));
+  EXPECT_TRUE(torch::equal(g[0].tail_neg, g[1].tail_neg));
 }
 
 TEST(LpModelTest, SoftmaxThroughTheLibtorchProductFallbackMatchesAutograd) {
