@@ -155,9 +155,14 @@ def main(argv=None) -> int:
     g.add_argument("--out", required=True, help="edge list file to write (tab-separated)")
     g.add_argument("--nodes", type=int, required=True, help="number of nodes")
     g.add_argument("--edges", type=int, required=True, help="number of edges")
-    g.add_argument("--kind", choices=("marius", "rmat"), default="marius",
+    g.add_argument("--kind", choices=("marius", "rmat", "community"), default="marius",
                    help="marius: uniform sources, destinations floor(N*u^5), permuted ids; "
-                        "rmat: recursive matrix (0.57, 0.19, 0.19, 0.05)")
+                        "rmat: recursive matrix (0.57, 0.19, 0.19, 0.05); community: power-law "
+                        "degrees inside communities of power-law sizes (a degree-corrected "
+                        "block model)")
+    g.add_argument("--communities", type=int, default=100, help="community: number of communities")
+    g.add_argument("--mixing", type=float, default=0.1,
+                   help="community: fraction of edges whose destination ignores the community")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
     g.add_argument("--relations", type=int, default=0,
                    help="add a third column, the relation r<k> with k = destination id mod "
@@ -232,7 +237,8 @@ def main(argv=None) -> int:
                             args.test_frac, args.seed, args.overwrite, args.effect_decay)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
-            write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed, args.relations)
+            write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed, args.relations,
+                            args.communities, args.mixing)
     except PrepError as e:
         print(f"sluice-prep: error: {e}", file=sys.stderr)
         return 1

@@ -76,8 +76,9 @@ Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
   }
   if (s.config_fingerprint != config_fp) {
     return InvalidArgument(r.dir() + ": checkpoint of another config (another model or training: "
-                           "a model.* or train.* setting other than train.epochs differs from "
-                           "this run's); resume with the run's config.yaml, or start over with "
+                           "a model.* or train.* setting other than train.epochs and "
+                           "train.max_minutes differs from this run's, or a key this version "
+                           "added); resume with the run's config.yaml, or start over with "
                            "--overwrite");
   }
   return Status::Ok();

@@ -12,16 +12,60 @@ from .writer import PrepError
 CHUNK = 1 << 20
 
 
-def edge_chunks(kind: str, nodes: int, edges: int, seed: int, skew: float = 5.0):
+class Communities:
+    """A degree-corrected block model: nodes in `count` communities of power-law sizes (contiguous
+    before the final permutation), each with a Pareto weight (tail exponent 1.5: degrees follow
+    a power law of exponent 2.5); both ends of an edge are drawn by weight, the destination
+    inside the source's community except for a `mixing` fraction of edges, drawn by weight over
+    all nodes. A self-loop draws its destination again, once."""
+
+    def __init__(self, rng: np.random.Generator, nodes: int, count: int, mixing: float):
+        if count < 1 or count > nodes:
+            raise PrepError(f"--communities must be between 1 and the node count, got {count}")
+        if not 0.0 <= mixing <= 1.0:
+            raise PrepError(f"--mixing must be within [0, 1], got {mixing}")
+        sizes = rng.pareto(1.5, count) + 1.0
+        bounds = np.floor(np.cumsum(sizes) / sizes.sum() * nodes).astype(np.int64)
+        bounds[-1] = nodes
+        self.start = np.concatenate([[0], bounds[:-1]])
+        self.end = np.maximum(bounds, self.start + 1)  # no empty community
+        self.end = np.minimum(self.end, nodes)
+        weight = rng.pareto(1.5, nodes) + 1.0
+        self.cum = np.concatenate([[0.0], np.cumsum(weight)])
+        self.mixing = mixing
+        self.nodes = nodes
+
+    def _draw(self, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Nodes in [lo, hi) drawn by weight."""
+        u = self.cum[lo] + rng.random(len(lo)) * (self.cum[hi] - self.cum[lo])
+        return np.clip(np.searchsorted(self.cum, u, side="right") - 1, lo, hi - 1)
+
+    def edges(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        zeros, full = np.zeros(n, dtype=np.int64), np.full(n, self.nodes, dtype=np.int64)
+        src = self._draw(rng, zeros, full)
+        c = np.searchsorted(self.start, src, side="right") - 1
+        inside = rng.random(n) >= self.mixing
+        lo = np.where(inside, self.start[c], 0)
+        hi = np.where(inside, self.end[c], self.nodes)
+        dst = self._draw(rng, lo, hi)
+        loop = dst == src
+        dst[loop] = self._draw(rng, lo[loop], hi[loop])
+        return src, dst
+
+
+def edge_chunks(kind: str, nodes: int, edges: int, seed: int, skew: float = 5.0,
+                communities: int = 100, mixing: float = 0.1):
     """Yields (src, dst) int64 chunks.
 
-    marius: sources uniform over N, destinations floor(N * u^skew) for uniform u (a power law
-            in in-degree), then a seeded permutation of ids (the generated graph of the
-            link-prediction issue uses skew 5).
-    rmat:   recursive matrix (a=0.57, b=0.19, c=0.19, d=0.05), skewed in- and out-degrees."""
+    marius:    sources uniform over N, destinations floor(N * u^skew) for uniform u (a power law
+               in in-degree), then a seeded permutation of ids (the generated graph of the
+               link-prediction issue uses skew 5).
+    rmat:      recursive matrix (a=0.57, b=0.19, c=0.19, d=0.05), skewed in- and out-degrees.
+    community: power-law degrees and community structure (Communities), one relation."""
     if nodes < 2 or edges < 1:
         raise PrepError("a generated graph needs at least 2 nodes and 1 edge")
     rng = np.random.default_rng(seed)
+    blocks = Communities(rng, nodes, communities, mixing) if kind == "community" else None
     perm = rng.permutation(nodes)
     levels = int(np.ceil(np.log2(nodes)))
     for start in range(0, edges, CHUNK):
@@ -40,13 +84,15 @@ def edge_chunks(kind: str, nodes: int, edges: int, seed: int, skew: float = 5.0)
                 dst = dst * 2 + right
             src %= nodes
             dst %= nodes
+        elif kind == "community":
+            src, dst = blocks.edges(rng, n)
         else:
-            raise PrepError(f"unknown generator '{kind}' (expected marius or rmat)")
+            raise PrepError(f"unknown generator '{kind}' (expected marius, rmat or community)")
         yield perm[src], perm[dst]
 
 
 def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
-                    relations: int = 0) -> pathlib.Path:
+                    relations: int = 0, communities: int = 100, mixing: float = 0.1) -> pathlib.Path:
     """Writes a tab-separated edge list (to a temporary name, renamed when complete); with
     relations > 0 a third column names each edge's relation, r<dst mod relations>."""
     if relations < 0:
@@ -55,7 +101,7 @@ def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
     tmp = path.with_name(path.name + ".tmp")
     progress = Progress(f"generating {path.name}", edges)
     with open(tmp, "w") as f:
-        for src, dst in edge_chunks(kind, nodes, edges, seed):
+        for src, dst in edge_chunks(kind, nodes, edges, seed, communities=communities, mixing=mixing):
             if relations > 0:
                 rows = zip(src.tolist(), dst.tolist(), (dst % relations).tolist())
                 f.write("\n".join(map("%d\t%d\tr%d".__mod__, rows)))

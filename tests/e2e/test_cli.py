@@ -5,8 +5,9 @@ import pathlib
 import zlib
 
 import numpy as np
+import pytest
 
-from conftest import run
+from conftest import ROOT, run
 
 
 def one_error_line(proc) -> str:
@@ -143,3 +144,12 @@ def test_eval_of_a_directory_that_is_no_run_is_one_line(sluice_bin, tmp_path):
     proc = run(sluice_bin, "eval", str(tmp_path))
     assert proc.returncode != 0
     assert "not a run directory (no config.yaml)" in one_error_line(proc)
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_every_shipped_config_loads(sluice_bin, config):
+    """Each configs/*.yaml is valid for this build: known keys, values in range (its dataset
+    need not exist)."""
+    command = "demo-storage" if config == "storage_demo.yaml" else "train"
+    proc = run(sluice_bin, command, str(ROOT / "configs" / config), "--print-config")
+    assert proc.returncode == 0, proc.stderr

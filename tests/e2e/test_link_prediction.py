@@ -94,6 +94,22 @@ def test_quality_options_each_change_the_model(sluice_bin, graph, tmp_path):
     assert len(tables) == 1 + len(QUALITY)
 
 
+def test_scoring_auto_scores_every_node_on_small_graphs_only(sluice_bin, graph, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "run", mode="in_memory", resident=4)
+    small = run(sluice_bin, "train", str(cfg), "--set", "train.scoring=auto")
+    assert small.returncode == 0, small.stderr
+    assert "scoring: every node (1vsAll)" in small.stdout
+    large = run(sluice_bin, "train", str(cfg), "--set", "train.scoring=auto", "--set", "train.all_max_pairs=1000",
+                "--overwrite")
+    assert large.returncode == 0, large.stderr
+    assert "scoring: 50 sampled negatives per chunk of 125 edges" in large.stdout
+    bad = run(sluice_bin, "train", str(cfg), "--set", "train.scoring=all", "--set", "train.loss=margin", "--overwrite")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [
+        "sluice: error: train.loss: margin with train.scoring: all; both need loss: softmax "
+        "(a cross-entropy over the candidates)"]
+
+
 def test_time_budget_stops_training_and_reports_the_best_epoch(sluice_bin, graph, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "run", mode="in_memory", resident=4)
     out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=20", "--set", "train.max_minutes=0.0001",

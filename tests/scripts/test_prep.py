@@ -140,6 +140,36 @@ def test_degree_partitioning_puts_hot_nodes_first(tmp_path):
     check_buckets(out, "train")
 
 
+def test_community_graph_has_communities_and_power_law_degrees(tmp_path):
+    """gen-graph --kind community: with mixing 0.1 most edges stay inside a community (ids are
+    permuted, so communities are found again by the generator's own seeded draw), degrees are
+    heavy-tailed, and the same seed writes the same file."""
+    a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    for path in (a, b):
+        prep("gen-graph", "--kind", "community", "--out", path, "--nodes", "5000", "--edges", "60000",
+             "--communities", "20", "--mixing", "0.1", "--seed", "3")
+    assert a.read_bytes() == b.read_bytes()
+    e = np.loadtxt(a, dtype=np.int64)
+    assert e.shape == (60000, 2)
+    deg = np.bincount(e.ravel(), minlength=5000)
+    assert deg.max() > 20 * np.median(deg), "a power-law tail: hubs far above the median"
+    # Recover each node's community from the generator: same seed, same draws.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sluice_prep.generate import Communities
+    rng = np.random.default_rng(3)
+    blocks = Communities(rng, 5000, 20, 0.1)
+    perm = rng.permutation(5000)
+    community = np.empty(5000, dtype=np.int64)
+    community[perm] = np.searchsorted(blocks.start, np.arange(5000), side="right") - 1
+    inside = (community[e[:, 0]] == community[e[:, 1]]).mean()
+    assert inside > 0.88, inside  # 90% drawn inside, plus the mixed edges that land inside
+    bad = prep("gen-graph", "--kind", "community", "--out", tmp_path / "c.tsv", "--nodes", "10", "--edges", "5",
+               "--communities", "11", check=False)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "sluice-prep: error: --communities must be between 1 and the node count, got 11")
+
+
 def test_malformed_line_stops_with_file_and_line_and_leaves_nothing(tmp_path):
     path = tmp_path / "bad.tsv"
     path.write_text("1\t2\n3\t4\n5\n6\t7\n")

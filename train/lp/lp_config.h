@@ -37,11 +37,13 @@ struct EnumNames<Regularizer> {
 // sampled: each chunk of queries scores its shared uniform negatives; all (1vsAll): every
 // query scores every node of its step's partitions (the global shuffle: every node), its true
 // candidate taken out of the negatives, so the softmax is a cross-entropy over all entities.
-enum class Scoring { kSampled, kAll };
+// auto: all when training edges x nodes (an epoch's scores) is at most train.all_max_pairs,
+// sampled above (resolved at open).
+enum class Scoring { kSampled, kAll, kAuto };
 template <>
 struct EnumNames<Scoring> {
-  static constexpr std::pair<Scoring, const char*> kNames[] = {{Scoring::kSampled, "sampled"},
-                                                                {Scoring::kAll, "all"}};
+  static constexpr std::pair<Scoring, const char*> kNames[] = {
+      {Scoring::kSampled, "sampled"}, {Scoring::kAll, "all"}, {Scoring::kAuto, "auto"}};
 };
 enum class Schedule { kPartitions, kShuffle };
 template <>
@@ -80,6 +82,7 @@ struct LpTrainConfig {
   int chunks = 10;          // negatives are shared by the edges of a chunk
   int negatives = 500;      // per chunk, for each corrupted side
   Scoring scoring = Scoring::kSampled;
+  uint64_t all_max_pairs = 10'000'000'000;  // scoring auto: 1vsAll up to this many edge x node pairs
   double label_smoothing = 0.0;
   double max_minutes = 0;   // training time budget (0: none)
   LossKind loss = LossKind::kSoftmax;
@@ -103,7 +106,11 @@ struct LpTrainConfig {
     v.Field("scoring", scoring,
             "sampled: each chunk scores `negatives` shared uniform nodes; all (1vsAll): each "
             "query scores every node of its step's partitions (every node under the shuffle) "
-            "except its true candidate; chunks and negatives are then unused");
+            "except its true candidate; chunks and negatives are then unused; auto: all when "
+            "training edges x nodes is at most all_max_pairs, else sampled");
+    v.Field("all_max_pairs", all_max_pairs,
+            "scoring auto: score every node when training edges x nodes (an epoch's scores) is "
+            "at most this (FB15k-237: 4e9, about a minute per epoch at dim 128 on 2 cores)");
     v.Field("label_smoothing", label_smoothing,
             "softmax loss: the target puts 1 - e on the true candidate and e spread evenly over "
             "the negatives", InRange(0.0, 0.99));

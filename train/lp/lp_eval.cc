@@ -112,7 +112,22 @@ Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& r
   torch::Tensor r = relations_.index_select(0, rel);
   torch::Tensor q = corrupt_head ? decoder_.HeadQuery(r, anchors) : decoder_.TailQuery(anchors, r);
   true_score = decoder_.Score(q, truth);
-  scores = decoder_.ScoreAll(q, candidates);
+  // The score matrix in blocks of rows on the TBB workers (libtorch runs one thread each): every
+  // core scores, and a row's scores come from the same block product whatever the thread count.
+  const int64_t b = q.size(0);
+  constexpr int64_t kRows = 16;
+  scores = torch::empty({b, candidates.size(0)}, q.options());
+  const bool bilinear = decoder_.kind() != Decoder::kTransE;
+  const torch::Tensor cand_t = candidates.t();
+  tbb::parallel_for(int64_t{0}, (b + kRows - 1) / kRows, [&](int64_t block) {
+    const int64_t lo = block * kRows, m = std::min(b, lo + kRows) - lo;
+    torch::Tensor out = scores.narrow(0, lo, m);
+    if (bilinear) {
+      torch::mm_out(out, q.narrow(0, lo, m), cand_t);
+    } else {
+      out.copy_(decoder_.ScoreAll(q.narrow(0, lo, m), candidates));
+    }
+  });
   return Status::Ok();
 }
 

@@ -702,10 +702,13 @@ uint64_t LinkModel::StepBytes() const {
   const uint64_t queries = static_cast<uint64_t>(config_.train.batch) * (config_.model.reciprocal ? 2 : 1);
   const uint64_t sides = config_.model.reciprocal ? 1 : 2;
   if (config_.train.scoring == Scoring::kAll) {
-    // The score matrix [queries, candidates] (reused by both sides), the candidates' uses and
-    // their gradients (per side), the per-row sums and the query rows.
+    // The score matrix [queries, candidates] (fused: one, reused by both sides; autograd: about
+    // six per side, the scores, their masked copy, the logits and their gradients), the
+    // candidates' uses and their gradients (per side), the per-row sums and the query rows.
     const uint64_t d = static_cast<uint64_t>(config_.model.dim);
-    return queries * num_nodes_ * 4 + num_nodes_ * d * 4 * (2 * sides + 1) + queries * d * 4 * 16;
+    const uint64_t matrices = fused() ? 1 : 6 * sides;
+    return matrices * queries * num_nodes_ * 4 + num_nodes_ * d * 4 * (2 * sides + 1) +
+           queries * d * 4 * 16;
   }
   return queries * static_cast<uint64_t>(config_.train.negatives) * 16 * sides +
          queries * static_cast<uint64_t>(config_.model.dim) * 4 * 16;

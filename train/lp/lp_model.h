@@ -18,6 +18,7 @@ namespace sluice {
 class LpDecoder {
  public:
   explicit LpDecoder(Decoder kind) : kind_(kind) {}
+  Decoder kind() const { return kind_; }
   // Query scoring candidate tails of (h, r, ?).
   torch::Tensor TailQuery(const torch::Tensor& h, const torch::Tensor& r) const;
   // Query scoring candidate heads of (?, r, t).

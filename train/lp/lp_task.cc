@@ -137,6 +137,13 @@ Status LpTask::Open(Purpose purpose) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
+  layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
+  if (cfg_.train.scoring == Scoring::kAuto) {
+    const auto train = m.edges.find("train");
+    const uint64_t edges = train == m.edges.end() ? 0 : train->second;
+    const bool fits = edges <= cfg_.train.all_max_pairs / std::max<uint64_t>(layout_.num_nodes(), 1);
+    cfg_.train.scoring = fits ? Scoring::kAll : Scoring::kSampled;
+  }
   if (cfg_.train.loss != LossKind::kSoftmax &&
       (cfg_.train.scoring == Scoring::kAll || cfg_.train.label_smoothing > 0)) {
     return InvalidArgument(std::string("train.loss: ") + EnumName(cfg_.train.loss) + " with " +
@@ -144,7 +151,6 @@ Status LpTask::Open(Purpose purpose) {
                                                                 : "train.label_smoothing") +
                            "; both need loss: softmax (a cross-entropy over the candidates)");
   }
-  layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
   num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
   if (purpose == Purpose::kTrain) {
     EdgeScheduleOptions so;
@@ -351,7 +357,14 @@ std::string LpTask::Describe() const {
                 cfg_.dataset.c_str(), static_cast<unsigned long long>(layout_.num_nodes()),
                 static_cast<unsigned long long>(num_relations_),
                 static_cast<unsigned long long>(schedule_.num_train_edges()), partitions());
-  return line;
+  std::string text = line;
+  if (cfg_.train.scoring == Scoring::kAll) {
+    text += "\n  scoring: every node (1vsAll)";
+  } else {
+    text += "\n  scoring: " + std::to_string(cfg_.train.negatives) + " sampled negatives per chunk of " +
+            std::to_string(std::max(1, cfg_.train.batch / cfg_.train.chunks)) + " edges";
+  }
+  return text;
 }
 
 std::string LpTask::MemoryPlan() const {
