@@ -36,13 +36,18 @@ std::vector<float*> LpStepper::RowAddresses(const LinkBatch& b,
   return rows;
 }
 
+namespace {
+
+torch::Tensor IdsOf(std::vector<int64_t>& v) {
+  return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
+}
+
+}  // namespace
+
 // 1vsAll: each query's true candidate's column among the negatives (ids "tail_col", "head_col").
 void LpStepper::AddColumns(LinkBatch& b, ModelInput& in) {
-  auto ids = [](std::vector<int64_t>& v) {
-    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
-  };
-  if (!b.tail_col.empty()) in.ids["tail_col"] = ids(b.tail_col);
-  if (!b.head_col.empty()) in.ids["head_col"] = ids(b.head_col);
+  if (!b.tail_col.empty()) in.ids["tail_col"] = IdsOf(b.tail_col);
+  if (!b.head_col.empty()) in.ids["head_col"] = IdsOf(b.head_col);
 }
 
 Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& block_base,
@@ -85,12 +90,9 @@ Status LpStepper::Stage(LinkBatch& b, const std::vector<std::byte*>& block_base)
   if (!b.head_neg.empty()) parts.push_back(b.head_neg);
   const torch::Tensor rel = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);
   // Extras: the relations, then 1vsAll's columns (tail, head) when the step has them.
-  ModelInput cols;
-  AddColumns(b, cols);
   std::vector<torch::Tensor> extras = {rel};
-  for (const char* name : {"tail_col", "head_col"}) {
-    if (auto it = cols.ids.find(name); it != cols.ids.end()) extras.push_back(it->second);
-  }
+  if (!b.tail_col.empty()) extras.push_back(IdsOf(b.tail_col));
+  if (!b.head_col.empty()) extras.push_back(IdsOf(b.head_col));
   SLUICE_RETURN_IF_ERROR(device_rows_->Stage(keys_, rows, parts, extras));
   times_.gather_s += SecondsSince(start);
   return Status::Ok();
