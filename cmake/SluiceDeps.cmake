@@ -31,14 +31,17 @@ if(SLUICE_WITH_TORCH)
   endif()
   # libtorch's headers are a SYSTEM include so their warnings do not break -Werror.
   add_library(sluice_torch INTERFACE)
-  target_link_libraries(sluice_torch INTERFACE ${TORCH_LIBRARIES})
+  # PyTorch's wheels export the std::filesystem of the libstdc++ they link statically
+  # (pytorch/pytorch#133437); a program that takes its std::filesystem from libtorch_cpu crashes
+  # in it (sluice's checkpoints did against PyTorch 2.11). libstdc++ named right before libtorch
+  # on the link line gives those calls the toolchain's own: a static libstdc++ (a GPU machine's
+  # g++ 13.3 links it so) is pulled from its archive there, before libtorch_cpu can satisfy
+  # them, and a shared one comes before libtorch_cpu in the lookup scope. As a link option
+  # (before the objects) the archive contributed nothing, and the crash stayed.
+  target_link_libraries(sluice_torch INTERFACE "-Wl,--push-state,--no-as-needed" stdc++
+                        "-Wl,--pop-state" ${TORCH_LIBRARIES})
   target_include_directories(sluice_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
   # TorchConfig adds its own flags via TORCH_CXX_FLAGS (e.g. the ABI macro).
   separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(sluice_torch INTERFACE ${_torch_flags})
-  # PyTorch's wheels export the std::filesystem of the libstdc++ they link statically
-  # (pytorch/pytorch#133437); a program that finds those first crashes in std::filesystem
-  # calls (sluice's checkpoints did against PyTorch 2.11). libstdc++ first among the needed
-  # libraries binds every such call to the system's.
-  target_link_options(sluice_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
 endif()

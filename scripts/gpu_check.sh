@@ -13,7 +13,8 @@
 #   bash scripts/gpu_check.sh disk        there: random 4 KiB reads at depth 32, sequential GB/s
 #   bash scripts/gpu_check.sh data        there: the benchmarks' datasets in build/gpu-data (about
 #                                         a minute: a 2M-sample click log (8 x 25M ids), FB15k-237 from
-#                                         .gpu/datasets/fb15k-237 when carried)
+#                                         .gpu/datasets/fb15k-237 when carried; with G20M=1 the
+#                                         20M-edge graph of configs/marius_g20m.yaml, ~80 s)
 #   bash scripts/gpu_check.sh test        there: ctest (the GPU tests included), the device tests
 #                                         (tests/e2e/test_device.py)
 #   bash scripts/gpu_check.sh sampler     there: the CUDA sampler's test under compute-sanitizer's
@@ -22,8 +23,8 @@
 #                                         the install and example tests, which build against an
 #                                         installed prefix, are left to the CPU machine)
 #   bash scripts/gpu_check.sh bench       there: bench/gpu_bench.py on build/gpu-data
-#   bash scripts/gpu_check.sh abi         there: which libstdc++ std::filesystem binds to (why the
-#                                         checkpoint tests crash against PyTorch 2.11's libtorch)
+#   bash scripts/gpu_check.sh abi         there: which libstdc++ std::filesystem binds to (the
+#                                         checkpoint tests crashed in libtorch's copy before)
 #   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
@@ -140,6 +141,11 @@ PY
     mkdir -p "$data"
     [[ -d "$data/clicks8" ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
       --dense 13 --vocab 25000000 --seed 1 --test-frac 0.01 --out "$data/clicks8" >/dev/null
+    if [[ "${G20M:-0}" == 1 && ! -d "$data/g20m" ]]; then  # configs/marius_g20m.yaml's graph (~80 s)
+      "$py" scripts/sluice_prep.py gen-graph --out "$data/g20m.tsv" --nodes 2000000 --edges 20000000 --seed 1 >/dev/null
+      "$py" scripts/sluice_prep.py edges "$data/g20m.tsv" --out "$data/g20m" --partitions 16 --test-frac 0.001 >/dev/null
+      rm -f "$data/g20m.tsv"
+    fi
     if [[ -d .gpu/datasets/fb15k-237 && ! -d "$data/fb15k-237" ]]; then
       "$py" scripts/sluice_prep.py kg .gpu/datasets/fb15k-237 --out "$data/fb15k-237" --partitions 4 >/dev/null
     fi
@@ -169,12 +175,14 @@ PY
     data=$root/build/gpu-data
     fb=()
     [[ -d "$data/fb15k-237" ]] && fb=(--fb15k "$data/fb15k-237")
+    [[ -d "$data/g20m" ]] && fb+=(--g20m "$data/g20m")
     "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm "$data/clicks8" "${fb[@]}" --bin "$build/train/sluice" \
       --tmp "$root/build" "${@:2}"
     ;;
   abi)
     # Which libstdc++ a CUDA build binds std::filesystem to: PyTorch's wheels export a statically
-    # linked copy (pytorch/pytorch#133437); the checkpoint tests crashed in it on PyTorch 2.11.
+    # linked copy (pytorch/pytorch#133437), and sluice's checkpoints crashed in it until
+    # libstdc++ became a link item before libtorch's (cmake/SluiceDeps.cmake); a check.
     eval "$(print_env)"
     lib=$(dirname "$("$SLUICE_PYTHON" -c 'import torch; print(torch.__file__)')")/lib
     echo "compiler: $(command -v g++) ($(g++ -print-file-name=libstdc++.so))"
