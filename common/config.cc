@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <sys/stat.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -61,7 +63,8 @@ Status ParseInteger(const ConfigNode& node, T& out) {
   T value{};
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc() || end != s.data() + s.size()) {
-    return InvalidArgument("expected an integer, got '" + s + "'");
+    return InvalidArgument(std::string(std::is_signed_v<T> ? "expected an integer" : "expected a non-negative integer") +
+                           ", got '" + s + "'");
   }
   out = value;
   return Status::Ok();
@@ -86,6 +89,10 @@ Result<ConfigNode> ParseConfigText(const std::string& text, const std::string& s
 }
 
 Result<ConfigNode> ParseConfigFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return InvalidArgument("config " + path + ": is a directory, expected a YAML file");
+  }
   std::ifstream in(path);
   if (!in) return ErrnoStatus("cannot open config " + path, errno);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

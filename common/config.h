@@ -123,6 +123,7 @@ std::string FormatValue(int v);
 std::string FormatValue(int64_t v);
 std::string FormatValue(uint64_t v);
 std::string FormatValue(double v);
+std::string ShortestValue(double v);  // the shortest text that reads back as v
 std::string FormatValue(const std::string& v);
 std::string FormatValue(Bytes v);
 template <ConfigEnum E>
@@ -145,7 +146,11 @@ template <typename T>
 auto InRange(T lo, T hi) {
   return [lo, hi](const T& v) -> std::string {
     if (v >= lo && v <= hi) return {};
-    return "must be in [" + FormatValue(lo) + ", " + FormatValue(hi) + "], got " + FormatValue(v);
+    if constexpr (std::is_floating_point_v<T>) {  // 0.99, not 0.98999999999999999
+      return "must be in [" + ShortestValue(lo) + ", " + ShortestValue(hi) + "], got " + ShortestValue(v);
+    } else {
+      return "must be in [" + FormatValue(lo) + ", " + FormatValue(hi) + "], got " + FormatValue(v);
+    }
   };
 }
 inline auto OneOf(std::initializer_list<const char*> choices) {

@@ -39,6 +39,25 @@ Status LoadEdges(const Dataset& dataset, const std::string& split, std::vector<i
   } else {
     rel.assign(src.size(), 0);
   }
+  const Manifest& m = dataset.manifest();
+  const int64_t nodes = static_cast<int64_t>(m.num_nodes);
+  const int64_t relations = static_cast<int64_t>(std::max<uint64_t>(m.num_relations, 1));
+  if (src.size() != dst.size() || rel.size() != src.size()) {
+    return Corruption("dataset " + dataset.dir() + ": edges." + split + ".src/rel/dst hold " +
+                      std::to_string(src.size()) + "/" + std::to_string(rel.size()) + "/" +
+                      std::to_string(dst.size()) + " ids, expected one per edge");
+  }
+  for (size_t i = 0; i < src.size(); ++i) {
+    const char* bad = src[i] < 0 || src[i] >= nodes   ? "src"
+                      : dst[i] < 0 || dst[i] >= nodes ? "dst"
+                      : rel[i] < 0 || rel[i] >= relations ? "rel"
+                                                          : nullptr;
+    if (bad == nullptr) continue;
+    const int64_t v = bad[0] == 's' ? src[i] : bad[0] == 'd' ? dst[i] : rel[i];
+    return Corruption("dataset " + dataset.dir() + ": edges." + split + "." + bad + "[" +
+                      std::to_string(i) + "] is " + std::to_string(v) + ", outside [0, " +
+                      std::to_string(bad[0] == 'r' ? relations : nodes) + ")");
+  }
   return Status::Ok();
 }
 

@@ -51,9 +51,17 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="dataset name in the manifest (default: from the input)")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line, `sluice-prep: error: ...`, like every other error (exit 2)."""
+
+    def error(self, message: str):
+        command = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""
+        self.exit(2, f"sluice-prep: error: {message} (see sluice-prep {command}--help)\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="sluice-prep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="sluice-prep", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     kg = sub.add_parser("kg", help="knowledge-graph triples with given splits")
@@ -78,6 +86,12 @@ def main(argv=None) -> int:
     e.add_argument("--ids", choices=("auto", "int", "str"), default="auto",
                    help="node ids are integers (kept as nodes.original_ids) or strings (kept as "
                         "nodes.names); auto looks at the first data line")
+    e.add_argument("--comment", default="#%",
+                   help="characters that start a comment line, skipped and counted (default '#%%': "
+                        "SNAP and KONECT files); '' for none")
+    e.add_argument("--self-loops", choices=("keep", "drop"), default="keep",
+                   help="keep edges from a node to itself (default) or drop them; either way they "
+                        "are counted in the manifest's stats")
     e.add_argument("--valid-frac", type=float, default=0.0, help="fraction of edges for validation")
     e.add_argument("--test-frac", type=float, default=0.0, help="fraction of edges for test")
     common(e)
@@ -200,7 +214,8 @@ def main(argv=None) -> int:
                           weight_col=args.weight_col, ids=args.ids, valid_frac=args.valid_frac,
                           test_frac=args.test_frac, partitions=args.partitions,
                           partitioning=args.partitioning, seed=args.seed, on_error=args.on_error,
-                          overwrite=args.overwrite, name=args.name)
+                          overwrite=args.overwrite, name=args.name, comment=args.comment,
+                          self_loops=args.self_loops)
         elif args.command == "planetoid":
             from sluice_prep.planetoid import convert_planetoid
             convert_planetoid(args.input, args.dataset, args.out, args.partitions,
@@ -245,6 +260,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("sluice-prep: interrupted; no output was written", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk, a read-only or missing output folder: no traceback
+        where = e.filename or getattr(args, "out", None) or "sluice-prep"
+        print(f"sluice-prep: error: {where}: {e.strerror or e}; no output was written",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -67,7 +67,11 @@ Result<DatasetFile> ParseFile(const std::string& role, const YAML::Node& node,
   file.role = role;
   SLUICE_ASSIGN_OR_RETURN(file.path, f.As<std::string>("path"));
   SLUICE_ASSIGN_OR_RETURN(std::string dtype, f.As<std::string>("dtype"));
-  SLUICE_ASSIGN_OR_RETURN(file.dtype, ParseDType(dtype));
+  {
+    Result<DType> parsed = ParseDType(dtype);
+    if (!parsed.ok()) return parsed.status().WithContext(where + ": files." + role + ".dtype");
+    file.dtype = *parsed;
+  }
   SLUICE_ASSIGN_OR_RETURN(file.shape, f.As<std::vector<uint64_t>>("shape"));
   SLUICE_ASSIGN_OR_RETURN(file.bytes, f.As<uint64_t>("bytes"));
   if (node["crc32"]) {
@@ -128,7 +132,11 @@ Result<Manifest> ParseManifest(const std::string& text, const std::string& where
                            std::to_string(kDatasetFormatVersion) + " (re-run the preprocessing)");
   }
   SLUICE_ASSIGN_OR_RETURN(std::string task, f.As<std::string>("task"));
-  SLUICE_ASSIGN_OR_RETURN(m.task, ParseTaskKind(task));
+  {
+    Result<TaskKind> parsed = ParseTaskKind(task);
+    if (!parsed.ok()) return parsed.status().WithContext(where + ": task");
+    m.task = *parsed;
+  }
   SLUICE_ASSIGN_OR_RETURN(m.name, f.AsOr<std::string>("name", ""));
   SLUICE_ASSIGN_OR_RETURN(YAML::Node counts_node, f.Get("counts"));
   Fields counts(counts_node, where + ": counts");
@@ -155,6 +163,11 @@ Result<Manifest> ParseManifest(const std::string& text, const std::string& where
     SLUICE_ASSIGN_OR_RETURN(YAML::Node partitions_node, f.Get("partitions"));
     Fields partitions(partitions_node, where + ": partitions");
     SLUICE_ASSIGN_OR_RETURN(m.partition_bounds, partitions.As<std::vector<uint64_t>>("bounds"));
+    SLUICE_ASSIGN_OR_RETURN(uint64_t count, partitions.AsOr<uint64_t>("count", m.partition_bounds.size() - 1));
+    if (m.partition_bounds.empty() || count != m.partition_bounds.size() - 1) {
+      return Corruption(where + ": partitions.count is " + std::to_string(count) + " but partitions.bounds has " +
+                        std::to_string(m.partition_bounds.size()) + " entries (count + 1 expected)");
+    }
   }
   SLUICE_ASSIGN_OR_RETURN(YAML::Node files, f.Get("files"));
   if (!files.IsMap()) return Corruption(where + ": files must be an object");

@@ -189,7 +189,11 @@ Result<std::string> CheckpointStore::Latest() const {
     return *name;
   }
   std::vector<std::string> all = List();
-  if (all.empty()) return NotFound("no checkpoint in " + dir_);
+  if (all.empty()) {
+    const std::string stray = StrayEntry();
+    return NotFound("no checkpoint in " + dir_ +
+                    (stray.empty() ? "" : " (" + stray + " has no state.json: an unfinished or damaged one)"));
+  }
   return all.back();
 }
 
@@ -204,6 +208,9 @@ Result<std::string> CheckpointStore::Resolve(const std::string& which) const {
   if (which == "best" || which == "default") {
     if (auto best = Best()) return *best;
     if (which == "default") return Latest();
+    if (auto named = ReadName(dir_ + "/best")) {
+      return NotFound(dir_ + "/best names " + *named + ", which is not a complete checkpoint there");
+    }
     return NotFound("no best checkpoint in " + dir_ + " (validation never ran: eval.every 0?)");
   }
   if (!fs::exists(dir_ + "/" + which + "/state.json")) {
@@ -246,15 +253,8 @@ Result<CheckpointReader> CheckpointStore::Open(const std::string& name) const {
   return CheckpointReader(name, dir, std::move(state));
 }
 
-Status CheckpointStore::Write(const std::string& name, CheckpointState state,
-                              const std::function<Status(CheckpointWriter&)>& write_files,
-                              bool mark_best) {
-  const std::string final_dir = dir_ + "/" + name;
-  const std::string temp = final_dir + ".tmp";
-  std::error_code ec;
-  fs::remove_all(temp, ec);
-  fs::create_directories(temp, ec);
-  if (ec) return IoError("checkpoint: create " + temp + ": " + ec.message());
+Status CheckpointStore::WriteTemporary(const std::string& temp, CheckpointState& state,
+                                       const std::function<Status(CheckpointWriter&)>& write_files) {
   CheckpointWriter writer(temp);
   SLUICE_RETURN_IF_ERROR(write_files(writer));
   CrashPoint("checkpoint");
@@ -265,7 +265,25 @@ Status CheckpointStore::Write(const std::string& name, CheckpointState state,
                                               reinterpret_cast<const std::byte*>(json.data()),
                                               json.size()))
                              .status());
-  SLUICE_RETURN_IF_ERROR(SyncDirectory(temp));
+  return SyncDirectory(temp);
+}
+
+Status CheckpointStore::Write(const std::string& name, CheckpointState state,
+                              const std::function<Status(CheckpointWriter&)>& write_files,
+                              bool mark_best) {
+  const std::string final_dir = dir_ + "/" + name;
+  const std::string temp = final_dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  fs::create_directories(temp, ec);
+  if (ec) return IoError("checkpoint: create " + temp + ": " + ec.message());
+  // A failed write (a full disk, say) removes its partial copy, so the space comes back and
+  // the previous checkpoints stay as they were.
+  if (Status st = WriteTemporary(temp, state, write_files); !st.ok()) {
+    fs::remove_all(temp, ec);
+    return Status(st.code(), st.message() + " (checkpoint " + name +
+                                 " not written; the earlier checkpoints are intact)");
+  }
   CrashPoint("rename");
   fs::remove_all(final_dir, ec);  // the same point written again (a resumed run)
   fs::rename(temp, final_dir, ec);
@@ -299,6 +317,18 @@ Status CheckpointStore::RemoveTemporaries() const {
     }
   }
   return Status::Ok();
+}
+
+std::string CheckpointStore::StrayEntry() const {
+  std::error_code ec;
+  std::vector<std::string> stray;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "latest" || name == "best" || name.find(".tmp") != std::string::npos) continue;
+    if (!fs::exists(e.path() / "state.json")) stray.push_back(name);
+  }
+  std::sort(stray.begin(), stray.end());
+  return stray.empty() ? std::string() : stray.front();
 }
 
 Status CheckpointStore::RemoveAll() const {

@@ -126,12 +126,18 @@ class CheckpointStore {
   Status Write(const std::string& name, CheckpointState state,
                const std::function<Status(CheckpointWriter&)>& write_files, bool mark_best);
 
+  // The first entry of the directory that is neither a complete checkpoint, a pointer file
+  // (latest, best) nor a temporary; empty when there is none.
+  std::string StrayEntry() const;
   // Removes leftovers of interrupted writes (*.tmp directories). Call as the run's owner.
   Status RemoveTemporaries() const;
   // Removes every checkpoint (`sluice train --overwrite`).
   Status RemoveAll() const;
 
  private:
+  // The checkpoint's files and state.json under `temp`, synced.
+  static Status WriteTemporary(const std::string& temp, CheckpointState& state,
+                               const std::function<Status(CheckpointWriter&)>& write_files);
   Status Retain() const;
   Status Verify(const std::string& dir, const CheckpointState& state) const;
 

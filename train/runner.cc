@@ -171,6 +171,13 @@ Result<std::optional<CheckpointReader>> Runner::FindResume() {
   if (!options_.resume) return std::optional<CheckpointReader>();
   Result<std::string> latest = store_.Latest();
   if (!latest.ok()) {
+    // Nothing was ever checkpointed: --resume starts the run. But folders that are not complete
+    // checkpoints (no state.json) are someone's data: never train over them.
+    if (std::string stray = store_.StrayEntry(); !stray.empty()) {
+      return FailedPrecondition("--resume: " + store_.dir() + "/" + stray + " is not a complete "
+                                "checkpoint (no state.json) and there is no other; move it away, or "
+                                "start over with --overwrite");
+    }
     std::printf("resume: %s; starting from the beginning\n", latest.status().message().c_str());
     return std::optional<CheckpointReader>();
   }

@@ -26,6 +26,14 @@ def sniff(first: str) -> str | None:
     return None
 
 
+# Column names that make a first line a header even when every column is text (a header-only
+# file is then no edges, not one edge between nodes "src" and "dst").
+HEADER_NAMES = {"src", "dst", "source", "target", "from", "to", "head", "tail", "u", "v",
+                "fromnodeid", "tonodeid", "node1", "node2", "id1", "id2", "subject", "object",
+                "relation", "rel", "predicate", "weight", "sourceid", "targetid", "srcid", "dstid"}
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _parses(text: str, kind=int) -> bool:
     """Whether `text` converts with `kind` (int or float)."""
     try:
@@ -39,8 +47,11 @@ class EdgeListReader:
     """Parses an edge list into blocks of (src, dst, rel, weight) columns of raw ids."""
 
     def __init__(self, path: str, delimiter: str | None, header: str, src_col: int, dst_col: int,
-                 rel_col: int | None, weight_col: int | None, ids: str, bad: BadLines):
+                 rel_col: int | None, weight_col: int | None, ids: str, bad: BadLines,
+                 comment: str = "#%"):
         self.path = pathlib.Path(path)
+        self.comment = tuple(comment)  # lines starting with one of these are comments
+        self.comments = 0
         self.cols = {"src": src_col, "dst": dst_col}
         if rel_col is not None:
             self.cols["rel"] = rel_col
@@ -49,9 +60,11 @@ class EdgeListReader:
         self.ncols_min = max(self.cols.values()) + 1
         self.bad = bad
         with open_text(self.path) as f:
-            head = [line.rstrip("\r\n") for _, line in zip(range(2), f)]
-        if not head or not head[0].strip():
-            raise PrepError(f"{self.path}: empty edge list")
+            data = (line.rstrip("\r\n") for line in f
+                    if line.strip() and not (self.comment and line.startswith(self.comment)))
+            head = list(itertools.islice(data, 2))
+        if not head:
+            raise PrepError(f"{self.path}: empty edge list (no line but comments or blank ones)")
         self.delimiter = sniff(head[0]) if delimiter == "auto" else (delimiter or None)
         first = self._split(head[0])
         if header == "auto":
@@ -60,9 +73,12 @@ class EdgeListReader:
             second = self._split(head[1]) if len(head) > 1 else []
             has_header = any(_parses(second[c], float) and not _parses(first[c], float)
                              for c in range(min(len(first), len(second))))
+            names = [first[c].lower().replace("_", "").replace("-", "").replace(" ", "")
+                     for c in (src_col, dst_col) if c < len(first)]
+            has_header = has_header or (len(names) == 2 and all(n in HEADER_NAMES for n in names))
         else:
             has_header = header == "yes"
-        self.skip_first = has_header
+        self.header_pending = has_header
         if ids == "auto":
             probe = self._split(head[1]) if has_header and len(head) > 1 else first
             ids = "int" if all(_parses(probe[c]) for c in (src_col, dst_col) if c < len(probe)) else "str"
@@ -84,10 +100,23 @@ class EdgeListReader:
                     return
                 first_number = number + 1
                 number += len(batch)
-                if first_number == 1 and self.skip_first:
-                    batch, first_number = batch[1:], 2
+                batch = self._blank_comments_and_header(batch)
                 parsed = self._fast(batch) if fast else None
                 yield parsed if parsed is not None else self._slow(batch, first_number)
+
+    def _blank_comments_and_header(self, batch: list[str]) -> list[str]:
+        """Comment lines and the header become empty lines, so line numbers stay right."""
+        if self.comment:
+            kept = sum(1 for line in batch if not line.startswith(self.comment))
+            if kept != len(batch):
+                self.comments += len(batch) - kept
+                batch = ["" if line.startswith(self.comment) else line for line in batch]
+        if self.header_pending:
+            for i, line in enumerate(batch):
+                if line.strip():
+                    batch[i], self.header_pending = "", False
+                    break
+        return batch
 
     def _fast(self, batch: list[str]) -> dict | None:
         d = self.delimiter
@@ -104,7 +133,7 @@ class EdgeListReader:
             out = {k: table[:, c].astype(np.int64) for k, c in self.cols.items() if k != "weight"}
             if "weight" in self.cols:
                 out["weight"] = table[:, self.cols["weight"]].astype(np.float32)
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
         return out
 
@@ -140,9 +169,13 @@ class EdgeListReader:
             return text
         if not self.string_ids:
             try:
-                return int(text)
+                value = int(text)
             except ValueError:
                 raise ValueError(f"{column} id '{text}' is not an integer (use --ids str)") from None
+            if not INT64[0] <= value <= INT64[1]:
+                raise ValueError(f"{column} id '{text}' is outside the 64-bit integer range "
+                                 f"(use --ids str)")
+            return value
         if not text:
             raise ValueError(f"empty {column} id")
         return text
@@ -205,29 +238,34 @@ def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str =
                   weight_col: int | None = None, ids: str = "auto", valid_frac: float = 0.0,
                   test_frac: float = 0.0, partitions: int = 1, partitioning: str = "random",
                   seed: int = 0, on_error: str = "stop", overwrite: bool = False,
-                  name: str | None = None) -> pathlib.Path:
+                  name: str | None = None, comment: str = "#%",
+                  self_loops: str = "keep") -> pathlib.Path:
     if not 0 <= valid_frac < 1 or not 0 <= test_frac < 1 or valid_frac + test_frac >= 1:
         raise PrepError("--valid-frac and --test-frac must be in [0, 1) and sum below 1")
+    if self_loops not in ("keep", "drop"):
+        raise PrepError(f"--self-loops must be keep or drop, got '{self_loops}'")
     bad = BadLines(on_error)
-    reader = EdgeListReader(path, delimiter, header, src_col, dst_col, rel_col, weight_col, ids, bad)
+    reader = EdgeListReader(path, delimiter, header, src_col, dst_col, rel_col, weight_col, ids, bad,
+                            comment)
     writer = DatasetWriter(out, overwrite)
     try:
         return _convert(reader, writer, valid_frac, test_frac, partitions, partitioning, seed, bad,
-                        name or pathlib.Path(path).stem)
+                        name or pathlib.Path(path).stem, self_loops == "drop")
     except BaseException:
         writer.abort()
         raise
 
 
 def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, test_frac: float,
-             partitions: int, partitioning: str, seed: int, bad: BadLines, name: str):
+             partitions: int, partitioning: str, seed: int, bad: BadLines, name: str,
+             drop_loops: bool):
     has_rel, has_weight = "rel" in reader.cols, "weight" in reader.cols
     node_names: dict[str, int] = {}
     rel_names: dict[str, int] = {}
     scratch = writer.scratch("edges.raw")
     rec = np.dtype([("src", np.int64), ("dst", np.int64), ("rel", np.int64), ("weight", np.float32)])
     ids_seen = _IdSet()
-    total = 0
+    total = loops = 0
     progress = Progress(f"parsing {reader.path.name}")
     with open(scratch, "wb") as f:
         for block in reader.blocks():
@@ -243,6 +281,10 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
                                        np.int64, len(v))
             if has_weight:
                 r["weight"] = block["weight"]
+            loop = r["src"] == r["dst"]
+            loops += int(loop.sum())
+            if drop_loops:
+                r = r[~loop]
             if not reader.string_ids:
                 ids_seen.add(r["src"], r["dst"])
             f.write(r.tobytes())
@@ -250,8 +292,13 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
             progress.add(len(r))
     progress.finish()
     bad.report()
+    if reader.comments:
+        print(f"skipped {reader.comments:,} comment lines", file=sys.stderr)
+    if loops:
+        print(f"{'dropped' if drop_loops else 'kept'} {loops:,} self-loops"
+              + ("" if drop_loops else " (--self-loops drop drops them)"), file=sys.stderr)
     if total == 0:
-        raise PrepError(f"{reader.path}: no edges")
+        raise PrepError(f"{reader.path}: no edges" + (" (every edge was a self-loop)" if loops else ""))
     lookup = None
     if reader.string_ids:
         num_nodes, original = len(node_names), None
@@ -285,6 +332,9 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
                                     r["weight"][m] if has_weight else None)
 
     g = build_graph(writer, spec, chunks, total)
+    if not g.edges.get("train"):
+        raise PrepError(f"{reader.path}: none of its {total:,} edges fell into the train split "
+                        f"(--valid-frac {valid_frac:g}, --test-frac {test_frac:g})")
     order = np.argsort(g.new_id)
     if original is not None:
         writer.put("nodes.original_ids", "nodes/original_ids.bin", original[order], np.int64)
@@ -301,6 +351,8 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     writer.put("nodes.out_degree", "nodes/out_degree.bin", g.out_degree, np.int64)
     writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
     stats = {**degree_stats(g.out_degree, g.in_degree), "skipped_lines": bad.skipped,
+             "comment_lines": reader.comments, "self_loops": loops,
+             "self_loops_dropped": drop_loops,
              "bucketing_edges_per_second": round(g.edges_per_second)}
     result = writer.commit({
         "task": "link_prediction", "name": name,

@@ -144,7 +144,7 @@ def build_graph(writer: DatasetWriter, spec: GraphSpec,
     partitioning reads the edges twice)."""
     n, p = spec.num_nodes, spec.num_partitions
     if p < 1 or p > max(n, 1):
-        raise PrepError(f"partition count {p} must be in [1, {max(n, 1)}]")
+        raise PrepError(f"--partitions {p} must be in [1, {max(n, 1)}] (at most one partition a node)")
     train_degree = None
     if spec.partitioning == "degree":
         train_degree = np.zeros(n, dtype=np.int64)

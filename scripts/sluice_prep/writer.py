@@ -61,6 +61,24 @@ def _dtype_name(dtype: np.dtype) -> str:
     return names[dtype]
 
 
+def _remove_stale_temporaries(out: pathlib.Path) -> None:
+    """Removes `<out>.tmp-<pid>` folders whose writer is gone (killed with SIGKILL, or the
+    machine went down): they are never a dataset, only its unfinished copy."""
+    parent = out.parent if out.parent.is_dir() else None
+    if parent is None:
+        return
+    for tmp in parent.glob(f"{out.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
 class DatasetWriter:
     """Collects arrays under roles and commits them with a manifest.
 
@@ -72,8 +90,12 @@ class DatasetWriter:
         if self.out.exists() and not overwrite:
             raise PrepError(f"{self.out} exists (pass --overwrite to replace it)")
         self.tmp = self.out.with_name(f"{self.out.name}.tmp-{os.getpid()}")
+        _remove_stale_temporaries(self.out)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True)
+        try:
+            self.tmp.mkdir(parents=True)
+        except OSError as e:
+            raise PrepError(f"{self.out}: cannot create the output here ({e.strerror})") from None
         self.files: dict[str, ArrayFile] = {}
 
     def array(self, role: str, rel: str, dtype, width: int = 1, record: bool = False) -> ArrayFile:

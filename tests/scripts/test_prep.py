@@ -198,7 +198,7 @@ def test_other_bad_inputs_are_one_clear_line(tmp_path):
     proc = prep("edges", path, "--out", tmp_path / "exists", check=False)
     assert "exists (pass --overwrite to replace it)" in proc.stderr
     proc = prep("edges", path, "--out", tmp_path / "o2", "--partitions", "5", check=False)
-    assert "partition count 5 must be in [1, 2]" in proc.stderr
+    assert "--partitions 5 must be in [1, 2]" in proc.stderr
     kg = tmp_path / "kg"
     kg.mkdir()
     (kg / "train.txt").write_text("a\tr\tb\nc\tr\n")

@@ -135,8 +135,10 @@ TEST(DatasetTest, ManifestProblemsGiveOneClearLine) {
             m + ": manifest is missing the field 'task'");
   EXPECT_EQ(OpenWithEditedManifest(d, "\"nodes\": 10", "\"nodes\": \"ten\""),
             m + ": counts: manifest field 'nodes' has the wrong type (line 6)");
-  EXPECT_EQ(OpenWithEditedManifest(d, "\"bounds\": [0, 5, 10]", "\"bounds\": [0, 7, 5, 10]"),
+  EXPECT_EQ(OpenWithEditedManifest(d, "\"bounds\": [0, 5, 10]", "\"bounds\": [0, 12, 10]"),
             "dataset " + d + ": partitions.bounds decreases at index 2");
+  EXPECT_EQ(OpenWithEditedManifest(d, "\"bounds\": [0, 5, 10]", "\"bounds\": [0, 7, 5, 10]"),
+            m + ": partitions.count is 2 but partitions.bounds has 4 entries (count + 1 expected)");
   EXPECT_EQ(OpenWithEditedManifest(d, "\"train\": 6", "\"train\": 7"),
             "dataset " + d + ": edges.train.buckets: the last offset is 6 but the split has 7 edges");
   EXPECT_EQ(OpenWithEditedManifest(d, "\"shape\": [6], \"bytes\": 24", "\"shape\": [5], \"bytes\": 24"),

@@ -84,6 +84,7 @@ class LpTask : public Task {
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
   Status MakeStepper();
+  Status CheckEvaluationEdges() const;
   // Scores rankings and predictions: the built-in decoder, or the user's model's Predict.
   std::unique_ptr<LpScorer> Scorer();
 
@@ -152,7 +153,12 @@ Status LpTask::Open(Purpose purpose) {
                            "; both need loss: softmax (a cross-entropy over the candidates)");
   }
   num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
+  SLUICE_RETURN_IF_ERROR(CheckEvaluationEdges());
   if (purpose == Purpose::kTrain) {
+    if (const auto train = m.edges.find("train"); train == m.edges.end() || train->second == 0) {
+      return InvalidArgument("dataset " + cfg_.dataset + " has no training edges (counts.edges.train "
+                             "is 0); nothing to train on");
+    }
     EdgeScheduleOptions so;
     so.batch = static_cast<uint64_t>(cfg_.train.batch);
     so.shuffle = cfg_.train.schedule == Schedule::kShuffle;
@@ -167,6 +173,17 @@ Status LpTask::Open(Purpose purpose) {
   }
   SLUICE_RETURN_IF_ERROR(MakeStepper());
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
+  return Status::Ok();
+}
+
+// The validation and test edges' ids in range, before any epoch is spent (they are small;
+// the training edges are checked as each buffer state is read).
+Status LpTask::CheckEvaluationEdges() const {
+  for (const char* split : {"valid", "test"}) {
+    if (!dataset_.Has(std::string("edges.") + split + ".src")) continue;
+    std::vector<int64_t> src, rel, dst;
+    SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
+  }
   return Status::Ok();
 }
 
