@@ -234,6 +234,16 @@ def test_command_line(sluice_bin, lp_ds, trained, tmp_path, case):
 # Dataset manifests and files: each case damages a copy of the dataset; training it must stop
 # before any epoch with one line naming the file or field.
 
+def damaged_copy(dataset: pathlib.Path, d: pathlib.Path, mutate) -> pathlib.Path:
+    """A copy of the dataset, damaged by mutate(dir, manifest); the manifest is written back
+    unless mutate returns False (it replaced or removed the file itself)."""
+    shutil.copytree(dataset, d)
+    m = json.loads((d / "manifest.json").read_text())
+    if mutate(d, m) is not False:
+        (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
 def _file(m, role):
     return m["files"][role]
 
@@ -315,11 +325,7 @@ DATASET_CASES = [
 @pytest.mark.parametrize("case", DATASET_CASES, ids=[c[0] for c in DATASET_CASES])
 def test_dataset(sluice_bin, lp_ds, tmp_path, case):
     _, mutate, expect = case
-    d = tmp_path / "ds"
-    shutil.copytree(lp_ds, d)
-    m = json.loads((d / "manifest.json").read_text())
-    if mutate(d, m) is not False:
-        (d / "manifest.json").write_text(json.dumps(m))
+    d = damaged_copy(lp_ds, tmp_path / "ds", mutate)
     before = tree_hash(d)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(lp_config(d, tmp_path / "run"))
@@ -593,11 +599,7 @@ REC_CASES = [
 @pytest.mark.parametrize("case", REC_CASES, ids=[c[0] for c in REC_CASES])
 def test_recommendation_dataset(sluice_bin, clicks, tmp_path, case):
     _, mutate, expect = case
-    d = tmp_path / "ds"
-    shutil.copytree(clicks, d)
-    m = json.loads((d / "manifest.json").read_text())
-    mutate(d, m)
-    (d / "manifest.json").write_text(json.dumps(m))
+    d = damaged_copy(clicks, tmp_path / "ds", mutate)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"task: recommendation\ndataset: {d}\nrun_dir: {tmp_path / 'run'}\nprogress: false\n"
                    "model: {dim: 4, bottom: [8], top: [8], ids: modulo, table_rows: 1000}\n"
