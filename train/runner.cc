@@ -35,10 +35,62 @@ bool Better(double score, double best) {
   return std::isfinite(score) && (!std::isfinite(best) || score > best);
 }
 
+// A scalar as compared and shown: numbers in their shortest form (0.3, not 0.29999999999999999).
+std::string Normalized(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) return text;
+  return ShortestValue(v);
+}
+
+// "path: value" of every scalar under `node` whose path is fingerprinted (lists as one value).
+void FingerprintedScalars(const ConfigNode& node, const std::string& path,
+                          std::map<std::string, std::string>& out) {
+  if (node.kind == ConfigNode::Kind::kMap) {
+    for (const auto& [key, child] : node.entries) {
+      FingerprintedScalars(child, path.empty() ? key : path + "." + key, out);
+    }
+  } else if (node.kind == ConfigNode::Kind::kSequence) {
+    std::string text;
+    for (const ConfigNode& item : node.items) text += (text.empty() ? "" : ", ") + item.scalar;
+    if (InConfigFingerprint(path)) out[path] = "[" + text + "]";
+  } else if (InConfigFingerprint(path)) {
+    out[path] = Normalized(node.scalar);
+  }
+}
+
+// Which fingerprinted keys differ between the run's config.yaml and this run's config:
+// " (model.dim: 12 here, 8 in <run>/config.yaml)", or "" when that cannot be told.
+std::string ConfigDifference(const std::string& run_dir, const std::string& config_yaml) {
+  const std::string stored_path = run_dir + "/config.yaml";
+  Result<std::string> stored_text = ReadFileToString(stored_path);
+  if (!stored_text.ok()) return "";
+  Result<ConfigNode> stored = ParseConfigText(*stored_text, stored_path);
+  Result<ConfigNode> current = ParseConfigText(config_yaml, "this run's config");
+  if (!stored.ok() || !current.ok()) return "";
+  std::map<std::string, std::string> theirs, ours;
+  FingerprintedScalars(*stored, "", theirs);
+  FingerprintedScalars(*current, "", ours);
+  std::vector<std::string> differ;
+  for (const auto& [key, value] : ours) {
+    auto it = theirs.find(key);
+    const std::string old = it == theirs.end() ? "not set" : it->second;
+    if (old != value) differ.push_back(key + " " + value + " (the run's: " + old + ")");
+  }
+  for (const auto& [key, value] : theirs) {
+    if (!ours.count(key)) differ.push_back(key + " not set (the run's: " + value + ")");
+  }
+  if (differ.empty()) return "";
+  std::string diff;
+  for (size_t i = 0; i < differ.size() && i < 3; ++i) diff += (i ? "; " : "") + differ[i];
+  if (differ.size() > 3) diff += "; " + std::to_string(differ.size() - 3) + " more";
+  return " (" + diff + "; the run's config: " + stored_path + ")";
+}
+
 // The resume rule (train/fingerprint.h) for a checkpoint about to be resumed or read.
 Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
                            const std::string& config_fp, const std::string& dataset_fp,
-                           const std::string& dataset) {
+                           const std::string& dataset, const std::string& config_yaml) {
   const CheckpointState& s = r.state();
   if (s.task != task) {
     return InvalidArgument(r.dir() + ": checkpoint of another task (" + s.task + ", not " + task +
@@ -75,11 +127,14 @@ Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
                            "; or start over with --overwrite");
   }
   if (s.config_fingerprint != config_fp) {
-    return InvalidArgument(r.dir() + ": checkpoint of another config (another model or training: "
-                           "a model.* or train.* setting other than train.epochs and "
-                           "train.max_minutes differs from this run's, or a key this version "
-                           "added); resume with the run's config.yaml, or start over with "
-                           "--overwrite");
+    const std::string run_dir = r.dir().substr(0, r.dir().rfind("/checkpoints/"));
+    std::string diff = ConfigDifference(run_dir, config_yaml);
+    if (diff.empty()) {
+      diff = " (a model.* or train.* setting other than train.epochs and train.max_minutes "
+             "differs from this run's, or a key this version added)";
+    }
+    return InvalidArgument(r.dir() + ": checkpoint of another config" + diff +
+                           "; resume with the run's config.yaml, or start over with --overwrite");
   }
   return Status::Ok();
 }
@@ -182,7 +237,8 @@ Result<std::optional<CheckpointReader>> Runner::FindResume() {
     return std::optional<CheckpointReader>();
   }
   SLUICE_ASSIGN_OR_RETURN(CheckpointReader r, store_.Open(*latest));
-  SLUICE_RETURN_IF_ERROR(CheckCheckpointFits(r, s_.task, config_fp_, dataset_fp_, s_.dataset));
+  SLUICE_RETURN_IF_ERROR(
+      CheckCheckpointFits(r, s_.task, config_fp_, dataset_fp_, s_.dataset, task_.ConfigYaml()));
   return std::optional<CheckpointReader>(std::move(r));
 }
 
@@ -470,7 +526,7 @@ Result<std::string> OpenTrained(Task& task, const std::string& which) {
   SLUICE_ASSIGN_OR_RETURN(CheckpointReader r, store.Open(name));
   SLUICE_ASSIGN_OR_RETURN(std::string dataset_fp, DatasetFingerprint(s.dataset));
   SLUICE_RETURN_IF_ERROR(CheckCheckpointFits(r, s.task, task.ConfigFingerprint(), dataset_fp,
-                                             s.dataset));
+                                             s.dataset, task.ConfigYaml()));
   SLUICE_RETURN_IF_ERROR(task.LoadState(r));
   SLUICE_RETURN_IF_ERROR(task.PrepareReading(r));
   return name;

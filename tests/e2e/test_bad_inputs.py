@@ -494,7 +494,7 @@ RUNDIR_CASES = [
     ("run-dir-parent-is-file", "PARENT", "run"),
     ("run-dir-has-run", "TRAINED", "--resume"),
     ("lock-held", _lock_held, "lock"),
-    ("resume-other-config", "RESUME_OTHER", "checkpoint of another config"),
+    ("resume-other-config", "RESUME_OTHER", "model.dim 12 (the run's: 8)"),
 ]
 
 

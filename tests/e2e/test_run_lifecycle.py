@@ -102,6 +102,8 @@ def test_a_refused_resume_leaves_the_run_as_it_was(sluice_bin, datasets, tmp_pat
         assert out.returncode == 2, (sets, out.stderr)
         line = one_line(out)
         assert "checkpoint of another config" in line and "checkpoints/epoch-2-step-0" in line, line
+        key, value = sets[0].split("=")
+        assert f"{key} {value} (the run's: " in line, line  # names what differs
         assert (tmp_path / "r/config.yaml").read_text() == config
         assert checkpoint_files(tmp_path / "r") == files
     out = run(sluice_bin, "train", str(cfg), "--resume", "--set", f"dataset={other}")
