@@ -146,6 +146,8 @@ class Runner : public StepSink {
         progress_(s_.progress, task.unit(), s_.epochs) {}
 
   Status Run();
+  // Everything before the first step: the run directory, the task, the checkpoint to resume.
+  Result<std::optional<CheckpointReader>> OpenRun();
   void EpochStart(uint64_t units_before) override;
   bool StepDone(uint64_t units, double loss_sum, bool last) override;
 
@@ -184,6 +186,7 @@ class Runner : public StepSink {
   uint32_t since_best_ = 0;
   std::string latest_;  // the last checkpoint this run wrote
   bool interrupted_ = false, early_stopped_ = false, out_of_time_ = false;
+  bool holds_lock_ = false;  // this process took the run directory's lock
   double overhead_s_ = 0;  // the last epoch's validation and checkpoint seconds
   uint64_t units_ = 0, epochs_trained_ = 0;
   double train_s_ = 0, checkpoint_s_ = 0, eval_s_ = 0;
@@ -196,6 +199,7 @@ class Runner : public StepSink {
 
 Status Runner::PrepareRunDir() {
   SLUICE_ASSIGN_OR_RETURN(lock_, RunDirLock::Acquire(s_.run_dir));
+  holds_lock_ = true;
   std::error_code ec;
   fs::create_directories(store_.dir(), ec);
   if (ec) return IoError("create " + store_.dir() + ": " + ec.message());
@@ -265,6 +269,29 @@ void Runner::PrintHeader() const {
 }
 
 Status Runner::Run() {
+  // A run directory this run created holds nothing of value until the run is accepted: a
+  // refusal (a damaged dataset, say) removes it rather than leave an empty skeleton behind.
+  std::error_code ec;
+  const bool existed = fs::exists(s_.run_dir, ec);
+  Result<std::optional<CheckpointReader>> opened = OpenRun();
+  if (!opened.ok()) {
+    if (!existed && holds_lock_) {  // never another trainer's directory
+      lock_ = RunDirLock();
+      fs::remove_all(s_.run_dir, ec);
+    }
+    return opened.status();
+  }
+  std::optional<CheckpointReader>& resumed = *opened;
+  SLUICE_RETURN_IF_ERROR(task_.PrepareTraining(resumed ? &*resumed : nullptr));
+  if (resumed) WarnConditions(resumed->state());
+  plan_.pipeline_threads = task_.PipelineThreads();
+  PrintHeader();
+  InterruptScope interrupts;
+  SLUICE_RETURN_IF_ERROR(RunEpochs());
+  return Finish();
+}
+
+Result<std::optional<CheckpointReader>> Runner::OpenRun() {
   SLUICE_RETURN_IF_ERROR(PrepareRunDir());
   plan_ = MakeThreadPlan(s_.threads, OnlineCores());
   threads_ = ApplyThreadPlan(plan_);
@@ -287,13 +314,7 @@ Status Runner::Run() {
   // Written once the checkpoint (if any) is known to belong to this config: a refused resume
   // leaves the run directory as it was.
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/config.yaml", task_.ConfigYaml()));
-  SLUICE_RETURN_IF_ERROR(task_.PrepareTraining(resumed ? &*resumed : nullptr));
-  if (resumed) WarnConditions(resumed->state());
-  plan_.pipeline_threads = task_.PipelineThreads();
-  PrintHeader();
-  InterruptScope interrupts;
-  SLUICE_RETURN_IF_ERROR(RunEpochs());
-  return Finish();
+  return resumed;
 }
 
 void Runner::EpochStart(uint64_t units_before) {

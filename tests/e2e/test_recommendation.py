@@ -204,7 +204,7 @@ def test_bad_input_is_one_clear_line(sluice_bin, clicks, tmp_path):
     # A checkpoint of another model.
     assert run(sluice_bin, "train", str(good)).returncode == 0
     out = run(sluice_bin, "train", str(good), "--resume", "--set", "model.dim=4")
-    assert out.returncode == 2 and "another model" in out.stderr, out.stderr
+    assert out.returncode == 2 and "model.dim 4 (the run's: 8)" in out.stderr, out.stderr
 
 
 SCRIPTED = '''
