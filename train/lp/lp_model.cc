@@ -189,47 +189,36 @@ SgemmFn FindSgemm() {
   return g_direct_blas.load(std::memory_order_relaxed) ? fn : nullptr;
 }
 
-// One BLAS thread for the product run by this guard's thread, restored after. MKL (PyTorch's
+// One MKL thread for the product run by this guard's thread, restored after. MKL (PyTorch's
 // wheels) may split a product's inner dimension over its threads, and its thread count differs
 // between sluice's TBB workers (MKL's default, every core) and the thread that set libtorch's
 // count; which worker runs which block is not fixed, so without this a 1vsAll step's bits
 // changed from run to run on a 16-core machine. The fused path's parallelism is its own blocks.
-// OpenBLAS (Debian's libtorch) splits only rows and columns and keeps its global count.
-class OneBlasThread {
+// Without MKL (OpenBLAS: it splits only rows and columns) it does nothing.
+class OneMklThread {
  public:
-  explicit OneBlasThread(bool through_torch) {
-    if (SetLocal set = MklSetLocal()) {
-      before_ = set(1);
-    } else if (through_torch && (before_ = at::get_num_threads()) > 1) {
-      at::set_num_threads(1);  // this thread's OpenMP and MKL counts
-      torch_ = true;
-    }
+  OneMklThread() {
+    if (SetLocal set = MklSetLocal()) before_ = set(1);
   }
-  ~OneBlasThread() {
-    if (SetLocal set = MklSetLocal()) {
-      set(before_);
-    } else if (torch_) {
-      at::set_num_threads(before_);
-    }
+  ~OneMklThread() {
+    if (SetLocal set = MklSetLocal()) set(before_);
   }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
+  OneMklThread(const OneMklThread&) = delete;
+  OneMklThread& operator=(const OneMklThread&) = delete;
 
  private:
-  using SetLocal = int (*)(int);
+  using SetLocal = int (*)(int);  // MKL's C entry point (the lower-case name takes a pointer)
   static SetLocal MklSetLocal() {
     static const auto fn = reinterpret_cast<SetLocal>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
     return fn;
   }
   int before_ = 0;
-  bool torch_ = false;
 };
 
 void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  SgemmFn sgemm = FindSgemm();
-  OneBlasThread pin(/*through_torch=*/sgemm == nullptr);
-  if (sgemm != nullptr) {
+  OneMklThread pin;
+  if (SgemmFn sgemm = FindSgemm()) {
     const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
     const int mi = static_cast<int>(n), ni = static_cast<int>(m), ki = static_cast<int>(k);
     const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
