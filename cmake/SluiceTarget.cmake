@@ -1,8 +1,10 @@
 # Common compile settings for every sluice target.
 set(SLUICE_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-    -Wcast-align -Wunused -Woverloaded-virtual -Wimplicit-fallthrough
-    # GCC 12 reports false -Wrestrict positives inside libstdc++ string code at -O3.
-    -Wno-restrict)
+    -Wcast-align -Wunused -Woverloaded-virtual -Wimplicit-fallthrough)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # GCC 12 reports false -Wrestrict positives inside libstdc++ string code at -O3.
+  list(APPEND SLUICE_WARNINGS -Wno-restrict)
+endif()
 if(SLUICE_WERROR)
   list(APPEND SLUICE_WARNINGS -Werror)
 endif()

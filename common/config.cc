@@ -12,6 +12,13 @@
 #include "common/units.h"
 
 namespace sluice {
+
+ConfigNode::ConfigNode() = default;
+ConfigNode::~ConfigNode() = default;
+ConfigNode::ConfigNode(const ConfigNode&) = default;
+ConfigNode::ConfigNode(ConfigNode&&) noexcept = default;
+ConfigNode& ConfigNode::operator=(const ConfigNode&) = default;
+ConfigNode& ConfigNode::operator=(ConfigNode&&) noexcept = default;
 namespace {
 
 std::string Where(const std::string& source, const YAML::Mark& mark) {
@@ -185,11 +192,22 @@ std::string ShortestValue(double v) {
   const auto r = std::to_chars(text, text + sizeof(text), v);
   return std::string(text, r.ptr);
 }
+// A YAML double-quoted scalar that reads back as `v`: quotes and backslashes escaped, control
+// characters (a newline would fold into a space) as \xNN.
 std::string FormatValue(const std::string& v) {
   std::string quoted = "\"";
   for (char c : v) {
-    if (c == '"' || c == '\\') quoted.push_back('\\');
-    quoted.push_back(c);
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      quoted.push_back('\\');
+      quoted.push_back(c);
+    } else if (u < 0x20 || u == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", u);
+      quoted += escaped;
+    } else {
+      quoted.push_back(c);
+    }
   }
   return quoted + "\"";
 }

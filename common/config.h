@@ -39,6 +39,15 @@ struct Bytes {
 
 // A parsed YAML document: maps keep their order; every node knows where it came from.
 struct ConfigNode {
+  // Declared here, defined in config.cc: a node holds pairs of itself, and a defaulted
+  // constructor checked inside its own class is a recursion clang refuses (libstdc++'s pair).
+  ConfigNode();
+  ~ConfigNode();
+  ConfigNode(const ConfigNode&);
+  ConfigNode(ConfigNode&&) noexcept;
+  ConfigNode& operator=(const ConfigNode&);
+  ConfigNode& operator=(ConfigNode&&) noexcept;
+
   enum class Kind { kNull, kScalar, kMap, kSequence };
   Kind kind = Kind::kNull;
   std::string scalar;

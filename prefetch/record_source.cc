@@ -1,9 +1,33 @@
 #include "prefetch/record_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace sluice {
+
+Status CheckRecords(const RecordLayout& layout, const std::byte* records, uint64_t count,
+                    uint64_t first, const std::string& where, const std::string& path) {
+  for (uint64_t i = 0; i < count; ++i) {
+    const std::byte* r = records + i * layout.bytes();
+    float label;
+    std::memcpy(&label, r + layout.label_offset(), 4);
+    const auto record = [&] { return where + " record " + std::to_string(first + i); };
+    if (label != 0.0f && label != 1.0f) {
+      return InvalidArgument(record() + ": label " + std::to_string(label) + " is not 0 or 1");
+    }
+    for (uint32_t k = 0; k < layout.dense; ++k) {
+      float v;
+      std::memcpy(&v, r + layout.dense_offset() + 4 * k, 4);
+      if (!std::isfinite(v)) {
+        return InvalidArgument(record() + ": dense feature " + std::to_string(k) + " is " +
+                               (std::isnan(v) ? "nan" : "infinite") + " (in " + path +
+                               "; fix the data: sluice_prep writes only finite values)");
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 Result<RecordSource> RecordSource::Open(const Dataset& dataset, const std::string& split,
                                         uint64_t batch, uint64_t max_records, uint64_t max_steps,

@@ -15,6 +15,12 @@
 
 namespace sluice {
 
+// Checks `count` records of `layout` read from `path` (the first is record `first` of the split
+// `where` names, "<dataset>: samples.<split>"): every label 0 or 1, every dense value finite.
+// The first bad one is an error naming the record, the field and the file.
+Status CheckRecords(const RecordLayout& layout, const std::byte* records, uint64_t count,
+                    uint64_t first, const std::string& where, const std::string& path);
+
 class RecordSource {
  public:
   // table, raw id -> row

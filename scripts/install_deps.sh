@@ -4,6 +4,7 @@
 #
 #   bash scripts/install_deps.sh          # lean profile: build + tests
 #   bash scripts/install_deps.sh --full   # also what the benchmarks compare against (fio, ...)
+#   bash scripts/install_deps.sh --fuzz   # also clang and its libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
 lean=(
@@ -14,13 +15,15 @@ lean=(
   python3-torch  # the node-classification tests' dense reference
 )
 full=(fio python3-matplotlib time)
+fuzz=(clang libclang-rt-dev)
 
 want=("${lean[@]}")
 case "${1:-}" in
   --full) want+=("${full[@]}") ;;
+  --fuzz) want+=("${fuzz[@]}") ;;
   ""|--lean) ;;
-  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-  *) echo "install_deps.sh: unknown flag '$1' (expected --lean or --full)" >&2; exit 2 ;;
+  -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+  *) echo "install_deps.sh: unknown flag '$1' (expected --lean, --full or --fuzz)" >&2; exit 2 ;;
 esac
 
 missing=()

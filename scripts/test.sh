@@ -2,7 +2,8 @@
 # Runs the tests from a fresh clone: installs what is missing, checks function lengths, builds
 # the release preset, runs ctest (unit, integration, e2e) and pytest.
 #   bash scripts/test.sh          # CI's tier: everything but the suites marked slow
-#   bash scripts/test.sh --full   # also the slow suites (ctest label / pytest marker `slow`)
+#   bash scripts/test.sh --full   # also the slow suites (ctest label / pytest marker `slow`: the
+#                                 # 20-run crash tests among them) and the soak (scripts/soak.py)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$SLUICE_ROOT"
 full=0
@@ -21,6 +22,7 @@ export SLUICE_BIN=$SLUICE_ROOT/build/release/train/sluice
 if ((full)); then
   ctest --preset release -j "$(nproc)"
   "$py" -m pytest -q tests
+  "$py" scripts/soak.py --sluice "$SLUICE_BIN"
 else
   ctest --preset release -j "$(nproc)" -LE slow
   "$py" -m pytest -q -m "not slow" tests

@@ -4,11 +4,13 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -27,6 +29,7 @@ class Fields {
   Fields(const YAML::Node& node, std::string where) : node_(node), where_(std::move(where)) {}
 
   Result<YAML::Node> Get(const std::string& key) const {
+    if (!node_.IsMap()) return InvalidArgument(where_ + ": must be an object (looking for '" + key + "')");
     YAML::Node child = node_[key];
     if (!child) return InvalidArgument(where_ + ": manifest is missing the field '" + key + "'");
     return child;
@@ -43,6 +46,7 @@ class Fields {
   }
   template <typename T>
   Result<T> AsOr(const std::string& key, T fallback) const {
+    if (!node_.IsMap()) return InvalidArgument(where_ + ": must be an object (looking for '" + key + "')");
     if (!node_[key]) return fallback;
     return As<T>(key);
   }
@@ -63,6 +67,7 @@ Result<uint32_t> ParseCrc(const std::string& text, const std::string& where) {
 Result<DatasetFile> ParseFile(const std::string& role, const YAML::Node& node,
                               const std::string& where) {
   Fields f(node, where + ": files." + role);
+  if (!node.IsMap()) return InvalidArgument(where + ": files." + role + " must be an object");
   DatasetFile file;
   file.role = role;
   SLUICE_ASSIGN_OR_RETURN(file.path, f.As<std::string>("path"));
@@ -78,6 +83,14 @@ Result<DatasetFile> ParseFile(const std::string& role, const YAML::Node& node,
     SLUICE_ASSIGN_OR_RETURN(std::string crc, f.As<std::string>("crc32"));
     SLUICE_ASSIGN_OR_RETURN(file.crc32, ParseCrc(crc, where + ": files." + role));
   }
+  if (node["range"]) {
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> range, f.As<std::vector<int64_t>>("range"));
+    if (range.size() != 2 || range[0] > range[1]) {
+      return InvalidArgument(where + ": files." + role + ".range must be [smallest, largest]");
+    }
+    file.range = std::make_pair(range[0], range[1]);
+  }
+  SLUICE_ASSIGN_OR_RETURN(file.finite, f.AsOr<bool>("finite", false));
   if (file.path.empty() || file.path[0] == '/' || file.path.find("..") != std::string::npos) {
     return InvalidArgument(where + ": files." + role + ".path must be relative inside the dataset");
   }
@@ -110,7 +123,19 @@ std::string ToJson(const YAML::Node& node) {
   return JsonString(v);
 }
 
+Result<Manifest> ParseManifestFields(const std::string& text, const std::string& where);
+
+// Any yaml-cpp exception the field checks did not foresee (a key that is not a scalar, ...) is
+// one error naming the manifest, never an escaped exception.
 Result<Manifest> ParseManifest(const std::string& text, const std::string& where) {
+  try {
+    return ParseManifestFields(text, where);
+  } catch (const YAML::Exception& e) {
+    return Corruption(where + ": malformed manifest: " + e.msg);
+  }
+}
+
+Result<Manifest> ParseManifestFields(const std::string& text, const std::string& where) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -298,11 +323,17 @@ std::string Manifest::ToJson() const {
       std::snprintf(crc, sizeof(crc), "%08x", *f.crc32);
       out << ", \"crc32\": \"" << crc << "\"";
     }
+    if (f.range) out << ", \"range\": [" << f.range->first << ", " << f.range->second << "]";
+    if (f.finite) out << ", \"finite\": true";
     out << "}";
     first = false;
   }
   out << "\n  },\n  \"stats\": " << stats_json << "\n}\n";
   return out.str();
+}
+
+Result<Manifest> Manifest::Parse(const std::string& text, const std::string& where) {
+  return ParseManifest(text, where);
 }
 
 Result<Dataset> Dataset::Open(const std::string& dir) {
@@ -322,6 +353,7 @@ Result<Dataset> Dataset::Open(const std::string& dir) {
   SLUICE_RETURN_IF_ERROR(ds.CheckFiles());
   SLUICE_RETURN_IF_ERROR(ds.CheckPartitions());
   SLUICE_RETURN_IF_ERROR(ds.CheckBuckets());
+  SLUICE_RETURN_IF_ERROR(ds.CheckRecordedRanges());
   return ds;
 }
 
@@ -403,6 +435,47 @@ Status Dataset::CheckBuckets() const {
   return Status::Ok();
 }
 
+std::optional<IdBounds> BoundsOf(const Manifest& m, const std::string& role) {
+  const auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return role.size() >= s.size() && role.compare(role.size() - s.size(), s.size(), s) == 0;
+  };
+  const auto nodes = IdBounds{0, static_cast<int64_t>(m.num_nodes), "counts.nodes"};
+  if (role.rfind("edges.", 0) == 0) {
+    if (ends_with(".src") || ends_with(".dst")) return nodes;
+    if (ends_with(".rel")) return IdBounds{0, static_cast<int64_t>(m.num_relations), "counts.relations"};
+    return std::nullopt;
+  }
+  for (const char* split : kSplits) {
+    if (role == std::string("nodes.") + split) return nodes;
+  }
+  if (role == "nodes.labels") return IdBounds{-1, static_cast<int64_t>(m.num_classes), "counts.classes"};
+  return std::nullopt;
+}
+
+namespace {
+
+std::string RangeText(int64_t lo, int64_t hi, bool closed) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + (closed ? "]" : ")");
+}
+
+}  // namespace
+
+// A recorded range must lie within the role's bounds: a cheap check of the manifest against
+// itself (Verify checks the values).
+Status Dataset::CheckRecordedRanges() const {
+  for (const auto& [role, f] : manifest_.files) {
+    if (!f.range) continue;
+    std::optional<IdBounds> b = BoundsOf(manifest_, role);
+    if (b && (f.range->first < b->lo || f.range->second >= b->hi)) {
+      return Corruption("dataset " + dir_ + ": files." + role + ".range " +
+                        RangeText(f.range->first, f.range->second, true) + " is outside " +
+                        RangeText(b->lo, b->hi, false) + " (" + b->field + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<int64_t>> Dataset::ReadInt64(const std::string& role) const {
   SLUICE_ASSIGN_OR_RETURN(const DatasetFile* f, File(role));
   if (f->dtype != DType::kInt64 && f->dtype != DType::kInt32) {
@@ -451,7 +524,45 @@ Status CheckFinite(const std::string& path, const DatasetFile& f) {
   return Status::Ok();
 }
 
-Status Dataset::Verify() const {
+// Every value of an int32 or int64 array within `b` (when given) and, when the manifest records
+// a range, the array's smallest and largest values equal to it.
+Status CheckIds(const std::string& path, const std::string& role, const DatasetFile& f,
+                const std::optional<IdBounds>& b) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) return IoError(path + ": cannot open for reading");
+  const uint32_t width = f.dtype == DType::kInt64 ? 8 : 4;
+  std::vector<std::byte> chunk(1 << 20);
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (uint64_t offset = 0; offset < f.bytes; offset += chunk.size()) {
+    const uint64_t n = std::min<uint64_t>(chunk.size(), f.bytes - offset);
+    if (std::fread(chunk.data(), 1, n, file.get()) != n) return IoError(path + ": short read");
+    for (uint64_t i = 0; i < n / width; ++i) {
+      int64_t v;
+      if (width == 8) {
+        std::memcpy(&v, chunk.data() + i * 8, 8);
+      } else {
+        int32_t narrow;
+        std::memcpy(&narrow, chunk.data() + i * 4, 4);
+        v = narrow;
+      }
+      if (b && (v < b->lo || v >= b->hi)) {
+        return Corruption(path + " (" + role + "): value " + std::to_string(v) + " at index " +
+                          std::to_string(offset / width + i) + " is outside " +
+                          RangeText(b->lo, b->hi, false) + " (" + b->field + ")");
+      }
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (f.range && f.bytes > 0 && (lo != f.range->first || hi != f.range->second)) {
+    return Corruption(path + " (" + role + "): holds " + RangeText(lo, hi, true) +
+                      " but the manifest records range " + RangeText(f.range->first, f.range->second, true));
+  }
+  return Status::Ok();
+}
+
+Result<Dataset::VerifyReport> Dataset::Verify() const {
+  VerifyReport report;
   for (const auto& [role, f] : manifest_.files) {
     if (!f.crc32) return Corruption("dataset " + dir_ + ": " + role + " has no checksum");
     SLUICE_ASSIGN_OR_RETURN(FileDigest digest, DigestFile(PathOf(f)));
@@ -461,11 +572,18 @@ Status Dataset::Verify() const {
                     digest.crc32, *f.crc32);
       return Corruption("dataset " + dir_ + ": file " + f.path + text);
     }
+    ++report.files;
     if (f.dtype == DType::kFloat32 || f.dtype == DType::kFloat16) {
       SLUICE_RETURN_IF_ERROR(CheckFinite(PathOf(f), f));
+      ++report.float_arrays;
+    }
+    const std::optional<IdBounds> bounds = BoundsOf(manifest_, role);
+    if ((f.dtype == DType::kInt32 || f.dtype == DType::kInt64) && (bounds || f.range)) {
+      SLUICE_RETURN_IF_ERROR(CheckIds(PathOf(f), role, f, bounds));
+      if (bounds) ++report.id_arrays;
     }
   }
-  return Status::Ok();
+  return report;
 }
 
 std::string Dataset::Summary() const {

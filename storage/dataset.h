@@ -46,6 +46,10 @@ struct DatasetFile {
   std::vector<uint64_t> shape;
   uint64_t bytes = 0;
   std::optional<uint32_t> crc32;  // zlib's CRC-32 of the whole file
+  // Content checks recorded by the preprocessing that wrote it: an integer array's smallest and
+  // largest value, and that a float array holds only finite values.
+  std::optional<std::pair<int64_t, int64_t>> range;
+  bool finite = false;
 
   uint64_t elements() const;
 };
@@ -69,6 +73,9 @@ struct Manifest {
     return partition_bounds.empty() ? 0 : static_cast<uint32_t>(partition_bounds.size() - 1);
   }
   std::string ToJson() const;
+  // Parses manifest.json's text; `where` names it in errors. Fields only: Dataset::Open also
+  // checks them against each other and the files.
+  static Result<Manifest> Parse(const std::string& text, const std::string& where);
 };
 
 class Dataset {
@@ -85,8 +92,18 @@ class Dataset {
   // Reads a whole array of `role`, checking its dtype matches T.
   // An int32 or int64 array, as int64.
   Result<std::vector<int64_t>> ReadInt64(const std::string& role) const;
-  // Verifies every file's CRC-32 (reads everything). Files without a checksum are reported.
-  Status Verify() const;
+  // What Verify read.
+  struct VerifyReport {
+    uint64_t files = 0;         // CRC-32 checked
+    uint64_t id_arrays = 0;     // integer arrays whose every value is within its bounds
+    uint64_t float_arrays = 0;  // float arrays whose every value is finite
+  };
+  // Reads everything: every file's CRC-32 (files without one are reported), every id array's
+  // values against the counts that bound them (node ids below counts.nodes, relation ids below
+  // counts.relations, labels in [-1, counts.classes)) and against the range the manifest
+  // records, every float array for non-finite values. The first problem is one error naming the
+  // file, the index or row and the bound.
+  Result<VerifyReport> Verify() const;
   // A multi-line human summary (for `sluice info`).
   std::string Summary() const;
 
@@ -94,6 +111,7 @@ class Dataset {
   Status CheckFiles() const;
   Status CheckPartitions() const;
   Status CheckBuckets() const;
+  Status CheckRecordedRanges() const;
 
   std::string dir_;
   Manifest manifest_;
@@ -132,5 +150,13 @@ class DatasetWriter {
 };
 
 uint32_t DTypeBytes(DType dtype, const RecordLayout& record);
+
+// The values an integer array of `role` may hold, [lo, hi), from the manifest's counts, with the
+// count that bounds it ("counts.nodes"); nullopt for arrays without such a bound.
+struct IdBounds {
+  int64_t lo = 0, hi = 0;
+  const char* field = "";
+};
+std::optional<IdBounds> BoundsOf(const Manifest& manifest, const std::string& role);
 
 }  // namespace sluice

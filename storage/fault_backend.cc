@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "storage/file.h"
+
 namespace sluice {
 
 const FaultRule* FaultBackend::Match(const IoOp& op) {
@@ -19,10 +21,36 @@ const FaultRule* FaultBackend::Match(const IoOp& op) {
   return fired;
 }
 
+const FaultRule* FaultBackend::ProcessRule(const IoOp& op, FaultRule& out) {
+  if (process_ == nullptr || !process_->Applies(op.kind)) return nullptr;
+  const FaultAction a = process_->NextFd(op.kind, op.fd);
+  out.kind = op.kind;
+  switch (a.kind) {
+    case FaultKind::kNone:
+      return nullptr;
+    case FaultKind::kError:
+      out.type = FaultType::kError;
+      out.error = a.error;
+      return &out;
+    case FaultKind::kShort:
+      // Half the op, kept aligned for O_DIRECT; an op too small to split goes through whole.
+      out.type = FaultType::kShortTransfer;
+      out.short_bytes = op.length_bytes / 2 / kDirectAlignBytes * kDirectAlignBytes;
+      return out.short_bytes > 0 ? &out : nullptr;
+    case FaultKind::kLatency:
+      out.type = FaultType::kLatency;
+      out.latency_ns = ProcessFaults::kLatencyNs;
+      return &out;
+  }
+  return nullptr;
+}
+
 size_t FaultBackend::SubmitAndWait(std::span<IoCompletion> out) {
   if (reorder_ && !pending_.empty()) reorder_(pending_);
   for (IoOp op : pending_) {
+    FaultRule process_rule;
     const FaultRule* rule = Match(op);
+    if (rule == nullptr) rule = ProcessRule(op, process_rule);
     if (rule != nullptr) ++faults_fired_;
     if (rule != nullptr && rule->type == FaultType::kError) {
       synthesized_.push_back(IoCompletion{op.tag, -static_cast<int64_t>(rule->error)});

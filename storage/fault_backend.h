@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "storage/fault_injection.h"
 #include "storage/io_backend.h"
 
 namespace sluice {
@@ -39,6 +40,8 @@ class FaultBackend final : public IoBackend {
 
   void AddRule(const FaultRule& rule) { rules_.push_back({rule, 0}); }
   void SetReorder(Reorder reorder) { reorder_ = std::move(reorder); }
+  // Also applies the process's SLUICE_FAULT faults (IoSession::Create sets them when asked).
+  void SetProcessFaults(ProcessFaults* faults) { process_ = faults; }
   uint64_t faults_fired() const { return faults_fired_; }
 
   const char* name() const override { return "fault"; }
@@ -52,10 +55,13 @@ class FaultBackend final : public IoBackend {
     uint64_t seen = 0;
   };
   const FaultRule* Match(const IoOp& op);
+  // The process's fault for `op` as a rule in `out`; nullptr when none applies.
+  const FaultRule* ProcessRule(const IoOp& op, FaultRule& out);
 
   std::unique_ptr<IoBackend> inner_;
   std::vector<ArmedRule> rules_;
   Reorder reorder_;
+  ProcessFaults* process_ = nullptr;
   std::vector<IoOp> pending_;
   std::vector<IoCompletion> synthesized_;
   uint32_t inner_outstanding_ = 0;

@@ -16,6 +16,7 @@
 
 #include "common/aligned_buffer.h"
 #include "common/log.h"
+#include "storage/fault_injection.h"
 
 namespace sluice {
 namespace {
@@ -158,11 +159,39 @@ Status SyncDirectory(const std::string& dir) {
   return Status::Ok();
 }
 
+namespace {
+
+// The part of a `length` transfer a "short" fault lets through: half, kept aligned for O_DIRECT
+// (0: too small to split, the op goes through whole).
+size_t ShortLength(const File& file, size_t length) {
+  size_t part = length / 2;
+  if (file.direct()) part = part / kDirectAlignBytes * kDirectAlignBytes;
+  return part;
+}
+
+// Applies the process's injected fault (if any) to one transfer of a Full loop: true when the
+// transfer must fail (errno set); a short fault shrinks `length`, a latency fault waits.
+bool InjectFault(IoKind op, const File& file, size_t& length) {
+  ProcessFaults* faults = ProcessFaults::Get();
+  if (faults == nullptr) return false;
+  const FaultAction a = faults->Next(op, file.path());
+  if (a.kind == FaultKind::kError) {
+    errno = a.error;
+    return true;
+  }
+  if (a.kind == FaultKind::kShort && ShortLength(file, length) > 0) length = ShortLength(file, length);
+  SleepForFault(a);
+  return false;
+}
+
+}  // namespace
+
 Status PreadFull(const File& file, std::byte* buffer, size_t length_bytes, uint64_t offset_bytes) {
   size_t done = 0;
   while (done < length_bytes) {
-    ssize_t n = ::pread(file.fd(), buffer + done, length_bytes - done,
-                        static_cast<off_t>(offset_bytes + done));
+    size_t length = length_bytes - done;
+    ssize_t n = InjectFault(IoKind::kRead, file, length)
+                    ? -1 : ::pread(file.fd(), buffer + done, length, static_cast<off_t>(offset_bytes + done));
     if (n < 0 && errno == EINTR) continue;
     std::string what = "read " + file.path() + " offset " + std::to_string(offset_bytes) +
                        " length " + std::to_string(length_bytes);
@@ -180,8 +209,9 @@ Status PwriteFull(const File& file, const std::byte* buffer, size_t length_bytes
                   uint64_t offset_bytes) {
   size_t done = 0;
   while (done < length_bytes) {
-    ssize_t n = ::pwrite(file.fd(), buffer + done, length_bytes - done,
-                         static_cast<off_t>(offset_bytes + done));
+    size_t length = length_bytes - done;
+    ssize_t n = InjectFault(IoKind::kWrite, file, length)
+                    ? -1 : ::pwrite(file.fd(), buffer + done, length, static_cast<off_t>(offset_bytes + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return ErrnoStatus("write " + file.path() + " offset " + std::to_string(offset_bytes) +

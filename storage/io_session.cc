@@ -1,13 +1,20 @@
 #include "storage/io_session.h"
 
 #include "common/units.h"
+#include "storage/fault_backend.h"
+#include "storage/fault_injection.h"
 
 namespace sluice {
 
 Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
   const BackendKind kind = config.backend;
-  SLUICE_ASSIGN_OR_RETURN(auto backend,
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
                           MakeBackend(kind, static_cast<uint32_t>(config.queue_depth)));
+  if (ProcessFaults* faults = ProcessFaults::Get()) {  // SLUICE_FAULT: the fault-matrix tests
+    auto wrapped = std::make_unique<FaultBackend>(std::move(backend));
+    wrapped->SetProcessFaults(faults);
+    backend = std::move(wrapped);
+  }
   return std::make_unique<IoSession>(std::move(backend),
                                      static_cast<uint32_t>(config.merge_max.value));
 }

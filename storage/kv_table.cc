@@ -2,21 +2,87 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "storage/fault_injection.h"
 #include "storage/file.h"
 
 namespace sluice {
 namespace {
 
 constexpr const char* kWidthKey = "\xff" "sluice.row_bytes";
+
+// SLUICE_FAULT on RocksDB's writes (its log, tables and manifest): the fault-matrix tests.
+class FaultWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FaultWritableFile(std::unique_ptr<rocksdb::FSWritableFile> file, std::string path, ProcessFaults* faults)
+      : FSWritableFileOwnerWrapper(std::move(file)), path_(std::move(path)), faults_(faults) {}
+
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    return Faulted(data, [&](const rocksdb::Slice& part) { return target()->Append(part, options, dbg); });
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+    return Faulted(data, [&](const rocksdb::Slice& part) { return target()->Append(part, options, info, dbg); });
+  }
+
+ private:
+  template <class AppendFn>
+  rocksdb::IOStatus Faulted(const rocksdb::Slice& data, AppendFn append) {
+    const FaultAction a = faults_->Next(IoKind::kWrite, path_);
+    if (a.kind == FaultKind::kError) {
+      const std::string what = "append to " + path_ + " (injected)";
+      return a.error == ENOSPC ? rocksdb::IOStatus::NoSpace(what) : rocksdb::IOStatus::IOError(what);
+    }
+    SleepForFault(a);
+    if (a.kind == FaultKind::kShort && data.size() > 1) {  // two writes, as a short one is finished
+      const size_t half = data.size() / 2;
+      rocksdb::IOStatus s = append(rocksdb::Slice(data.data(), half));
+      return s.ok() ? append(rocksdb::Slice(data.data() + half, data.size() - half)) : s;
+    }
+    return append(data);
+  }
+
+  std::string path_;
+  ProcessFaults* faults_;
+};
+
+class FaultFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FaultFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base, ProcessFaults* faults)
+      : FileSystemWrapper(base), faults_(faults) {}
+  const char* Name() const override { return "SluiceFaultFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(fname, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<FaultWritableFile>(std::move(*result), fname, faults_);
+    return s;
+  }
+
+ private:
+  ProcessFaults* faults_;
+};
+
+// The Env every KvTable opens with under SLUICE_FAULT (lives as long as the process).
+rocksdb::Env* FaultEnv(ProcessFaults* faults) {
+  static rocksdb::Env* const env =
+      rocksdb::NewCompositeEnv(std::make_shared<FaultFileSystem>(rocksdb::FileSystem::Default(), faults))
+          .release();
+  return env;
+}
 
 // Big-endian keys keep RocksDB's byte order equal to numeric order, so sorted batches hit
 // neighbouring blocks.
@@ -75,6 +141,9 @@ Result<std::unique_ptr<KvTable>> KvTable::Open(const std::string& path, uint32_t
   db_options.write_buffer_size = options.memtable_bytes;
   db_options.max_write_buffer_number = 2;
   db_options.max_background_jobs = 1;  // a compaction thread, not a pool, on 2 cores
+  // A disk that refuses RocksDB's OPTIONS file refuses the table too (RocksDB would only log it).
+  db_options.fail_if_options_file_error = true;
+  if (ProcessFaults* faults = ProcessFaults::Get()) db_options.env = FaultEnv(faults);
   auto cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;

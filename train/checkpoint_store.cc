@@ -3,8 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <tuple>
@@ -74,7 +76,17 @@ Result<CheckpointState> ParseYaml(const YAML::Node& root) {
     CheckpointFile file;
     file.path = f["path"].as<std::string>();
     file.bytes = f["bytes"].as<uint64_t>();
-    file.crc32 = static_cast<uint32_t>(std::stoul(f["crc32"].as<std::string>(), nullptr, 16));
+    const std::string crc = f["crc32"].as<std::string>();
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(crc.c_str(), &end, 16);
+    if (crc.empty() || *end != '\0' || errno != 0 || value > 0xffffffffULL) {
+      return Corruption("files: bad crc32 '" + crc + "' for " + file.path);
+    }
+    file.crc32 = static_cast<uint32_t>(value);
+    if (file.path.empty() || file.path[0] == '/' || file.path.find("..") != std::string::npos) {
+      return Corruption("files: '" + file.path + "' is not a path inside the checkpoint");
+    }
     s.files.push_back(std::move(file));
   }
   return s;

@@ -226,9 +226,14 @@ std::string ConfigReference() {
 
 Result<DatasetInfo> OpenDataset(const std::string& dir, bool verify) {
   SLUICE_ASSIGN_OR_RETURN(Dataset dataset, Dataset::Open(dir));
-  if (verify) SLUICE_RETURN_IF_ERROR(dataset.Verify());
+  Dataset::VerifyReport report;
+  if (verify) {
+    SLUICE_ASSIGN_OR_RETURN(report, dataset.Verify());
+  }
   const Manifest& m = dataset.manifest();
   DatasetInfo info;
+  info.verified_id_arrays = report.id_arrays;
+  info.verified_float_arrays = report.float_arrays;
   info.dir = dir;
   info.task = TaskKindName(m.task);
   info.name = m.name;

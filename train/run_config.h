@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "train/device_config.h"
-#include "train/task.h"
+#include "train/run_settings.h"
 
 namespace sluice {
 

@@ -59,6 +59,9 @@ int RunInfo(const Args& a) {
   std::printf("%s", dataset->summary.c_str());
   if (a.verify) {
     std::printf("  checksums: all %llu files verified\n", static_cast<unsigned long long>(dataset->files));
+    std::printf("  content: ids of %llu arrays within their counts, %llu float arrays finite\n",
+                static_cast<unsigned long long>(dataset->verified_id_arrays),
+                static_cast<unsigned long long>(dataset->verified_float_arrays));
   }
   return 0;
 }
@@ -180,7 +183,7 @@ void BuildCli(CLI::App& app, Args& a) {
   app.add_subcommand("version", "print the version, libtorch, BLAS and the thread plan");
   auto* info = app.add_subcommand("info", "check a dataset directory and summarise it");
   info->add_option("DATASET", a.dataset, "dataset directory (holds manifest.json)")->required();
-  info->add_flag("--verify", a.verify, "also verify every file's CRC-32 (reads all data)");
+  info->add_flag("--verify", a.verify, "also verify every file's CRC-32, ids within their counts, finite floats (reads all data)");
   auto* demo = app.add_subcommand(
       "demo-storage", "write a row table, read and update random rows through the io layer, "
                       "check every byte, and print throughput");

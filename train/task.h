@@ -19,25 +19,10 @@
 #include "sluice/run.h"
 #include "common/thread_plan.h"
 #include "train/checkpoint_store.h"
+#include "train/run_settings.h"
 #include "train/run_summary.h"
 
 namespace sluice {
-
-// The settings every task's config has, as the runner needs them.
-struct RunSettings {
-  std::string task;      // "link_prediction", "recommendation", ...
-  std::string dataset;   // dataset directory
-  std::string run_dir;
-  int epochs = 1;
-  double max_minutes = 0;    // training time budget (0: none)
-  int checkpoint_every = 1;  // epochs (0: only at the end; -1: never)
-  bool progress = true;
-  bool step_log = false;  // RUN/steps.tsv, a line per step
-  int eval_every = 1;  // validate every N epochs (0: never)
-  int patience = 0;    // stop after N validations without a better score (0: never)
-  uint64_t seed = 1;
-  ThreadConfig threads;
-};
 
 // Metrics, PredictRequest and TrainOptions are public types (sluice/run.h).
 

@@ -27,10 +27,15 @@ struct DatasetInfo {
   uint64_t sparse_features = 0;  // recommendation: categorical features per sample
   uint64_t files = 0;            // files the manifest lists (each with its CRC-32)
   std::string summary;           // what `sluice info` prints
+  // With verify: the integer arrays whose ids were checked against their bounds, and the float
+  // arrays checked for non-finite values.
+  uint64_t verified_id_arrays = 0;
+  uint64_t verified_float_arrays = 0;
 };
 
 // Opens and checks `dir` (its manifest, every array's size and dtype); with verify, also reads
-// every file and checks its CRC-32. Errors name the directory, the file and what is wrong.
+// every file and checks its CRC-32, its ids against the counts that bound them and its floats
+// for non-finite values. Errors name the directory, the file and what is wrong.
 Result<DatasetInfo> OpenDataset(const std::string& dir, bool verify = false);
 
 }  // namespace sluice

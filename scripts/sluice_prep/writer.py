@@ -30,11 +30,24 @@ class ArrayFile:
         self._f = open(path, "wb")
         self.rows = 0
         self.crc = 0
+        # Content checks, recorded in the manifest: an integer array's smallest and largest
+        # value, and that a float array holds only finite values (checked as it is written).
+        self.lo: int | None = None
+        self.hi: int | None = None
 
     def append(self, values: np.ndarray) -> None:
         data = np.ascontiguousarray(values, dtype=self.dtype)
         if self.width > 1 and (data.ndim != 2 or data.shape[1] != self.width):
             raise PrepError(f"{self.rel}: rows of width {self.width} expected, got shape {data.shape}")
+        if data.size and not record_like(self):
+            if self.dtype.kind == "i":
+                lo, hi = int(data.min()), int(data.max())
+                self.lo = lo if self.lo is None else min(self.lo, lo)
+                self.hi = hi if self.hi is None else max(self.hi, hi)
+            elif self.dtype.kind == "f" and not np.isfinite(data).all():
+                bad = int(np.flatnonzero(~np.isfinite(data.reshape(-1)))[0])
+                raise PrepError(f"{self.rel}: row {self.rows + bad // self.width}, column "
+                                f"{bad % self.width} is not finite (nan or infinite)")
         buf = data.tobytes()
         self._f.write(buf)
         self.crc = zlib.crc32(buf, self.crc)
@@ -48,8 +61,49 @@ class ArrayFile:
         if size != expected:
             raise PrepError(f"{self.path}: wrote {size} bytes, expected {expected}")
         dtype = "record" if self.record else _dtype_name(self.dtype)
-        return {"path": self.rel, "dtype": dtype, "shape": shape, "bytes": size,
-                "crc32": f"{self.crc & 0xffffffff:08x}"}
+        entry = {"path": self.rel, "dtype": dtype, "shape": shape, "bytes": size,
+                 "crc32": f"{self.crc & 0xffffffff:08x}"}
+        if self.lo is not None and dtype in ("int32", "int64"):
+            entry["range"] = [self.lo, self.hi]
+        if dtype in ("float32", "float16"):
+            entry["finite"] = True
+        return entry
+
+
+def record_like(f: "ArrayFile") -> bool:
+    return f.record or f.dtype.kind == "V"
+
+
+def bounds_of(manifest: dict[str, Any], role: str) -> tuple[int, int, str] | None:
+    """The values an integer array of `role` may hold, [lo, hi), and the count that bounds them
+    (the same rule as the reader's BoundsOf in storage/dataset.cc)."""
+    counts = manifest.get("counts", {})
+    nodes = (0, int(counts.get("nodes", 0)), "counts.nodes")
+    if role.startswith("edges."):
+        if role.endswith((".src", ".dst")):
+            return nodes
+        if role.endswith(".rel"):
+            return 0, int(counts.get("relations", 0)), "counts.relations"
+        return None
+    if role in ("nodes.train", "nodes.valid", "nodes.test"):
+        return nodes
+    if role == "nodes.labels":
+        return -1, int(counts.get("classes", 0)), "counts.classes"
+    return None
+
+
+def check_ranges(manifest: dict[str, Any], files: dict[str, dict[str, Any]]) -> None:
+    """Every recorded id range within the counts that bound it: an id beyond them is one line
+    naming the array and the count, before anything is committed."""
+    for role, entry in files.items():
+        bounds = bounds_of(manifest, role)
+        if bounds is None or "range" not in entry:
+            continue
+        lo, hi, field = bounds
+        smallest, largest = entry["range"]
+        if smallest < lo or largest >= hi:
+            bad = smallest if smallest < lo else largest
+            raise PrepError(f"{role}: id {bad} is outside [{lo}, {hi}) ({field})")
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -119,6 +173,7 @@ class DatasetWriter:
 
     def commit(self, manifest: dict[str, Any]) -> pathlib.Path:
         files = {role: f.close() for role, f in sorted(self.files.items())}
+        check_ranges(manifest, files)
         shutil.rmtree(self.tmp / "_scratch", ignore_errors=True)
         full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest, "files": files}
         (self.tmp / "manifest.json").write_text(json.dumps(full, indent=2) + "\n")

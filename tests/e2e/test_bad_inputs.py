@@ -317,6 +317,11 @@ DATASET_CASES = [
      "edges.test.src[1]"),
     ("valid-relation-out-of-range", lambda d, m: _rewrite(d, m, "edges.valid.rel", lambda a: a.__setitem__(0, 9)),
      "edges.valid.rel[0]"),
+    ("range-beyond-nodes", lambda d, m: _file(m, "edges.train.src").update(range=[0, m["counts"]["nodes"] + 5]),
+     "files.edges.train.src.range"),
+    ("range-malformed", lambda d, m: _file(m, "edges.valid.dst").update(range=[7]), "edges.valid.dst.range"),
+    ("range-reversed", lambda d, m: _file(m, "edges.test.rel").update(range=[3, 1]), "edges.test.rel.range"),
+    ("finite-not-bool", lambda d, m: _file(m, "edges.test.rel").update(finite="maybe"), "finite"),
     ("buckets-disagree", lambda d, m: _rewrite(d, m, "edges.train.buckets", lambda a: a.__setitem__(-1, a[-1] + 3)),
      "buckets"),
 ]
@@ -343,6 +348,88 @@ def test_verify_finds_a_flipped_bit(sluice_bin, lp_ds, tmp_path):
     _flip(d, json.loads((d / "manifest.json").read_text()), "edges.train.dst")
     out = run(sluice_bin, "info", str(d), "--verify")
     assert_one_line_error(out, "sluice", "checksum mismatch")
+
+
+def test_verify_finds_an_id_beyond_its_count(sluice_bin, lp_ds, tmp_path):
+    """A valid edge's id past counts.nodes, with its CRC made to match: verify reads the values."""
+    d = damaged_copy(lp_ds, tmp_path / "ds", lambda d, m: _rewrite(
+        d, m, "edges.valid.dst", lambda a: a.__setitem__(5, 10**6)))
+    out = run(sluice_bin, "info", str(d), "--verify")
+    assert_one_line_error(out, "sluice", "(edges.valid.dst): value 1000000 at index 5 is outside [0, ")
+    assert "(counts.nodes)" in out.stderr
+
+
+def test_verify_finds_values_the_recorded_range_does_not_cover(sluice_bin, lp_ds, tmp_path):
+    def narrow(d, m):
+        f = _file(m, "edges.train.rel")
+        f["range"] = [f["range"][0], f["range"][1] - 1]
+    d = damaged_copy(lp_ds, tmp_path / "ds", narrow)
+    assert run(sluice_bin, "info", str(d)).returncode == 0  # the recorded range is within its count
+    out = run(sluice_bin, "info", str(d), "--verify")
+    assert_one_line_error(out, "sluice", "but the manifest records range")
+
+
+# Node classification: a generated graph with planted classes, 1 partition; the same checks.
+
+@pytest.fixture(scope="module")
+def nc_ds(tmp_path_factory) -> pathlib.Path:
+    d = tmp_path_factory.mktemp("bad-nc")
+    out = subprocess.run(PREP + ["gen-nc", "--nodes", "600", "--edges", "4000", "--features", "8", "--classes", "3",
+                                 "--seed", "2", "--partitions", "1", "--out", str(d / "ds")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return d / "ds"
+
+
+def nc_config(ds: pathlib.Path, run_dir: pathlib.Path) -> str:
+    return (f"task: node_classification\ndataset: {ds}\nrun_dir: {run_dir}\nprogress: false\n"
+            "model: {kind: graphsage, layers: 2, hidden: 8, fanouts: [3, 3]}\n"
+            "train: {epochs: 1, batch: 64}\neval: {every: 1, fanouts: [3, 3]}\n")
+
+
+def _rewrite_float(d: pathlib.Path, m: dict, role: str, fn) -> None:
+    f = _file(m, role)
+    a = np.fromfile(d / f["path"], dtype=np.float32)
+    fn(a)
+    a.tofile(d / f["path"])
+    f["crc32"] = f"{zlib.crc32(a.tobytes()) & 0xffffffff:08x}"
+    f.pop("finite", None)
+
+
+NC_DATASET_CASES = [
+    ("features-missing", lambda d, m: m["files"].pop("nodes.features"), "nodes.features"),
+    ("features-truncated", lambda d, m: _truncate(d, m, "nodes.features", -16), "truncated"),
+    ("features-width", lambda d, m: m["counts"].update(feature_dim=9), "feature"),
+    ("features-dtype", lambda d, m: _file(m, "nodes.features").update(dtype="int32"), "nodes.features"),
+    ("features-nan", lambda d, m: _rewrite_float(d, m, "nodes.features", lambda a: a.__setitem__(17, np.nan)),
+     "feature 1 is nan"),
+    ("labels-missing", lambda d, m: m["files"].pop("nodes.labels"), "nodes.labels"),
+    ("labels-beyond-classes", lambda d, m: _rewrite(d, m, "nodes.labels", lambda a: a.__setitem__(4, 7)), "nodes.labels"),
+    ("labels-range-recorded", lambda d, m: _file(m, "nodes.labels").update(range=[-1, 5]), "counts.classes"),
+    ("classes-zero", lambda d, m: m["counts"].update(classes=0), "classes"),
+    ("train-split-missing", lambda d, m: m["files"].pop("nodes.train"), "nodes.train"),
+    ("train-split-out-of-range", lambda d, m: _rewrite(d, m, "nodes.train", lambda a: a.__setitem__(2, 10**6)),
+     "nodes.train"),
+    ("valid-split-negative", lambda d, m: _rewrite(d, m, "nodes.valid", lambda a: a.__setitem__(0, -3)), "nodes.valid"),
+    ("split-range-recorded", lambda d, m: _file(m, "nodes.test").update(range=[0, 600]), "files.nodes.test.range"),
+    ("graph-dst-out-of-range", lambda d, m: _rewrite(d, m, "edges.train.by_dst.src", lambda a: a.__setitem__(9, 10**6)),
+     "edges.train"),
+]
+
+
+@pytest.mark.parametrize("case", NC_DATASET_CASES, ids=[c[0] for c in NC_DATASET_CASES])
+def test_node_classification_dataset(sluice_bin, nc_ds, tmp_path, case):
+    name, mutate, expect = case
+    d = damaged_copy(nc_ds, tmp_path / "ds", mutate)
+    before = tree_hash(d)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(nc_config(d, tmp_path / "run"))
+    out = run(sluice_bin, "train", str(cfg))
+    assert_one_line_error(out, "sluice", expect)
+    assert "epoch 1" not in out.stdout, "the damage was found only after an epoch"
+    assert tree_hash(d) == before and not temporaries(d, tmp_path)
+    if name != "features-nan":  # feature rows are checked as they are read (and by --verify)
+        assert not (tmp_path / "run").exists(), "a refused run left its new run directory behind"
 
 
 # ---------------------------------------------------------------------------------------------

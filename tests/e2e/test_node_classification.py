@@ -268,8 +268,9 @@ def rewrite(ds: pathlib.Path, role: str, dtype, edit) -> None:
     ("fanouts", "model.fanouts has 1 entries for model.layers 2"),
     ("label_range", "has label 99, outside [-1, 8)"),
     ("unlabelled_train", "is unlabelled (label -1)"),
-    ("split_beyond", "beyond the graph's"),
-    ("classes", "has label 7, outside [-1, 4)"),
+    ("split_beyond", "nodes.test[0] is node 1000000, outside the graph's [0, 500)"),
+    # The labels' recorded range against the new count, at open, before the labels are read.
+    ("classes", "files.nodes.labels.range [0, 7] is outside [-1, 4) (counts.classes)"),
     ("nan_feature", "is nan"),
     ("no_by_dst", "no destination-sorted edges"),
     ("empty_split", "split (nodes.valid) is empty"),

@@ -486,3 +486,43 @@ def test_interrupted_run_leaves_no_output(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted; no output was written" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.tsv"]
+
+
+def test_content_checks_are_recorded_and_verified(tmp_path, sluice_bin):
+    """Preprocessing records each id array's range and each float array's finiteness in the
+    manifest; sluice info --verify reads every value again and reports what it checked."""
+    prep("gen-nc", "--nodes", 400, "--edges", 3000, "--features", 8, "--classes", 4, "--seed", 3,
+         "--partitions", 2, "--out", tmp_path / "nc")
+    m = json.loads((tmp_path / "nc/manifest.json").read_text())
+    n = m["counts"]["nodes"]
+    for role in ("edges.train.src", "edges.train.dst", "nodes.train", "nodes.labels"):
+        lo, hi = m["files"][role]["range"]
+        values = load(tmp_path / "nc", role)
+        assert (lo, hi) == (values.min(), values.max()), role
+    assert m["files"]["edges.train.src"]["range"][1] < n
+    assert m["files"]["nodes.features"]["finite"] is True
+    out = subprocess.run([str(sluice_bin), "info", str(tmp_path / "nc"), "--verify"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert "content: ids of 8 arrays within their counts, 1 float arrays finite" in out.stdout, out.stdout
+
+
+def test_the_writer_refuses_an_id_beyond_its_count_and_leaves_nothing(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sluice_prep.writer import DatasetWriter, PrepError
+    w = DatasetWriter(tmp_path / "out")
+    w.put("edges.train.src", "e/src.bin", np.array([0, 3, 9], dtype=np.int32))
+    w.put("nodes.features", "n/f.bin", np.ones((9, 2), dtype=np.float32))
+    with pytest.raises(PrepError, match=r"edges.train.src: id 9 is outside \[0, 9\) \(counts.nodes\)"):
+        try:
+            w.commit({"task": "node_classification", "counts": {"nodes": 9}})
+        except PrepError:
+            w.abort()
+            raise
+    assert not list(tmp_path.iterdir())
+    w = DatasetWriter(tmp_path / "out2")
+    f = w.array("nodes.features", "n/f.bin", np.float32, 3)
+    f.append(np.ones((4, 3), dtype=np.float32))
+    with pytest.raises(PrepError, match=r"n/f.bin: row 5, column 1 is not finite"):
+        f.append(np.array([[1, 1, 1], [1, np.inf, 1]], dtype=np.float32))
+    w.abort()

@@ -84,7 +84,7 @@ TEST(DatasetTest, ChecksumMismatchIsFoundByVerify) {
   }
   auto ds = Dataset::Open(dir.File("d"));
   ASSERT_TRUE(ds.ok()) << "sizes still match; only Verify reads the data";
-  Status s = ds->Verify();
+  Status s = ds->Verify().status();
   EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("file edges/train_dst.bin: checksum mismatch"), std::string::npos)
       << s.message();

@@ -254,23 +254,11 @@ Status DlrmTask::ReadBatch(const RowBatch& b, const std::string& split, torch::T
     const std::byte* r = b.records.data() + i * rb;
     std::memcpy(dp + i * rec_.dense, r + rec_.dense_offset(), rec_.dense * 4);
     std::memcpy(lp + i, r + rec_.label_offset(), 4);
-    const uint64_t record = b.step * static_cast<uint64_t>(cfg_.train.batch) + static_cast<uint64_t>(i);
-    const std::string where = cfg_.dataset + ": samples." + split + " record " + std::to_string(record);
-    if (lp[i] != 0.0f && lp[i] != 1.0f) {
-      return InvalidArgument(where + ": label " + std::to_string(lp[i]) + " is not 0 or 1");
-    }
-    for (uint32_t k = 0; k < rec_.dense; ++k) {
-      const float v = dp[i * rec_.dense + k];
-      if (!std::isfinite(v)) {
-        auto file = dataset_.File("samples." + split);
-        return InvalidArgument(where + ": dense feature " + std::to_string(k) + " is " +
-                               (std::isnan(v) ? "nan" : "infinite") + " (in " +
-                               (file.ok() ? dataset_.PathOf(**file) : split) +
-                               "; fix the data: sluice_prep writes only finite values)");
-      }
-    }
   }
-  return Status::Ok();
+  auto file = dataset_.File("samples." + split);
+  return CheckRecords(rec_, b.records.data(), static_cast<uint64_t>(n),
+                      b.step * static_cast<uint64_t>(cfg_.train.batch), cfg_.dataset + ": samples." + split,
+                      file.ok() ? dataset_.PathOf(**file) : split);
 }
 
 Result<ModelInput> DlrmTask::StepInput(const RowBatch& b, const std::string& split, bool training) {

@@ -104,8 +104,8 @@ Status NcTask::CheckLabelsAndSplits() {
   labels_.resize(labels.size());
   for (size_t v = 0; v < labels.size(); ++v) {
     if (labels[v] < -1 || labels[v] >= classes_) {
-      return InvalidArgument(where + ": node " + std::to_string(v) + " has label " + std::to_string(labels[v]) +
-                             ", outside [-1, " + std::to_string(classes_) + ") (the manifest says " +
+      return InvalidArgument(where + ": nodes.labels: node " + std::to_string(v) + " has label " +
+                             std::to_string(labels[v]) + ", outside [-1, " + std::to_string(classes_) + ") (the manifest says " +
                              std::to_string(classes_) + " classes; -1: unlabelled)");
     }
     labels_[v] = static_cast<int32_t>(labels[v]);
@@ -115,10 +115,11 @@ Status NcTask::CheckLabelsAndSplits() {
     if (!dataset_.Has(role)) continue;
     SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, dataset_.ReadInt64(role));
     if (ids.empty()) return InvalidArgument(where + ": the " + split + " split (" + role + ") is empty");
-    for (int64_t v : ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t v = ids[i];
       if (v < 0 || static_cast<uint64_t>(v) >= num_nodes_) {
-        return InvalidArgument(where + ": the " + split + " split names node " + std::to_string(v) +
-                               ", beyond the graph's " + std::to_string(num_nodes_) + " nodes");
+        return InvalidArgument(where + ": " + role + "[" + std::to_string(i) + "] is node " + std::to_string(v) +
+                               ", outside the graph's [0, " + std::to_string(num_nodes_) + ")");
       }
       if (labels_[static_cast<size_t>(v)] < 0) {
         return InvalidArgument(where + ": " + split + " node " + std::to_string(v) +
