@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The soak (outside CI; scripts/test.sh --full runs it): each workload trains out of core on a
 generated dataset for at least 30 epochs (or --minutes), its resident set sampled every second
-from /proc. Passes when the RSS at the end of every epoch from the third on is at most 1.02x its
+from /proc (kept in WORK/rss-<workload>.tsv). Passes when the RSS at the end of every epoch from the third on is at most 1.02x its
 value at the end of the third (metrics.jsonl's rss_bytes) and the peak stays under the budget.
 
     soak.py [--sluice build/release/train/sluice] [--epochs 30] [--minutes 0] [--workloads lp,rec,nc]
@@ -63,6 +63,8 @@ def soak(args, workload: str) -> dict:
     sampler.join()
     if proc.returncode != 0:
         return {"workload": workload, "error": err.strip().splitlines()[-1] if err.strip() else proc.returncode}
+    # Every sample, for a look at where in an epoch the resident set grows.
+    (args.work / f"rss-{workload}.tsv").write_text("".join(f"{s:.1f}\t{r}\n" for s, r in samples))
     epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rss = [e["rss_bytes"] for e in epochs]
     base = rss[2] if len(rss) >= 3 else 0

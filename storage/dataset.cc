@@ -101,6 +101,30 @@ std::string JsonString(const std::string& s);
 
 // Re-emits a parsed JSON value as JSON: numbers, booleans and null stay bare, other scalars are
 // quoted (yaml-cpp keeps no scalar types, so a quoted "12" comes back as a number).
+// JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?. (strtod also takes
+// " 0", "inf", "0x1p3", ".5": written bare, those would not read back as the same value.)
+bool IsJsonNumber(const std::string& v) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+    return i > start;
+  };
+  if (i < v.size() && v[i] == '-') ++i;
+  if (i < v.size() && v[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < v.size() && v[i] == '.' && (++i, !digits())) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == v.size();
+}
+
 std::string ToJson(const YAML::Node& node) {
   if (node.IsMap()) {
     std::string out = "{";
@@ -116,10 +140,7 @@ std::string ToJson(const YAML::Node& node) {
   }
   if (!node.IsScalar()) return "null";
   const std::string& v = node.Scalar();
-  if (v == "true" || v == "false" || v == "null") return v;
-  char* end = nullptr;
-  std::strtod(v.c_str(), &end);
-  if (!v.empty() && end == v.c_str() + v.size()) return v;
+  if (v == "true" || v == "false" || v == "null" || IsJsonNumber(v)) return v;
   return JsonString(v);
 }
 

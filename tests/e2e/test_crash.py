@@ -15,7 +15,7 @@ import pytest
 from workloads import WORKLOADS, final_model, make_dataset, write_config
 
 RUNS = 20
-EPOCHS = 3
+EPOCHS = 4
 
 
 def train(sluice_bin, cfg: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
@@ -38,7 +38,7 @@ def landed(run_dir: pathlib.Path) -> str:
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_sigkill_at_random_times_then_resume_equals_uninterrupted(sluice_bin, tmp_path_factory, workload):
     tmp = tmp_path_factory.mktemp(f"crash-{workload}")
-    ds = make_dataset(workload, tmp / "data")
+    ds = make_dataset(workload, tmp / "data", "crash")
     whole = write_config(workload, tmp / "whole.yaml", ds, tmp / "whole", EPOCHS)
     start = time.monotonic()
     out = train(sluice_bin, whole)

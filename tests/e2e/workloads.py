@@ -1,8 +1,10 @@
 """One generated dataset and one out-of-core config per workload (link prediction, recommendation,
 node classification), shared by the crash tests (test_crash.py) and the soak (scripts/soak.py).
 
-`size` scales a workload: "small" trains in a few seconds (the crash tests run it 21 times),
-"soak" gives epochs of several seconds over tables that are evicted and reloaded constantly."""
+`size` scales a workload: "small" trains in a second or two (the fault matrix runs it about 90
+times), "crash" in several seconds, most of them training rather than starting (the crash tests
+run it 41 times), "soak" gives epochs of several seconds over tables that are evicted and
+reloaded constantly."""
 import collections
 import io
 import json
@@ -19,6 +21,7 @@ PREP = [sys.executable, str(ROOT / "scripts/sluice_prep.py")]
 SIZES = {
     # nodes, edges (graphs); samples, vocabulary (clicks)
     "small": {"lp": (3000, 40000), "rec": (24000, 6000), "nc": (4000, 30000)},
+    "crash": {"lp": (12000, 200000), "rec": (100000, 20000), "nc": (12000, 120000)},
     "soak": {"lp": (50000, 600000), "rec": (200000, 50000), "nc": (30000, 300000)},
 }
 WORKLOADS = ("lp", "rec", "nc")
@@ -67,12 +70,13 @@ def write_config(workload: str, path: pathlib.Path, dataset: pathlib.Path, run_d
                 "eval: {every: 1}",
                 "storage: {mode: out_of_core, backend: rowfile, cache_rows: 5000, window: 2, run_ahead: 2}"]
     else:
+        nodes = json.loads((dataset / "manifest.json").read_text())["counts"]["nodes"]  # half cached
         body = ["task: node_classification",
                 "model: {kind: graphsage, layers: 2, hidden: 32, fanouts: [5, 5], dropout: 0.5, "
                 "embedding_dim: 16}",
                 f"train: {{epochs: {epochs}, batch: 64, lr: 0.01, seed: 3}}",
                 "eval: {every: 1, fanouts: [5, 5], batch: 64}",
-                "storage: {mode: out_of_core, cache_rows: 2500, window: 1, run_ahead: 1}"]
+                f"storage: {{mode: out_of_core, cache_rows: {max(2500, nodes // 2)}, window: 1, run_ahead: 1}}"]
     path.write_text("\n".join(common + body) + "\n")
     return path
 

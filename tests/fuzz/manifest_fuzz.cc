@@ -14,7 +14,8 @@ int Manifest(const uint8_t* data, size_t size) {
   Result<sluice::Manifest> again = sluice::Manifest::Parse(json, "manifest.json (written)");
   SLUICE_CHECK(again.ok(), "a parsed manifest's JSON does not parse: %s\n%s",
                again.status().message().c_str(), json.c_str());
-  SLUICE_CHECK(again->ToJson() == json, "a parsed manifest's JSON parses to another manifest:\n%s", json.c_str());
+  SLUICE_CHECK(again->ToJson() == json, "a parsed manifest's JSON parses to another manifest:\n%s\nthen\n%s",
+               json.c_str(), again->ToJson().c_str());
   return 0;
 }
 
