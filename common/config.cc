@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/json.h"
 #include "common/units.h"
 
 namespace sluice {
@@ -87,6 +88,7 @@ ConfigNode* ConfigNode::Find(std::string_view key) {
 }
 
 Result<ConfigNode> ParseConfigText(const std::string& text, const std::string& source_name) {
+  if (std::string why = Utf8Problem(text, source_name); !why.empty()) return InvalidArgument(why);
   try {
     return Convert(YAML::Load(text), source_name);
   } catch (const YAML::Exception& e) {

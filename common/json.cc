@@ -1,5 +1,6 @@
 #include "common/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -25,6 +26,47 @@ std::string JsonString(std::string_view s) {
     }
   }
   return out + "\"";
+}
+
+size_t InvalidUtf8At(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned c = b[i];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;  // the second byte's range (narrower after E0, ED, F0, F4)
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + n >= s.size()) return i;  // truncated at the end
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned x = b[i + k];
+      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return std::string_view::npos;
+}
+
+std::string Utf8Problem(std::string_view s, const std::string& what) {
+  const size_t at = InvalidUtf8At(s);
+  if (at == std::string_view::npos) return "";
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(s[at]));
+  const size_t line = 1 + static_cast<size_t>(std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  return what + ": not UTF-8 text (byte " + byte + " at line " + std::to_string(line) + ")";
 }
 
 std::string JsonNumber(double v) {

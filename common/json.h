@@ -17,6 +17,12 @@ namespace sluice {
 
 // `s` as a quoted JSON string (quotes, backslashes and control characters escaped).
 std::string JsonString(std::string_view s);
+// Where `s` stops being UTF-8 (the offset of the first byte of an invalid or truncated
+// sequence), or npos. The readers of sluice's own text files (configs, manifests, checkpoint
+// states) refuse other encodings: such bytes cannot be written back as they were read.
+size_t InvalidUtf8At(std::string_view s);
+// "<what>: not UTF-8 text (byte 0xNN at line L)" when `s` is not UTF-8, else "".
+std::string Utf8Problem(std::string_view s, const std::string& what);
 // A double with 17 significant digits, or null when not finite.
 std::string JsonNumber(double v);
 

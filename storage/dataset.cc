@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common/json.h"
 #include "common/units.h"
 #include "storage/file.h"
 
@@ -97,8 +98,6 @@ Result<DatasetFile> ParseFile(const std::string& role, const YAML::Node& node,
   return file;
 }
 
-std::string JsonString(const std::string& s);
-
 // Re-emits a parsed JSON value as JSON: numbers, booleans and null stay bare, other scalars are
 // quoted (yaml-cpp keeps no scalar types, so a quoted "12" comes back as a number).
 // JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?. (strtod also takes
@@ -157,6 +156,7 @@ Result<Manifest> ParseManifest(const std::string& text, const std::string& where
 }
 
 Result<Manifest> ParseManifestFields(const std::string& text, const std::string& where) {
+  if (std::string why = Utf8Problem(text, where); !why.empty()) return Corruption(why);
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -224,23 +224,6 @@ Result<Manifest> ParseManifestFields(const std::string& text, const std::string&
   }
   if (root["stats"]) m.stats_json = ToJson(root["stats"]);
   return m;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", c);
-      out += esc;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "\"";
 }
 
 std::string JsonCounts(const std::map<std::string, uint64_t>& counts) {

@@ -117,6 +117,7 @@ std::string CheckpointState::ToJson() const {
 }
 
 Result<CheckpointState> CheckpointState::Parse(const std::string& text, const std::string& where) {
+  if (std::string why = Utf8Problem(text, where); !why.empty()) return Corruption(why);
   try {
     Result<CheckpointState> s = ParseYaml(YAML::Load(text));
     if (!s.ok()) return s.status().WithContext(where);

@@ -1,5 +1,6 @@
 #include "train/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -268,7 +269,27 @@ void Runner::PrintHeader() const {
   std::fflush(stdout);
 }
 
+namespace {
+
+// A dataset is read-only to training: a run directory inside it (or the dataset directory
+// itself) would put tables and checkpoints among its files.
+Status CheckRunDirOutsideDataset(const std::string& run_dir, const std::string& dataset) {
+  if (run_dir.empty() || dataset.empty()) return Status::Ok();
+  std::error_code ec;
+  const fs::path run = fs::weakly_canonical(run_dir, ec);
+  const fs::path data = fs::weakly_canonical(dataset, ec);
+  if (ec) return Status::Ok();  // an unreadable dataset is reported where it is opened
+  const auto [d, r] = std::mismatch(data.begin(), data.end(), run.begin(), run.end());
+  if (d != data.end()) return Status::Ok();
+  return InvalidArgument("run_dir " + run_dir + " is inside the dataset " + dataset +
+                         ": a run writes tables and checkpoints into its run directory and a "
+                         "dataset stays read-only; choose a folder outside it");
+}
+
+}  // namespace
+
 Status Runner::Run() {
+  SLUICE_RETURN_IF_ERROR(CheckRunDirOutsideDataset(s_.run_dir, s_.dataset));
   // A run directory this run created holds nothing of value until the run is accepted: a
   // refusal (a damaged dataset, say) removes it rather than leave an empty skeleton behind.
   std::error_code ec;

@@ -59,6 +59,16 @@ TEST(ConfigTest, LoadsNestedSectionsAndKeepsDefaults) {
   std::remove(path.c_str());
 }
 
+TEST(ConfigTest, TextThatIsNotUtf8IsRefusedNamingTheByteAndLine) {
+  EXPECT_TRUE(ParseConfigText("a: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82\"\n", "c.yaml").ok());
+  for (const char* bad : {"a: 1\nb: caf\xe9\n", "a: 1\nb: \xc3\n", "a: 1\nb: \xed\xa0\x80\n", "a: 1\nb: \xc0\xaf\n"}) {
+    auto r = ParseConfigText(bad, "c.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("c.yaml: not UTF-8 text (byte 0x"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("at line 2)"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(ConfigTest, UnknownKeyNamesKeyFileAndLine) {
   std::string path = WriteTemp("name: x\ninner:\n  depth: 64\n  dpeth: 3\n");
   Outer config;

@@ -114,6 +114,7 @@ CONFIG_CASES = [
     ("duplicate-key", BASE + "model: {dim: 4}\n", [], "duplicate key 'model'"),
     ("malformed-yaml", BASE + "train: [1, 2\n", [], "malformed YAML"),
     ("tab-indent", "\tdataset: x\n", [], "malformed YAML"),
+    ("latin-1-bytes", BASE + "run_dir: caf\xe9\n", [], "not UTF-8 text (byte 0xe9 at line"),
     ("empty-config", "", [], "dataset"),
     ("scalar-config", "just text\n", [], "c.yaml"),
     ("list-config", "- a\n- b\n", [], "c.yaml"),
@@ -170,10 +171,11 @@ NUMERIC_CASES = [
 
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
 def test_config(sluice_bin, lp_ds, tmp_path, case):
-    _, text, sets, expect = case
+    name, text, sets, expect = case
     before = tree_hash(lp_ds)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(text.replace(BASE, lp_config(lp_ds, tmp_path / "run")))
+    text = text.replace(BASE, lp_config(lp_ds, tmp_path / "run"))
+    cfg.write_bytes(text.encode("latin-1" if name == "latin-1-bytes" else "utf-8"))
     out = run(sluice_bin, "train", str(cfg), *[a for s in sets for a in ("--set", s)])
     assert_one_line_error(out, "sluice", expect)
     assert tree_hash(lp_ds) == before and not temporaries(tmp_path, lp_ds)
@@ -608,6 +610,69 @@ def test_run_dir(sluice_bin, lp_ds, trained, tmp_path, case):
     assert tree_hash(run_dir) == before
 
 
+# More run directories: (id, setup(run_dir, trained, dataset) -> (run_dir, arguments, env),
+# expected). A full disk comes from SLUICE_FAULT (storage/fault_injection.h).
+def _trained_with(change):
+    def setup(run_dir, trained, ds):
+        shutil.copytree(trained, run_dir)
+        change(run_dir)
+        return run_dir, ["--resume"], {}
+    return setup
+
+
+def _replace_with_dir(path: pathlib.Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _stray_checkpoint(run_dir: pathlib.Path) -> None:
+    latest = (run_dir / "checkpoints/latest").read_text().strip()
+    stray = run_dir / "checkpoints/epoch-7-step-0"
+    shutil.copytree(run_dir / "checkpoints" / latest, stray)
+    (stray / "state.json").unlink()
+    for f in ("latest", "best"):
+        (run_dir / "checkpoints" / f).unlink(missing_ok=True)
+    for d in (run_dir / "checkpoints").glob("epoch-*"):
+        if d != stray:
+            shutil.rmtree(d)
+
+
+MORE_RUNDIR_CASES = [
+    ("full-disk-at-start", lambda r, t, ds: (r, [], {"SLUICE_FAULT": f"write:enospc:{r}/:0:all"}), "No space left"),
+    ("run-dir-is-dataset", lambda r, t, ds: (ds, [], {}), "is inside the dataset"),
+    ("run-dir-inside-dataset", lambda r, t, ds: (ds / "runs/a", [], {}), "is inside the dataset"),
+    ("checkpoints-is-file", _trained_with(lambda r: (shutil.rmtree(r / "checkpoints"),
+                                                     (r / "checkpoints").write_text("x"))), "checkpoints"),
+    ("config-yaml-is-dir", _trained_with(lambda r: _replace_with_dir(r / "config.yaml")), "config.yaml"),
+    ("lock-is-dir", _trained_with(lambda r: _replace_with_dir(r / "lock")), "lock"),
+    ("stray-checkpoint", _trained_with(_stray_checkpoint), "epoch-7-step-0"),
+]
+
+
+@pytest.mark.parametrize("case", MORE_RUNDIR_CASES, ids=[c[0] for c in MORE_RUNDIR_CASES])
+def test_run_dir_more(sluice_bin, trained, tmp_path, case):
+    _, setup, expect = case
+    ds = tmp_path / "ds"
+    shutil.copytree(_dataset_of(trained), ds)
+    run_dir, extra, env = setup(tmp_path / "run", trained, ds)
+    before, data_before = tree_hash(run_dir), tree_hash(ds)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(lp_config(ds, run_dir))
+    out = subprocess.run([str(sluice_bin), "train", str(cfg), *extra], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **env})
+    assert_one_line_error(out, "sluice", expect)
+    assert tree_hash(run_dir) == before and tree_hash(ds) == data_before
+    assert not temporaries(tmp_path / "run")
+
+
+def _dataset_of(run_dir: pathlib.Path) -> pathlib.Path:
+    """The dataset a trained run was trained on (its config.yaml names it)."""
+    for line in (run_dir / "config.yaml").read_text().splitlines():
+        if line.startswith("dataset:"):
+            return pathlib.Path(line.split(":", 1)[1].strip().strip('"'))
+    raise AssertionError("no dataset in config.yaml")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_read_only_run_dir(sluice_bin, lp_ds, tmp_path):
     _read_only(tmp_path / "run")
@@ -699,5 +764,6 @@ def test_recommendation_dataset(sluice_bin, clicks, tmp_path, case):
 def test_corpus_size():
     """The issue's floor: at least 150 cases."""
     n = (len(CONFIG_CASES) + len(NUMERIC_CASES) + len(CLI_CASES) + len(DATASET_CASES) + 1 + len(PREP_CASES)
-         + len(KG_CASES) + 2 + len(RUNDIR_CASES) + 1 + 3 * len(CHECKPOINT_CASES) - 1 + len(REC_CASES))
+         + len(KG_CASES) + 2 + len(RUNDIR_CASES) + len(MORE_RUNDIR_CASES) + 1 + 3 * len(CHECKPOINT_CASES) - 1
+         + len(REC_CASES) + len(NC_DATASET_CASES) + 2)
     assert n >= 150, n
