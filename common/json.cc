@@ -60,6 +60,11 @@ size_t InvalidUtf8At(std::string_view s) {
   return std::string_view::npos;
 }
 
+bool IsPlainKey(std::string_view s) {
+  if (s.size() > 256) return false;
+  return std::none_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+}
+
 std::string Utf8Problem(std::string_view s, const std::string& what) {
   const size_t at = InvalidUtf8At(s);
   if (at == std::string_view::npos) return "";

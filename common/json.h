@@ -21,6 +21,10 @@ std::string JsonString(std::string_view s);
 // sequence), or npos. The readers of sluice's own text files (configs, manifests, checkpoint
 // states) refuse other encodings: such bytes cannot be written back as they were read.
 size_t InvalidUtf8At(std::string_view s);
+// True when `s` can be a key of a JSON object sluice writes and reads back: at most 256 bytes, no
+// control characters (escaped, a long key would pass the 1024-character limit YAML readers put
+// on keys of flow mappings, which yaml-cpp enforces on JSON).
+bool IsPlainKey(std::string_view s);
 // "<what>: not UTF-8 text (byte 0xNN at line L)" when `s` is not UTF-8, else "".
 std::string Utf8Problem(std::string_view s, const std::string& what);
 // A double with 17 significant digits, or null when not finite.

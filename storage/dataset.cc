@@ -219,6 +219,7 @@ Result<Manifest> ParseManifestFields(const std::string& text, const std::string&
   if (!files.IsMap()) return Corruption(where + ": files must be an object");
   for (const auto& kv : files) {
     const std::string role = kv.first.as<std::string>();
+    if (!IsPlainKey(role)) return Corruption(where + ": files: a role that is not a name (control characters, or over 256 bytes)");
     SLUICE_ASSIGN_OR_RETURN(DatasetFile file, ParseFile(role, kv.second, where));
     m.files.emplace(role, std::move(file));
   }

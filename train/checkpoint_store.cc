@@ -66,7 +66,9 @@ Result<CheckpointState> ParseYaml(const YAML::Node& root) {
   s.config_fingerprint = root["config"].as<std::string>();
   s.dataset_fingerprint = root["dataset"].as<std::string>();
   for (const auto& kv : root["conditions"]) {
-    s.conditions[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    const std::string key = kv.first.as<std::string>();
+    if (!IsPlainKey(key)) return Corruption("conditions: a key that is not a condition's name");
+    s.conditions[key] = kv.second.as<std::string>();
   }
   const YAML::Node best = root["best_score"];
   s.best_score = best.IsNull() ? std::numeric_limits<double>::quiet_NaN() : best.as<double>();
