@@ -124,6 +124,20 @@ bool IsJsonNumber(const std::string& v) {
   return i == v.size();
 }
 
+// Every key of a map, at any depth, a plain name (IsPlainKey), so the JSON reads back.
+bool PlainKeys(const YAML::Node& node) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar() || !IsPlainKey(kv.first.Scalar()) || !PlainKeys(kv.second)) return false;
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      if (!PlainKeys(item)) return false;
+    }
+  }
+  return true;
+}
+
 std::string ToJson(const YAML::Node& node) {
   if (node.IsMap()) {
     std::string out = "{";
@@ -223,7 +237,10 @@ Result<Manifest> ParseManifestFields(const std::string& text, const std::string&
     SLUICE_ASSIGN_OR_RETURN(DatasetFile file, ParseFile(role, kv.second, where));
     m.files.emplace(role, std::move(file));
   }
-  if (root["stats"]) m.stats_json = ToJson(root["stats"]);
+  if (root["stats"]) {
+    if (!PlainKeys(root["stats"])) return Corruption(where + ": stats: a key that is not a name");
+    m.stats_json = ToJson(root["stats"]);
+  }
   return m;
 }
 
