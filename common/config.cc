@@ -170,6 +170,9 @@ Status ParseValue(const ConfigNode& node, double& out) {
 
 Status ParseValue(const ConfigNode& node, std::string& out) {
   if (node.kind != ConfigNode::Kind::kScalar) return InvalidArgument("expected a string");
+  if (InvalidUtf8At(node.scalar) != std::string_view::npos) {  // yaml-cpp's \xNN is a raw byte
+    return InvalidArgument("expected UTF-8 text (an escape such as \\xa0 gives a raw byte: write the character)");
+  }
   out = node.scalar;
   return Status::Ok();
 }

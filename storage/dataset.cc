@@ -241,6 +241,10 @@ Result<Manifest> ParseManifestFields(const std::string& text, const std::string&
     if (!PlainKeys(root["stats"])) return Corruption(where + ": stats: a key that is not a name");
     m.stats_json = ToJson(root["stats"]);
   }
+  // yaml-cpp turns a \xNN escape into a raw byte: strings must still be UTF-8 to be written back.
+  if (std::string why = Utf8Problem(m.ToJson(), where + " (after its escapes)"); !why.empty()) {
+    return Corruption(why);
+  }
   return m;
 }
 

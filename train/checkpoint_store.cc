@@ -123,6 +123,10 @@ Result<CheckpointState> CheckpointState::Parse(const std::string& text, const st
   try {
     Result<CheckpointState> s = ParseYaml(YAML::Load(text));
     if (!s.ok()) return s.status().WithContext(where);
+    // yaml-cpp turns a \xNN escape into a raw byte: strings must still be UTF-8 to be written back.
+    if (std::string why = Utf8Problem(s->ToJson(), where + " (after its escapes)"); !why.empty()) {
+      return Corruption(why);
+    }
     return s;
   } catch (const YAML::Exception& e) {
     return Corruption(where + ": unreadable checkpoint state (" + e.msg + ")");
