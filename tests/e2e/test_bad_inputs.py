@@ -332,15 +332,22 @@ DATASET_CASES = [
 @pytest.mark.parametrize("case", DATASET_CASES, ids=[c[0] for c in DATASET_CASES])
 def test_dataset(sluice_bin, lp_ds, tmp_path, case):
     name, mutate, expect = case
-    d = damaged_copy(lp_ds, tmp_path / "ds", mutate)
+    # Training edges are checked as each buffer state is read: such a run has begun.
+    train_damaged(sluice_bin, lp_ds, tmp_path, mutate, expect, lp_config, began=name.startswith("train-id"))
+
+
+def train_damaged(sluice_bin, ds, tmp_path, mutate, expect, config, began: bool) -> None:
+    """Trains on a damaged copy of `ds`: one line naming `expect`, before the first epoch ends,
+    the copy unchanged, no temporary, and (unless the run had `began`) no run directory left."""
+    d = damaged_copy(ds, tmp_path / "ds", mutate)
     before = tree_hash(d)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(lp_config(d, tmp_path / "run"))
+    cfg.write_text(config(d, tmp_path / "run"))
     out = run(sluice_bin, "train", str(cfg))
     assert_one_line_error(out, "sluice", expect)
     assert "epoch 1" not in out.stdout, "the damage was found only after an epoch"
     assert tree_hash(d) == before and not temporaries(d, tmp_path)
-    if not name.startswith("train-id"):  # training edges are checked as each buffer state is read
+    if not began:
         assert not (tmp_path / "run").exists(), "a refused run left its new run directory behind"
 
 
@@ -422,16 +429,8 @@ NC_DATASET_CASES = [
 @pytest.mark.parametrize("case", NC_DATASET_CASES, ids=[c[0] for c in NC_DATASET_CASES])
 def test_node_classification_dataset(sluice_bin, nc_ds, tmp_path, case):
     name, mutate, expect = case
-    d = damaged_copy(nc_ds, tmp_path / "ds", mutate)
-    before = tree_hash(d)
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(nc_config(d, tmp_path / "run"))
-    out = run(sluice_bin, "train", str(cfg))
-    assert_one_line_error(out, "sluice", expect)
-    assert "epoch 1" not in out.stdout, "the damage was found only after an epoch"
-    assert tree_hash(d) == before and not temporaries(d, tmp_path)
-    if name != "features-nan":  # feature rows are checked as they are read (and by --verify)
-        assert not (tmp_path / "run").exists(), "a refused run left its new run directory behind"
+    # Feature rows are checked as they are read (and by --verify): such a run has begun.
+    train_damaged(sluice_bin, nc_ds, tmp_path, mutate, expect, nc_config, began=name == "features-nan")
 
 
 # ---------------------------------------------------------------------------------------------
