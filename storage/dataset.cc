@@ -519,67 +519,67 @@ Result<std::vector<int64_t>> Dataset::ReadInt64(const std::string& role) const {
   return values;
 }
 
-// Every value of a float32 or float16 array is finite; else the first bad row and column.
-Status CheckFinite(const std::string& path, const DatasetFile& f) {
+// Reads `bytes` of `path` in 1 MiB chunks and calls visit(index, element) for every element of
+// `width` bytes, stopping at the first error it returns.
+template <class Visit>
+Status ForEachElement(const std::string& path, uint64_t bytes, uint32_t width, Visit visit) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) return IoError(path + ": cannot open for reading");
-  const uint32_t width = f.dtype == DType::kFloat32 ? 4 : 2;
-  const uint64_t cols = f.shape.size() > 1 ? f.shape[1] : 1;
-  std::vector<std::byte> chunk(1 << 20);
-  for (uint64_t offset = 0; offset < f.bytes; offset += chunk.size()) {
-    const uint64_t n = std::min<uint64_t>(chunk.size(), f.bytes - offset);
+  std::vector<std::byte> chunk(1 << 20);  // a multiple of every element width
+  for (uint64_t offset = 0; offset < bytes; offset += chunk.size()) {
+    const uint64_t n = std::min<uint64_t>(chunk.size(), bytes - offset);
     if (std::fread(chunk.data(), 1, n, file.get()) != n) return IoError(path + ": short read");
     for (uint64_t i = 0; i < n / width; ++i) {
-      bool finite;
-      if (width == 4) {
-        uint32_t bits;
-        std::memcpy(&bits, chunk.data() + i * 4, 4);
-        finite = (bits & 0x7F800000u) != 0x7F800000u;
-      } else {
-        uint16_t bits;
-        std::memcpy(&bits, chunk.data() + i * 2, 2);
-        finite = (bits & 0x7C00u) != 0x7C00u;
-      }
-      if (!finite) {
-        const uint64_t k = offset / width + i;
-        return Corruption(path + ": row " + std::to_string(k / cols) + ", column " + std::to_string(k % cols) +
-                          " is not finite (nan or infinite)");
-      }
+      SLUICE_RETURN_IF_ERROR(visit(offset / width + i, chunk.data() + i * width));
     }
   }
   return Status::Ok();
+}
+
+// Every value of a float32 or float16 array is finite; else the first bad row and column.
+Status CheckFinite(const std::string& path, const DatasetFile& f) {
+  const uint32_t width = f.dtype == DType::kFloat32 ? 4 : 2;
+  const uint64_t cols = f.shape.size() > 1 ? f.shape[1] : 1;
+  return ForEachElement(path, f.bytes, width, [&](uint64_t k, const std::byte* e) -> Status {
+    bool finite;
+    if (width == 4) {
+      uint32_t bits;
+      std::memcpy(&bits, e, 4);
+      finite = (bits & 0x7F800000u) != 0x7F800000u;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, e, 2);
+      finite = (bits & 0x7C00u) != 0x7C00u;
+    }
+    if (finite) return Status::Ok();
+    return Corruption(path + ": row " + std::to_string(k / cols) + ", column " + std::to_string(k % cols) +
+                      " is not finite (nan or infinite)");
+  });
 }
 
 // Every value of an int32 or int64 array within `b` (when given) and, when the manifest records
 // a range, the array's smallest and largest values equal to it.
 Status CheckIds(const std::string& path, const std::string& role, const DatasetFile& f,
                 const std::optional<IdBounds>& b) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) return IoError(path + ": cannot open for reading");
   const uint32_t width = f.dtype == DType::kInt64 ? 8 : 4;
-  std::vector<std::byte> chunk(1 << 20);
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  for (uint64_t offset = 0; offset < f.bytes; offset += chunk.size()) {
-    const uint64_t n = std::min<uint64_t>(chunk.size(), f.bytes - offset);
-    if (std::fread(chunk.data(), 1, n, file.get()) != n) return IoError(path + ": short read");
-    for (uint64_t i = 0; i < n / width; ++i) {
-      int64_t v;
-      if (width == 8) {
-        std::memcpy(&v, chunk.data() + i * 8, 8);
-      } else {
-        int32_t narrow;
-        std::memcpy(&narrow, chunk.data() + i * 4, 4);
-        v = narrow;
-      }
-      if (b && (v < b->lo || v >= b->hi)) {
-        return Corruption(path + " (" + role + "): value " + std::to_string(v) + " at index " +
-                          std::to_string(offset / width + i) + " is outside " +
-                          RangeText(b->lo, b->hi, false) + " (" + b->field + ")");
-      }
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
+  SLUICE_RETURN_IF_ERROR(ForEachElement(path, f.bytes, width, [&](uint64_t k, const std::byte* e) -> Status {
+    int64_t v;
+    if (width == 8) {
+      std::memcpy(&v, e, 8);
+    } else {
+      int32_t narrow;
+      std::memcpy(&narrow, e, 4);
+      v = narrow;
     }
-  }
+    if (b && (v < b->lo || v >= b->hi)) {
+      return Corruption(path + " (" + role + "): value " + std::to_string(v) + " at index " + std::to_string(k) +
+                        " is outside " + RangeText(b->lo, b->hi, false) + " (" + b->field + ")");
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    return Status::Ok();
+  }));
   if (f.range && f.bytes > 0 && (lo != f.range->first || hi != f.range->second)) {
     return Corruption(path + " (" + role + "): holds " + RangeText(lo, hi, true) +
                       " but the manifest records range " + RangeText(f.range->first, f.range->second, true));
