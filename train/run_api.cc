@@ -3,6 +3,7 @@
 
 #include <malloc.h>
 
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -94,11 +95,16 @@ auto Guard(const std::string& what, F&& f) -> decltype(f()) {
 // Training allocates and frees the same multi-megabyte tensors every step. glibc would map and
 // unmap each one (page faults and zeroing: a fifth of a DLRM step, 8% of a whole run measured
 // through the library before this moved here from the executable); keep them in the heap.
+// One arena: the pipeline's threads start afresh each epoch and, with an arena per thread, the
+// free memory each arena keeps made the resident set step up by 2-4% over a 30-epoch soak with
+// no live memory behind it; with one it stays within 0.1% at the same epoch times (2 cores).
+// MALLOC_ARENA_MAX in the environment wins.
 void TuneAllocator() {
   static std::once_flag once;
   std::call_once(once, [] {
     mallopt(M_MMAP_THRESHOLD, 512 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
   });
 }
 

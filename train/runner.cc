@@ -431,6 +431,7 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   SLUICE_RETURN_IF_ERROR(Validate(epoch, last, line, stop));
   std::printf("\n");
   std::fflush(stdout);
+  ReleaseFreeHeap();  // once an epoch: what the epoch freed goes back, so RSS shows what is live
   line.Add("rss_bytes", CurrentRssBytes());  // after validation: what the soak test watches
   SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
   const bool more = !last && !stop;

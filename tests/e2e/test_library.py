@@ -297,9 +297,9 @@ def test_kg_example_outside_the_repository(prefix, tmp_path):
     lines = {}
     # Out of core: 2 of 4 partitions resident; in memory: the same partition schedule.
     for name, storage, reciprocal in [
-            ("ooc", "{mode: out_of_core, budget: 256MiB, resident: 2, slots: 3}", "false"),
+            ("ooc", "{mode: out_of_core, budget: 1GiB, resident: 2, slots: 3}", "false"),
             ("mem", "{mode: in_memory, resident: 2}", "false"),
-            ("rec", "{mode: out_of_core, budget: 256MiB, resident: 2, slots: 3}", "true")]:
+            ("rec", "{mode: out_of_core, budget: 1GiB, resident: 2, slots: 3}", "true")]:
         cfg = tmp_path / f"{name}.yaml"
         cfg.write_text(KG_CONFIG.format(dataset=ds, run_dir=tmp_path / name, storage=storage, reciprocal=reciprocal))
         out = sh([example, cfg, "--export", tmp_path / f"{name}-export"])
