@@ -15,6 +15,13 @@ workload (scripts/gpu_check.sh bench runs it on the GPU machine).
   --g20m DIR    link prediction on the 20M-edge generated graph of configs/marius_g20m.yaml
                 (16 partitions, 4 resident): one epoch on the GPU out of core and in memory with
                 the same schedule; step time, GPU busy, io and planner busy per step.
+  --nc DIR      node classification on a gen-nc graph (3-layer GraphSage, hidden 256, fanouts
+                15,10,5, --nc-batch seeds a step): on the GPU with the features in host RAM
+                (gathered by the CPU into page-locked staging; the CPU sampler and the CUDA
+                sampler), in GPU memory (device.gpu_budget holds them all) and out of core (the
+                feature cache plus device.gpu_budget a quarter of the feature bytes); then
+                bench/pyg_reference.py on the same GPU (same model, same fanouts and batch):
+                epoch-time ratio and test accuracy.
 
 Each sluice row also gives the summary's device figures: GPU busy over wall, copy seconds and
 how many of them hid behind compute, and (out of core) io and planner busy per step, for the
@@ -60,7 +67,7 @@ def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int
     steps = [l.split("\t") for l in (run_dir / "steps.tsv").read_text().splitlines()[1:]]
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     log(f"  {run_dir.name}: {time.perf_counter() - start:.1f} s; "
-        + "; ".join(l for l in out.stdout.splitlines() if "device:" in l or "memory:" in l))
+        + "; ".join(l for l in out.stdout.splitlines() if l.strip().startswith(("device:", "memory:", "sampler:"))))
     return {"summary": summary, "steps": steps, "metrics": metrics}
 
 
@@ -204,11 +211,105 @@ def bench_g20m(args, tmp: pathlib.Path) -> None:
         sys.stdout.flush()
 
 
+NC = """task: node_classification
+dataset: {ds}
+run_dir: RUN_DIR
+progress: false
+step_log: true
+checkpoint_every: -1
+model: {{kind: graphsage, layers: 3, hidden: 256, fanouts: [15, 10, 5], dropout: 0.5}}
+train: {{epochs: {epochs}, batch: {batch}, lr: 0.003, seed: 1, sampler: {sampler}}}
+eval: {{every: {epochs}, split: test, batch: {batch}, fanouts: [15, 10, 5]}}
+storage: {storage}
+device: {{type: {device}, gpu_budget: {gpu_budget}}}
+"""
+
+
+def nc_cells(run: dict, mem_step: float | None) -> tuple[float, float, str]:
+    """Median step of the epochs after the first, the median epoch after the first, and the
+    table's device, pipeline and criterion cells."""
+    steps = [s for s in run["steps"] if int(s[0]) > 1] or run["steps"]
+    step = statistics.median(float(s[2]) for s in steps)
+    epochs = [m["epoch_s"] for m in run["metrics"]][1:] or [run["metrics"][0]["epoch_s"]]
+    p = run["summary"].get("pipeline", {})
+    n = max(1, len(run["steps"]))
+    io, plan, sample = p.get("io_busy_s", 0) / n, p.get("plan_busy_s", 0) / n, p.get("sample_busy_s", 0) / n
+    crit = f"{step / (1.1 * max(mem_step, io, plan)):.2f}" if mem_step else ""
+    acc = run["metrics"][-1].get("test", {}).get("accuracy")
+    sampler = run["summary"].get("sampler", {}).get("device", "?")
+    return step, statistics.median(epochs), (
+        f"{device_cells(run, 0)} | {sample * 1e3:.1f} ms | {io * 1e3:.1f} ms | {plan * 1e3:.1f} ms | {crit} | "
+        f"{sampler} | {'' if acc is None else f'{acc:.4f}'}")
+
+
+def bench_nc(args, tmp: pathlib.Path) -> None:
+    m = json.loads((args.nc / "manifest.json").read_text())
+    f = m["files"]["nodes.features"]
+    nodes, dim = f["shape"]
+    row = f["bytes"] // nodes
+    feat = f["bytes"]
+    cache_rows = nodes // 4
+    print(f"\n### Node classification on the GPU: {args.nc}, {nodes:,} nodes, {m['counts']['edges']['train']:,} "
+          f"edges, {dim} features ({feat / GIB:.2f} GiB), {m['stats']['split_sizes']['train']:,} training nodes; "
+          f"3-layer GraphSage, hidden 256, fanouts 15,10,5, batch {args.nc_batch}; {args.nc_epochs} epochs, "
+          f"medians over the epochs after the first. Out of core: a feature cache of {cache_rows:,} rows "
+          f"(a quarter of the rows) and device.gpu_budget 0 (the steps in flight only)\n")
+    print("| configuration | epoch s | median step ms | GPU busy | copies | hidden | peak RSS | sample/step | "
+          "io/step | plan/step | step / 1.1 max(mem, io, plan) | sampler | test accuracy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    big = f"{int(feat * 1.5 / GIB) + 2}GiB"
+    runs = [("features in host RAM, CPU sampler", "{mode: in_memory}", "0", "cpu"),
+            ("features in host RAM, CUDA sampler", "{mode: in_memory}", "0", "cuda"),
+            ("features in GPU memory", "{mode: in_memory}", big, "auto"),
+            ("out of core (features 4x the feature cache)",
+             f"{{mode: out_of_core, budget: {big}, cache_rows: {cache_rows}, planner: oracle, window: 4, "
+             f"run_ahead: 2, io_group_gap: 16KiB}}", "0", "auto")]
+    steps, mem_step = {}, None
+    for i, (name, storage, gpu_budget, sampler) in enumerate(runs):
+        cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
+                        device=args.device, gpu_budget=gpu_budget)
+        r = train(args.bin, cfg, tmp / f"nc-{i}", 600)
+        if r is None:
+            continue
+        step, epoch, cells = nc_cells(r, mem_step if storage.startswith("{mode: out_of_core") else None)
+        steps[name] = (step, epoch)
+        if storage == "{mode: in_memory}" and gpu_budget == "0":
+            mem_step = step if mem_step is None else min(mem_step, step)
+        print(f"| {name} | {epoch:.3f} | {step * 1e3:.1f} | {cells} |")
+        sys.stdout.flush()
+    ooc = steps.get("out of core (features 4x the feature cache)")
+    if ooc and mem_step:
+        gpu = steps.get("features in GPU memory")
+        print(f"\nOut of core / in memory (host RAM): {ooc[0] / mem_step:.2f}x the step time"
+              + (f"; / in GPU memory: {ooc[0] / gpu[0]:.2f}x" if gpu else "")
+              + " (GraphBolt: 3.4x with 19% of the features cached, 1.13x with 47%).")
+    if args.pyg_export_bin:
+        cmd = [PY, str(ROOT / "bench/pyg_reference.py"), str(args.nc), "--export-bin", str(args.pyg_export_bin),
+               "--batch", str(args.nc_batch), "--epochs", str(args.nc_epochs),
+               "--device", "cuda" if args.device == "cuda" else "cpu"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        log(out.stderr.strip()[-1500:])
+        if out.returncode != 0:
+            print(f"\nPyG reference failed: {out.stderr.strip()[-300:]}")
+            return
+        ref = json.loads(out.stdout.strip().splitlines()[-1])
+        pyg_epoch = statistics.median(ref["epoch_s"][1:] or ref["epoch_s"])
+        print(f"\nPyTorch Geometric on the same GPU ({ref['mode']}; features in GPU memory): {pyg_epoch:.3f} s an "
+              f"epoch, test accuracy {ref['test_accuracy']:.4f}.")
+        for name, (step, epoch) in steps.items():
+            print(f"- sluice {name}: {epoch:.3f} s an epoch, {pyg_epoch / epoch:.2f}x PyG's speed")
+    sys.stdout.flush()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dlrm", type=pathlib.Path, help="a gen-clicks dataset")
     p.add_argument("--fb15k", type=pathlib.Path, help="FB15k-237 prepared with --partitions 4")
     p.add_argument("--g20m", type=pathlib.Path, help="configs/marius_g20m.yaml's generated graph")
+    p.add_argument("--nc", type=pathlib.Path, help="a gen-nc dataset")
+    p.add_argument("--nc-batch", type=int, default=512)
+    p.add_argument("--nc-epochs", type=int, default=3)
+    p.add_argument("--pyg-export-bin", type=pathlib.Path, help="bench/nc_blocks_export: run bench/pyg_reference.py")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/gpu/train/sluice")
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[16384, 65536])
     p.add_argument("--steps", type=int, default=25, help="steps per DLRM run")
@@ -221,6 +322,8 @@ def main() -> int:
     p.add_argument("--tmp", type=pathlib.Path, help="where runs go (default: a temporary folder)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        if args.nc:
+            bench_nc(args, pathlib.Path(tmp))
         if args.fb15k:
             bench_fb15k(args, pathlib.Path(tmp))
         if args.g20m:

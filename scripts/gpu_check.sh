@@ -26,6 +26,9 @@
 #   bash scripts/gpu_check.sh abi         there: which libstdc++ std::filesystem binds to (the
 #                                         checkpoint tests crashed in libtorch's copy before)
 #   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
+#   bash scripts/gpu_check.sh nc [SECONDS]   there: node classification on the GPU in one call
+#                                         (its graph, the build, ctest, the device tests, bench --nc
+#                                         with the PyTorch Geometric reference); logs in $OUT
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
@@ -139,12 +142,17 @@ PY
     py=$(torch_python)
     data=$root/build/gpu-data
     mkdir -p "$data"
-    [[ -d "$data/clicks8" ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
+    [[ -d "$data/clicks8" || "${SKIP_CLICKS:-0}" == 1 ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
       --dense 13 --vocab 25000000 --seed 1 --test-frac 0.01 --out "$data/clicks8" >/dev/null
     if [[ "${G20M:-0}" == 1 && ! -d "$data/g20m" ]]; then  # configs/marius_g20m.yaml's graph (~80 s)
       "$py" scripts/sluice_prep.py gen-graph --out "$data/g20m.tsv" --nodes 2000000 --edges 20000000 --seed 1 >/dev/null
       "$py" scripts/sluice_prep.py edges "$data/g20m.tsv" --out "$data/g20m" --partitions 16 --test-frac 0.001 >/dev/null
       rm -f "$data/g20m.tsv"
+    fi
+    if [[ "${NC:-0}" == 1 && ! -d "$data/nc4m" ]]; then  # bench --nc's graph (about 80 s)
+      "$py" scripts/sluice_prep.py gen-nc --nodes 4000000 --edges 16000000 --undirected --features 128 \
+        --classes 16 --train-frac 0.008 --valid-frac 0.001 --test-frac 0.004 --noise 6 --partitions 16 \
+        --partitioning degree --seed 1 --out "$data/nc4m" >/dev/null
     fi
     if [[ -d .gpu/datasets/fb15k-237 && ! -d "$data/fb15k-237" ]]; then
       "$py" scripts/sluice_prep.py kg .gpu/datasets/fb15k-237 --out "$data/fb15k-237" --partitions 4 >/dev/null
@@ -176,6 +184,7 @@ PY
     fb=()
     [[ -d "$data/fb15k-237" ]] && fb=(--fb15k "$data/fb15k-237")
     [[ -d "$data/g20m" ]] && fb+=(--g20m "$data/g20m")
+    [[ -d "$data/nc4m" ]] && fb+=(--nc "$data/nc4m" --pyg-export-bin "$build/bench/nc_blocks_export")
     "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm "$data/clicks8" "${fb[@]}" --bin "$build/train/sluice" \
       --tmp "$root/build" "${@:2}"
     ;;
@@ -198,6 +207,45 @@ PY
     ;;
   env)
     print_env
+    ;;
+  nc)
+    # Node classification on the GPU in one call: its graph generated in the background, the
+    # build, ctest, the device tests, then bench --nc (with the PyTorch Geometric reference).
+    limit=${2:-540}
+    out=${OUT:-$root/build/gpu-out}
+    mkdir -p "$out" build/gpu-data
+    t0=$(date +%s)
+    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
+    me=$root/scripts/gpu_check.sh
+    py=$(torch_python)
+    (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data.log" 2>&1; echo "data done at $(( $(date +%s) - t0 )) s" >> "$out/data.log") &
+    data_pid=$!
+    el facts; bash "$me" facts
+    "$py" -c 'import torch_geometric; print("torch_geometric", torch_geometric.__version__)' 2>&1 | tail -1
+    "$py" -c 'import pyg_lib' >/dev/null 2>&1 && echo "pyg-lib: yes" || echo "pyg-lib: no"
+    "$py" -c 'import torch_sparse' >/dev/null 2>&1 && echo "torch-sparse: yes" || echo "torch-sparse: no"
+    el sysroot; bash "$me" sysroot
+    el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+    el build; timeout "$(left 35)" bash "$me" build -k 0 > "$out/build.log" 2>&1 || {
+      grep -E "error|FAILED" "$out/build.log" | head -60; }
+    eval "$(print_env)"
+    el version; "$build/train/sluice" version | tail -1
+    el disk; timeout 25 bash "$me" disk || true
+    el ctest; (cd "$build" && timeout "$(left 50)" ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
+      > "$out/ctest.log" 2>&1 || true
+    grep -E "tests passed|tests failed|\*\*\*|Failed|Not Run" "$out/ctest.log" | head -20 || true
+    el device tests
+    xdist=(); "$SLUICE_PYTHON" -c 'import xdist' 2>/dev/null && xdist=(-n 8)
+    SLUICE_BUILD_DIR=$build timeout "$(left 68)" "$SLUICE_PYTHON" -m pytest -q -rs "${xdist[@]}" \
+      -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
+    tail -15 "$out/device_tests.log"
+    el waiting for the graph; wait "$data_pid" || true; tail -3 "$out/data.log"
+    el bench nc; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
+      --pyg-export-bin "$build/bench/nc_blocks_export" --bin "$build/train/sluice" --tmp "$root/build" \
+      --nc-epochs 2 > "$out/bench.md" 2> "$out/bench.err" || true
+    cat "$out/bench.md"; tail -30 "$out/bench.err"
+    el done
     ;;
   all)
     limit=${2:-500}

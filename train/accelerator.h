@@ -82,4 +82,12 @@ Result<std::unique_ptr<Accelerator>> OpenAccelerator(const DeviceConfig& config)
 // The CUDA device (train/cuda/cuda_accelerator.cc, built with CUDA only).
 Result<std::unique_ptr<Accelerator>> OpenCudaAccelerator();
 
+class Key;
+#ifdef SLUICE_HAVE_TORCH_CUDA
+// [sizes] float on CUDA device `device`: element i is key.Unit(i) >= p ? scale : 0, drawn by a
+// kernel on the current stream (train/model_step.h's KeyedDropoutMask on a GPU).
+torch::Tensor CudaKeyedMask(at::IntArrayRef sizes, const Key& key, double p, float scale,
+                            const torch::Device& device);
+#endif
+
 }  // namespace sluice

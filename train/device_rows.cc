@@ -76,7 +76,9 @@ uint64_t DeviceRowsBytes(const DeviceRowsOptions& o, uint64_t max_uses, uint64_t
 
 Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRowsOptions& options,
                                     uint64_t max_uses, uint64_t max_rows, uint64_t extra_bytes) {
-  const uint64_t min_rows = 2 * max_rows;
+  // Every row of the table fits in total_rows slots: a larger cache would hold nothing more.
+  const uint64_t all = options.total_rows != 0 ? options.total_rows : UINT64_MAX;
+  const uint64_t min_rows = std::min(2 * max_rows, all);
   if (config.gpu_budget.value == 0 || config.planner == PlannerKind::kNone) return min_rows;
   DeviceRowsOptions fixed = options;
   fixed.capacity_rows = 0;
@@ -88,7 +90,7 @@ Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRows
                            ") and their staging (" + FormatBytes(reserved) +
                            "); raise it, or set 0 for the steps in flight only");
   }
-  return (config.gpu_budget.value - reserved) / row_bytes;
+  return std::min((config.gpu_budget.value - reserved) / row_bytes, all);
 }
 
 Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions options,

@@ -51,6 +51,7 @@ struct DeviceRowsOptions {
   float lr = 0;
   PlannerKind planner = PlannerKind::kLru;
   uint64_t capacity_rows = 0;  // device slots: at least two steps' rows
+  uint64_t total_rows = 0;     // the table's rows, when known: never more slots than that
 };
 
 // The device memory DeviceRows takes: its slots and two lanes' staging buffers for steps of at

@@ -10,6 +10,9 @@
 #include <exception>
 
 #include "sampler/random.h"
+#ifdef SLUICE_HAVE_TORCH_CUDA
+#include "train/accelerator.h"
+#endif
 #include "train/torch_io.h"
 
 namespace sluice {
@@ -188,15 +191,19 @@ namespace {
 constexpr uint64_t kDropoutDomain = 0xD2A9'0E7C'51F3'4B11ull;  // keeps masks apart from samples
 }  // namespace
 
-torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site) {
+torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site,
+                               const torch::Device& device) {
   const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
   const auto scale = static_cast<float>(1.0 / (1.0 - p));
+#ifdef SLUICE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) return CudaKeyedMask(sizes, k, p, scale, device);
+#endif
   torch::Tensor mask = torch::empty(sizes, torch::kFloat);
   float* m = mask.data_ptr<float>();
   at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
   });
-  return mask;
+  return device.is_cpu() ? mask : mask.to(device);
 }
 
 torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site) {
@@ -212,7 +219,7 @@ torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& ke
     });
     return x;
   }
-  return x * KeyedDropoutMask(x.sizes(), p, key, site).to(x.device());
+  return x * KeyedDropoutMask(x.sizes(), p, key, site, x.device());
 }
 
 void ApplyRowOptimizer(RowOptimizer opt, std::span<float* const> rows, const torch::Tensor& sums,

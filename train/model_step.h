@@ -89,8 +89,10 @@ Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input);
 // Dropout keyed on a step (ModelInput::key), never a global generator: element i is kept with
 // probability 1 - p (scaled by 1 / (1 - p)) by bit stream index i of `key`'s counter-based
 // generator at `site`, so a mask is a pure function of (seed, epoch, step, site).
-// KeyedDropoutMask: the mask itself ([sizes], float, on the CPU; 0 or 1 / (1 - p)).
-torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site);
+// KeyedDropoutMask: the mask itself ([sizes], float, on `device`; 0 or 1 / (1 - p)); on a CUDA
+// device it is drawn there (the same draws), not built on the host and copied.
+torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site,
+                               const torch::Device& device = torch::kCPU);
 // x times its mask (x itself when p is 0).
 torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site);
 

@@ -225,12 +225,101 @@ def test_cuda_without_a_gpu_is_one_line(sluice_bin, clicks, tmp_path):
     assert "device.type: cuda" in line
 
 
-def test_node_classification_on_a_device_is_refused(sluice_bin, tmp_path):
+def test_odd_float16_features_on_a_device_are_one_line(sluice_bin, tmp_path):
     ds = tmp_path / "nc"
-    out = subprocess.run(PREP + ["gen-nc", "--nodes", "500", "--edges", "3000", "--features", "8",
-                                 "--classes", "3", "--out", str(ds)], capture_output=True, text=True)
+    out = subprocess.run(PREP + ["gen-nc", "--nodes", "500", "--edges", "3000", "--features", "7",
+                                 "--feature-dtype", "float16", "--classes", "3", "--out", str(ds)],
+                         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     cfg = tmp_path / "nc.yaml"
     cfg.write_text(f"task: node_classification\ndataset: {ds}\nrun_dir: {tmp_path / 'r'}\nprogress: false\n"
-                   "device: {type: emulated}\n")
-    assert "node classification trains on the CPU" in one_error_line(run(sluice_bin, "train", str(cfg)))
+                   "model: {fanouts: [3, 3]}\ndevice: {type: emulated}\n")
+    assert "float16 features of odd width (7)" in one_error_line(run(sluice_bin, "train", str(cfg)))
+
+
+# Node classification ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def nc_graph(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """20,000 nodes, 100,000 undirected edges (stored both ways); 16 features in float32 and in
+    float16; 6,000 training nodes."""
+    d = tmp_path_factory.mktemp("dev-nc")
+    out = {}
+    for dtype in ("float32", "float16"):
+        r = subprocess.run(PREP + ["gen-nc", "--nodes", "20000", "--edges", "100000", "--undirected", "--features", "16",
+                                   "--classes", "4", "--seed", "7", "--train-frac", "0.3", "--feature-dtype", dtype,
+                                   "--out", str(d / dtype)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out[dtype] = d / dtype
+    return out
+
+
+NC_MODELS = {
+    "graphsage": "{kind: graphsage, layers: 2, hidden: 16, fanouts: [5, 5], dropout: 0.5}",
+    "gat-float16-normalized": "{kind: gat, layers: 2, hidden: 4, heads: 2, fanouts: [4, 4], dropout: 0.3, "
+                              "attention_dropout: 0.2}",
+    "gcn-embeddings": "{kind: gcn, norm: layer, layers: 2, hidden: 16, fanouts: [4, 4], embedding_dim: 8}",
+}
+
+
+def nc_config(path: pathlib.Path, dataset: pathlib.Path, device: str, model: str, extra: str = "") -> pathlib.Path:
+    path.write_text("\n".join([
+        "task: node_classification", f"dataset: {dataset}", f"run_dir: {path.parent / 'unused'}", "progress: false",
+        f"model: {model}", "train: {epochs: 2, batch: 64, lr: 0.01, seed: 3}",
+        "eval: {every: 1, batch: 256}",  # every neighbour, layer by layer (on the device)
+        # 5,000 of 20,000 rows: a step samples about 1,000, three steps are in flight
+        "storage: {mode: out_of_core, cache_rows: 5000, window: 1, run_ahead: 1}",
+        f"device: {{type: {device}}}", extra]) + "\n")
+    return path
+
+
+def nc_dataset(nc_graph, name: str) -> pathlib.Path:
+    return nc_graph["float16" if "float16" in name else "float32"]
+
+
+def nc_extra(name: str) -> str:
+    return "features: {normalize: row}" if "normalized" in name else ""
+
+
+@pytest.mark.parametrize("name", list(NC_MODELS))
+def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_path, device, name):
+    cfg = nc_config(tmp_path / "c.yaml", nc_dataset(nc_graph, name), device, NC_MODELS[name], nc_extra(name))
+    out, dense, metrics, rows = {}, {}, {}, {}
+    for run_name, sets in {"mem": ["storage.mode=in_memory"], "ooc": [],
+                           "ooc-cached": ["device.gpu_budget=64MiB"]}.items():
+        r = tmp_path / run_name
+        out[run_name] = train(sluice_bin, cfg, f"run_dir={r}", *sets).stdout
+        dense[run_name] = (latest(r) / "dense.pt").read_bytes()
+        metrics[run_name] = [json.loads(l).get("valid") for l in (r / "metrics.jsonl").read_text().splitlines()]
+        if "embeddings" in name:
+            rows[run_name] = (latest(r) / "nodes.bin").read_bytes()
+    summary = json.loads((tmp_path / "ooc/summary.json").read_text())
+    assert summary["cache"]["rows_loaded"] > 1.5 * 20000, summary["cache"]  # rows were evicted and read again
+    for run_name in ("ooc", "ooc-cached"):
+        assert dense[run_name] == dense["mem"], f"{run_name}: dense parameters differ from in memory"
+        assert metrics[run_name] == metrics["mem"], run_name
+        if rows:
+            assert rows[run_name] == rows["mem"], f"{run_name}: embeddings differ from in memory"
+    if name == "graphsage":  # 4 classes: it learned
+        assert metrics["mem"][-1]["accuracy"] > 0.4, metrics["mem"]
+    # The device cache changed what was copied, not what was trained.
+    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached")}
+    assert copied["ooc-cached"] < copied["ooc"] / 2, copied
+
+
+@pytest.mark.parametrize("name", list(NC_MODELS))
+def test_nc_device_matches_cpu(sluice_bin, nc_graph, tmp_path, device, name):
+    cfg = nc_config(tmp_path / "c.yaml", nc_dataset(nc_graph, name), device, NC_MODELS[name], nc_extra(name))
+    for run_name, dev in (("cpu", "cpu"), ("dev", device)):
+        train(sluice_bin, cfg, f"run_dir={tmp_path / run_name}", f"device.type={dev}", "step_log=true",
+              "train.epochs=1", stop_after=20)
+    losses = {n: step_losses(tmp_path / n) for n in ("cpu", "dev")}
+    assert len(losses["cpu"]) == 20 and relative_gap(losses["dev"], losses["cpu"]) < 1e-4
+    a, b = dense_params(latest(tmp_path / "dev") / "dense.pt"), dense_params(latest(tmp_path / "cpu") / "dense.pt")
+    assert a.keys() == b.keys() and a
+    for k in a:
+        assert relative_gap(a[k], b[k]) < 1e-4, k
+    if "embeddings" in name:
+        rows = {n: np.fromfile(latest(tmp_path / n) / "nodes.bin", dtype=np.float32) for n in ("cpu", "dev")}
+        assert relative_gap(rows["dev"], rows["cpu"]) < 1e-4

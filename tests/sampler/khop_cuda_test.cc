@@ -4,7 +4,10 @@
 
 #include "sampler/cuda/khop_cuda.h"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include "sampler/cuda/keyed_mask_cuda.h"
 
 #include "sampler/khop_sampler.h"
 #include "tests/sampler/khop_test_util.h"
@@ -52,6 +55,32 @@ TEST(CudaKHopSamplerTest, RejectsOutOfRangeSeeds) {
   auto got = (*gpu)->Sample(seeds, {1, 0, 0});
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("seed 100 out of range"), std::string::npos);
+}
+
+// The keyed dropout mask drawn on the device: the host's draws, element for element, over a
+// size that needs many blocks and the grid-stride loop.
+TEST(KeyedMaskCudaTest, DrawsWhatTheHostDraws) {
+  std::string why;
+  if (!CudaDeviceAvailable(&why)) GTEST_SKIP() << "not run: " << why;
+  const uint64_t n = (uint64_t{65535} * 8 * 256) + 12345;
+  const Key key = Key(9).With(4).With(2);
+  const double p = 0.3;
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, n * sizeof(float)), cudaSuccess);
+  const Status s = KeyedMaskCuda(dev, n, key, p, scale, nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<float> got(n);
+  ASSERT_EQ(cudaMemcpy(got.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dev);
+  uint64_t wrong = 0, kept = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const float want = key.Unit(i) >= p ? scale : 0.0f;
+    wrong += got[i] != want;
+    kept += want != 0;
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(n), 1 - p, 0.01);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "sampler/cuda/keyed_mask_cuda.h"
 #include "train/accelerator.h"
 
 namespace sluice {
@@ -131,6 +132,15 @@ class CudaAccelerator final : public Accelerator {
 }  // namespace
 
 bool BuiltWithCuda() { return true; }
+
+torch::Tensor CudaKeyedMask(at::IntArrayRef sizes, const Key& key, double p, float scale,
+                            const torch::Device& device) {
+  torch::Tensor mask = torch::empty(sizes, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  const Status s = KeyedMaskCuda(mask.data_ptr<float>(), static_cast<uint64_t>(mask.numel()), key, p, scale,
+                                 c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  if (!s.ok()) throw std::runtime_error(s.message());
+  return mask;
+}
 
 Result<std::unique_ptr<Accelerator>> OpenCudaAccelerator() {
   if (!torch::cuda::is_available() || torch::cuda::device_count() == 0) {

@@ -610,7 +610,7 @@ LinkModel::Masks LinkModel::DropoutMasks(const ModelInput& in, const Views& v) c
   const int64_t d = config_.model.dim;
   const torch::Device device = relations_.device();
   auto mask = [&](double p, uint64_t site) {
-    return p > 0 ? KeyedDropoutMask({v.q, d}, p, in.key, site).to(device) : torch::Tensor();
+    return p > 0 ? KeyedDropoutMask({v.q, d}, p, in.key, site, device) : torch::Tensor();
   };
   m.tail_entity = mask(pe, 0), m.tail_relation = mask(pr, 1);
   if (v.batch.head_neg.defined()) m.head_entity = mask(pe, 2), m.head_relation = mask(pr, 3);

@@ -58,6 +58,16 @@ struct EnumNames<GnnOptimizer> {
       {GnnOptimizer::kAdam, "adam"}, {GnnOptimizer::kAdamW, "adamw"}};
 };
 
+// Where training's k-hop sampler runs (the pipeline's sampler stage): the CPU, the GPU (the
+// CUDA sampler: the same samples bit for bit), or auto: on a GPU run the faster of the two,
+// timed on the first steps' seeds at set-up.
+enum class SamplerDevice { kAuto, kCpu, kCuda };
+template <>
+struct EnumNames<SamplerDevice> {
+  static constexpr std::pair<SamplerDevice, const char*> kNames[] = {
+      {SamplerDevice::kAuto, "auto"}, {SamplerDevice::kCpu, "cpu"}, {SamplerDevice::kCuda, "cuda"}};
+};
+
 struct NcModelConfig {
   GnnKind kind = GnnKind::kGraphSage;
   int layers = 2;
@@ -119,6 +129,7 @@ struct NcTrainConfig {
   RowOptimizer embedding_optimizer = RowOptimizer::kAdagrad;
   double embedding_lr = 0.1;
   double max_minutes = 0;  // training time budget (0: none)
+  SamplerDevice sampler = SamplerDevice::kAuto;
 
   template <class V>
   void VisitFields(V& v) {
@@ -132,6 +143,10 @@ struct NcTrainConfig {
             "learnable node embeddings (model.embedding_dim): sgd, rowwise_adagrad or adagrad");
     v.Field("embedding_lr", embedding_lr, "learning rate of the node embeddings", InRange(0.0, 1e6));
     MaxMinutesField(v, max_minutes);
+    v.Field("sampler", sampler,
+            "where training's k-hop sampler runs: cpu, cuda (the GPU; the same samples bit for bit) or "
+            "auto (with device.type cuda, the faster of the two timed on the first steps at set-up; "
+            "else cpu)");
   }
 };
 

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "common/units.h"
+#include "train/model_step.h"
 #include "train/nc/nc_task_impl.h"
 
 namespace sluice {
@@ -47,8 +48,11 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
     Status s = input.status();
     if (s.ok()) {
       try {
+        // On a device run the layer computes there (its input moved over, its rows back).
+        const torch::Device device = ModelDevice(*gnn_);
+        const ModelInput on = device.is_cpu() ? *input : InputOn(*input, device);
         const torch::Tensor out =
-            gnn_->Apply(l, input->tables[0].uses, input->blocks[0], input->ids.at("nodes"), *input).contiguous();
+            gnn_->Apply(l, on.tables[0].uses, on.blocks[0], on.ids.at("nodes"), on).to(torch::kCPU).contiguous();
         const std::vector<int64_t>& dst = b->sub.layers.front();  // this step's nodes, in order
         const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
         const size_t row_bytes = static_cast<size_t>(width) * 4;

@@ -14,7 +14,9 @@ namespace {
 // dst index of every sampled edge: i repeated offsets[i + 1] - offsets[i] times.
 torch::Tensor DstIndex(const BlockInput& b) {
   const torch::Tensor counts = b.offsets.slice(0, 1) - b.offsets.slice(0, 0, b.num_dst);
-  return torch::repeat_interleave(torch::arange(b.num_dst, torch::kLong), counts);
+  // The output size given: on a GPU it would otherwise be read back (a wait for the device).
+  return torch::repeat_interleave(torch::arange(b.num_dst, b.offsets.options()), counts, /*dim=*/0,
+                                  b.src_local.size(0));
 }
 
 torch::Tensor Degrees(const BlockInput& b) {
@@ -95,12 +97,15 @@ torch::Tensor GnnModelImpl::Sage(int l, const torch::Tensor& h, const BlockInput
                                  const torch::Tensor& dst_index) {
   torch::Tensor agg;
   if (cfg_.aggregator == SageAggregator::kMean) {
-    agg = h.requires_grad() ? torch::zeros({b.num_dst, h.size(1)}).index_add(0, dst_index, h.index_select(0, b.src_local))
-                            : SumNeighbours(h, b);
+    // On a device (or when h takes a gradient) index_add: deterministic there, and in edge
+    // order on the CPU, so the same sums as SumNeighbours's.
+    agg = h.requires_grad() || !h.is_cpu()
+              ? torch::zeros({b.num_dst, h.size(1)}, h.options()).index_add(0, dst_index, h.index_select(0, b.src_local))
+              : SumNeighbours(h, b);
     agg = agg / Degrees(b).clamp_min(1).unsqueeze(1);
   } else {
     const torch::Tensor p = torch::relu(pool_[l](h)).index_select(0, b.src_local);
-    agg = torch::zeros({b.num_dst, p.size(1)})
+    agg = torch::zeros({b.num_dst, p.size(1)}, p.options())
               .scatter_reduce(0, dst_index.unsqueeze(1).expand_as(p), p, "amax", /*include_self=*/false);
   }
   return self_[l](h.slice(0, 0, b.num_dst)) + neigh_[l](agg);
@@ -108,11 +113,12 @@ torch::Tensor GnnModelImpl::Sage(int l, const torch::Tensor& h, const BlockInput
 
 torch::Tensor GnnModelImpl::Gcn(int l, const torch::Tensor& h, const BlockInput& b,
                                 const torch::Tensor& dst_index, const torch::Tensor& nodes) {
+  if (in_degree_.device() != nodes.device()) in_degree_ = in_degree_.to(nodes.device());  // once a run
   const torch::Tensor norm =
       (in_degree_.index_select(0, nodes.slice(0, 0, b.num_src)).to(torch::kFloat) + 1).rsqrt().unsqueeze(1);
   const torch::Tensor hw = self_[l](h) * norm;  // h_j W / sqrt(deg(j) + 1)
   const torch::Tensor agg =
-      torch::zeros({b.num_dst, hw.size(1)}).index_add(0, dst_index, hw.index_select(0, b.src_local));
+      torch::zeros({b.num_dst, hw.size(1)}, hw.options()).index_add(0, dst_index, hw.index_select(0, b.src_local));
   return (agg + hw.slice(0, 0, b.num_dst)) * norm.slice(0, 0, b.num_dst) + bias_[l];
 }
 
@@ -122,21 +128,21 @@ torch::Tensor GnnModelImpl::Gat(int l, const torch::Tensor& h, const BlockInput&
   const torch::Tensor wh = self_[l](h).view({b.num_src, heads, out});
   const torch::Tensor a_src = (wh * att_src_[l]).sum(-1);                          // [src, H]
   const torch::Tensor a_dst = (wh.slice(0, 0, b.num_dst) * att_dst_[l]).sum(-1);  // [dst, H]
-  const torch::Tensor self_loops = torch::arange(b.num_dst, torch::kLong);
+  const torch::Tensor self_loops = torch::arange(b.num_dst, b.src_local.options());
   const torch::Tensor src = torch::cat({b.src_local, self_loops});
   const torch::Tensor dst = torch::cat({dst_index, self_loops});
   const torch::Tensor e = torch::leaky_relu(a_src.index_select(0, src) + a_dst.index_select(0, dst), 0.2);
   torch::Tensor top;  // per destination and head, the largest score (softmax is shift-free)
   {
     torch::NoGradGuard no_grad;
-    top = torch::zeros({b.num_dst, heads})
+    top = torch::zeros({b.num_dst, heads}, e.options())
               .scatter_reduce(0, dst.unsqueeze(1).expand_as(e), e, "amax", /*include_self=*/false);
   }
   const torch::Tensor ex = torch::exp(e - top.index_select(0, dst));
-  const torch::Tensor sum = torch::zeros({b.num_dst, heads}).index_add(0, dst, ex);
+  const torch::Tensor sum = torch::zeros({b.num_dst, heads}, ex.options()).index_add(0, dst, ex);
   torch::Tensor alpha = ex / sum.index_select(0, dst);
   if (input.training) alpha = KeyedDropout(alpha, cfg_.attention_dropout, input.key, 2 * l + 1);
-  const torch::Tensor agg = torch::zeros({b.num_dst, heads, out})
+  const torch::Tensor agg = torch::zeros({b.num_dst, heads, out}, wh.options())
                                 .index_add(0, dst, alpha.unsqueeze(-1) * wh.index_select(0, src));
   const bool last = l + 1 == layers();
   return (last ? agg.mean(1) : agg.reshape({b.num_dst, heads * out})) + bias_[l];
@@ -186,7 +192,13 @@ torch::Tensor GnnModelImpl::Logits(const ModelInput& input) {
 }
 
 torch::Tensor GnnModelImpl::Loss(const ModelInput& input) {
-  return torch::nn::functional::cross_entropy(Logits(input), input.labels);
+  const torch::Tensor logits = Logits(input);
+  if (logits.is_cpu()) return torch::nn::functional::cross_entropy(logits, input.labels);
+  // On a GPU: the log-softmax picked by a one-hot mask, elementwise forward and backward, so
+  // the loss and its gradient do not depend on the order of atomic adds.
+  const torch::Tensor picked = torch::arange(logits.size(1), input.labels.options()).unsqueeze(0) ==
+                               input.labels.unsqueeze(1);
+  return -(torch::log_softmax(logits, 1) * picked.to(logits.scalar_type())).sum(1).mean();
 }
 
 uint64_t GnnModelImpl::StepBytes() const {

@@ -242,6 +242,7 @@ Status NcTask::BuildModel() {
   }
   torch::manual_seed(cfg_.train.seed);
   SLUICE_RETURN_IF_ERROR(MakeModel(shape));
+  SLUICE_RETURN_IF_ERROR(SetUpDevice());  // before the optimizer: its state follows the parameters
   const double lr = cfg_.train.lr, wd = cfg_.train.weight_decay;
   if (cfg_.train.optimizer == GnnOptimizer::kAdamW) {
     opt_ = std::make_unique<torch::optim::AdamW>(net_->parameters(), torch::optim::AdamWOptions(lr).weight_decay(wd));
@@ -285,10 +286,6 @@ RowInit NcTask::Init() const {
 Status NcTask::Open(Purpose purpose) {
   purpose_ = purpose;
   if (cfg_.dataset.empty()) return InvalidArgument("dataset: not set (the dataset directory)");
-  if (cfg_.device.on_device()) {
-    return InvalidArgument("device.type " + std::string(EnumName(cfg_.device.type)) +
-                           ": node classification trains on the CPU in this version (device.type: cpu)");
-  }
   SLUICE_ASSIGN_OR_RETURN(dataset_, Dataset::Open(cfg_.dataset));
   const Manifest& m = dataset_.manifest();
   const std::string where = "dataset " + cfg_.dataset;
@@ -342,8 +339,9 @@ Status NcTask::LoadState(const CheckpointReader& checkpoint) {
                            (embeddings_ ? "holds no node embeddings (nodes.bin)" : "holds node embeddings") +
                            " but model.embedding_dim is " + std::to_string(cfg_.model.embedding_dim));
   }
-  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_));
-  return LoadTorch(checkpoint, "dense_optimizer.pt", *opt_);
+  const torch::Device device = acc_ != nullptr ? acc_->device() : torch::Device(torch::kCPU);
+  SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_, device));
+  return LoadTorch(checkpoint, "dense_optimizer.pt", *opt_, device);
 }
 
 Status NcTask::PrepareTraining(const CheckpointReader* resumed) {
@@ -353,9 +351,10 @@ Status NcTask::PrepareTraining(const CheckpointReader* resumed) {
   }
   SLUICE_RETURN_IF_ERROR(SetUpStorage(resumed == nullptr, ""));
   if (embeddings_ && resumed != nullptr && in_memory) {
-    return LoadDenseRows(*memory_, resumed->dir() + "/nodes.bin", num_nodes_);
+    SLUICE_RETURN_IF_ERROR(LoadDenseRows(*memory_, resumed->dir() + "/nodes.bin", num_nodes_));
   }
-  return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(SetUpDeviceRows());
+  return SetUpSampler();
 }
 
 Status NcTask::PrepareReading(const CheckpointReader& checkpoint) {
@@ -413,6 +412,13 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.runtime_bytes = kRuntimeBytes + GraphBytes();
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
+  if (acc_ != nullptr) {
+    // The model's state and activations live on the device; the host holds the device's
+    // runtime, the page-locked staging and the device cache's index.
+    in.runtime_bytes += acc_->RuntimeHostBytes();
+    in.model_bytes = 0;
+    in.step_bytes = DeviceHostBytes();
+  }
   // The largest sample of the first steps (BuildModel's probe): its nodes are the step's keys
   // and distinct rows.
   const uint64_t most = probe_nodes_, edges = probe_slot_words_;
@@ -466,8 +472,11 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   backing_ = features_.get();
   if (cfg_.storage.mode == StorageMode::kInMemory) {
     SLUICE_RETURN_IF_ERROR(LoadFeaturesInMemory());
-    run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
-    plan_.predicted_bytes = kRuntimeBytes + GraphBytes() + net_->StateBytes() + net_->StepBytes() + memory_->bytes();
+    // On a device step t + 1 is made ready before step t has computed.
+    run_ahead_ = static_cast<uint32_t>(std::max(cfg_.storage.run_ahead, acc_ != nullptr ? 1 : 0));
+    const uint64_t model = acc_ != nullptr ? DeviceHostBytes() + acc_->RuntimeHostBytes()
+                                           : net_->StateBytes() + net_->StepBytes();
+    plan_.predicted_bytes = kRuntimeBytes + GraphBytes() + model + memory_->bytes();
     memory_plan_ = "in memory: " + FormatCount(static_cast<double>(num_nodes_)) +
                    (embeddings_ ? " embedding rows of " : " feature rows of ") + std::to_string(row_bytes_) +
                    " bytes (" + FormatBytes(memory_->bytes()) + ")";
@@ -575,7 +584,12 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     const uint64_t begin = step * pass.batch;
     if (begin >= pass.nodes->size()) return false;
     const uint64_t n = std::min(pass.batch, pass.nodes->size() - begin);
-    b.sub = pass.sampler->Sample({pass.nodes->data() + begin, n}, {pass.seed, pass.epoch, step}, *pass.options);
+    const std::span<const int64_t> seeds(pass.nodes->data() + begin, n);
+    if (pass.sample_on_device) {
+      SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, {pass.seed, pass.epoch, step}));
+    } else {
+      b.sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
+    }
     if (pass.max_rows != 0 && b.sub.nodes().size() > pass.max_rows) {
       return FailedPrecondition("evaluation step " + std::to_string(step) + " samples " +
                                 std::to_string(b.sub.nodes().size()) + " nodes, more than the " +
@@ -709,6 +723,13 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   pass.writes = embeddings_;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
+  if (sample_on_device_) {
+    auto* cuda = cuda_sampler_.get();
+    pass.sample_on_device = [cuda](std::span<const int64_t> seeds, const SampleKey& key) {
+      return SampleWithCuda(cuda, seeds, key);
+    };
+  }
+  if (device_rows_ != nullptr) return TrainEpochOnDevice(pass, sink);
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,8 @@
 #include "sampler/csr_graph.h"
 #include "sampler/khop_sampler.h"
 #include "storage/dataset.h"
+#include "train/accelerator.h"
+#include "train/device_rows.h"
 #include "train/nc/nc_config.h"
 #include "train/nc/nc_model.h"
 #include "train/task.h"
@@ -76,6 +79,8 @@ class NcTask : public Task {
     uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
     uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
     uint32_t run_ahead = 0, group = 1;  // steps of io ahead of compute, steps per io group
+    // Set when training samples on the GPU (train.sampler): the CUDA sampler, the same samples.
+    std::function<Result<SampledSubgraph>(std::span<const int64_t>, const SampleKey&)> sample_on_device = nullptr;
     bool writes = false;    // training learnable embeddings: rows become dirty
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
   };
@@ -134,6 +139,25 @@ class NcTask : public Task {
   Status LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
                    torch::Tensor* logits);
   Status ResetFeatureCache();
+  // The device path (nc_task_device.cc): the model on a GPU (or the emulated device), a step's
+  // feature or embedding rows staged through DeviceRows with its blocks, seeds' labels and node
+  // ids while the previous step computes.
+  Status SetUpDevice();
+  DeviceRowsOptions DeviceOptions() const;
+  Result<DevicePlan> PlanDeviceRows() const;
+  uint64_t DeviceHostBytes() const;  // page-locked staging and the device cache's index
+  Status SetUpDeviceRows();
+  Status StageStep(Batch& b);
+  Status LaunchStep(const Batch& b, const Pass& pass, uint64_t step);
+  Result<double> FinishStep(const Batch& b);
+  torch::Tensor DeviceFeatures(torch::Tensor uses);  // float32, normalised; flags non-finite values
+  Result<EpochOutcome> TrainEpochOnDevice(Pass& pass, StepSink& sink);
+  // train.sampler: where training samples; with auto on a GPU run, the faster sampler on the
+  // first steps' seeds (at full and at a quarter batch: the crossover in sampled edges a step).
+  Status SetUpSampler();
+  Status CalibrateSampler();
+  // The CUDA sampler's sample (`sampler` is cuda_sampler_'s); an error without a CUDA build.
+  static Result<SampledSubgraph> SampleWithCuda(void* sampler, std::span<const int64_t> seeds, const SampleKey& key);
 
   NcConfig cfg_;
   RunSettings settings_;
@@ -187,6 +211,15 @@ class NcTask : public Task {
   std::string encoder_name_;  // Run::SetEncoder
   EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
+  // The device (device.type cuda or emulated, training only).
+  std::unique_ptr<Accelerator> acc_;
+  std::unique_ptr<DeviceRows> device_rows_;
+  torch::Tensor device_loss_, device_nonfinite_;  // the running step's, on the device
+  double device_wall_s_ = 0;
+  std::shared_ptr<void> cuda_sampler_;  // a CudaKHopSampler (CUDA builds), shared by training passes
+  bool sample_on_device_ = false;
+  std::string sampler_line_ = "sampler: cpu";  // the summary's
+  double sampler_cpu_ms_ = 0, sampler_cuda_ms_ = 0, sampler_crossover_edges_ = 0;
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;

@@ -117,6 +117,15 @@ void NcTask::Summarize(RunSummary& s) const {
   s.Set("memory", "budget_bytes", in_memory ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
   s.Set("memory", "rows", num_nodes_), s.Set("memory", "row_bytes", row_bytes_);
+  if (device_rows_ != nullptr) SummarizeDevice(s, *acc_, *device_rows_, device_wall_s_);
+  if (purpose_ == Purpose::kTrain) {
+    s.Line(sampler_line_);
+    s.Set("sampler", "device", sample_on_device_ ? "cuda" : "cpu");
+    if (sampler_cpu_ms_ > 0) {
+      s.Set("sampler", "cpu_ms", sampler_cpu_ms_), s.Set("sampler", "cuda_ms", sampler_cuda_ms_);
+      s.Set("sampler", "crossover_edges", sampler_crossover_edges_);
+    }
+  }
 }
 
 }  // namespace sluice
