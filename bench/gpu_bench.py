@@ -67,7 +67,7 @@ def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int
     steps = [l.split("\t") for l in (run_dir / "steps.tsv").read_text().splitlines()[1:]]
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     log(f"  {run_dir.name}: {time.perf_counter() - start:.1f} s; "
-        + "; ".join(l for l in out.stdout.splitlines() if l.strip().startswith(("device:", "memory:", "sampler:"))))
+        + "; ".join(l for l in out.stdout.splitlines() if l.strip().startswith(("device:", "memory:", "sampler:", "compute thread:", "pipeline:"))))
     return {"summary": summary, "steps": steps, "metrics": metrics}
 
 
@@ -221,7 +221,7 @@ model: {{kind: graphsage, layers: 3, hidden: 256, fanouts: [15, 10, 5], dropout:
 train: {{epochs: {epochs}, batch: {batch}, lr: 0.003, seed: 1, sampler: {sampler}}}
 eval: {{every: {epochs}, split: test, batch: {batch}, fanouts: [15, 10, 5]}}
 storage: {storage}
-device: {{type: {device}, gpu_budget: {gpu_budget}}}
+device: {{type: {device}, gpu_budget: {gpu_budget}, deterministic: {det}}}
 """
 
 
@@ -258,22 +258,27 @@ def bench_nc(args, tmp: pathlib.Path) -> None:
           "io/step | plan/step | step / 1.1 max(mem, io, plan) | sampler | test accuracy |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     big = f"{int(feat * 1.5 / GIB) + 2}GiB"
-    runs = [("features in host RAM, CPU sampler", "{mode: in_memory}", "0", "cpu"),
-            ("features in host RAM, CUDA sampler", "{mode: in_memory}", "0", "cuda"),
-            ("features in GPU memory", "{mode: in_memory}", big, "auto"),
-            ("out of core (features 4x the feature cache)",
-             f"{{mode: out_of_core, budget: {big}, cache_rows: {cache_rows}, planner: oracle, window: 4, "
-             f"run_ahead: 2, io_group_gap: 16KiB}}", "0", "auto")]
+    ooc = (f"{{mode: out_of_core, budget: {big}, cache_rows: {cache_rows}, planner: oracle, window: 4, "
+           f"run_ahead: 2, io_group_gap: 16KiB}}")
+    configs = {  # name: (row, storage, gpu_budget, sampler, deterministic)
+        "host-cpu": ("features in host RAM, CPU sampler", "{mode: in_memory}", "0", "cpu", "true"),
+        "host-cuda": ("features in host RAM, CUDA sampler", "{mode: in_memory}", "0", "cuda", "true"),
+        "gpu": ("features in GPU memory", "{mode: in_memory}", big, "auto", "true"),
+        "ooc": ("out of core (features 4x the feature cache)", ooc, "0", "auto", "true"),
+        "host-nondet": ("features in host RAM, nondeterministic kernels", "{mode: in_memory}", "0", "auto", "false"),
+        "gpu-nondet": ("features in GPU memory, nondeterministic kernels", "{mode: in_memory}", big, "auto", "false"),
+    }
+    runs = [configs[c] for c in args.nc_configs.split(",")]
     steps, mem_step = {}, None
-    for i, (name, storage, gpu_budget, sampler) in enumerate(runs):
+    for i, (name, storage, gpu_budget, sampler, det) in enumerate(runs):
         cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
-                        device=args.device, gpu_budget=gpu_budget)
+                        device=args.device, gpu_budget=gpu_budget, det=det)
         r = train(args.bin, cfg, tmp / f"nc-{i}", 600)
         if r is None:
             continue
         step, epoch, cells = nc_cells(r, mem_step if storage.startswith("{mode: out_of_core") else None)
         steps[name] = (step, epoch)
-        if storage == "{mode: in_memory}" and gpu_budget == "0":
+        if storage == "{mode: in_memory}" and gpu_budget == "0" and det == "true":
             mem_step = step if mem_step is None else min(mem_step, step)
         print(f"| {name} | {epoch:.3f} | {step * 1e3:.1f} | {cells} |")
         sys.stdout.flush()
@@ -309,6 +314,8 @@ def main() -> int:
     p.add_argument("--nc", type=pathlib.Path, help="a gen-nc dataset")
     p.add_argument("--nc-batch", type=int, default=512)
     p.add_argument("--nc-epochs", type=int, default=3)
+    p.add_argument("--nc-configs", default="host-cpu,host-cuda,gpu,ooc",
+                   help="which rows: host-cpu, host-cuda, gpu, ooc, host-nondet, gpu-nondet")
     p.add_argument("--pyg-export-bin", type=pathlib.Path, help="bench/nc_blocks_export: run bench/pyg_reference.py")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/gpu/train/sluice")
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[16384, 65536])

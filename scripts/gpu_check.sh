@@ -28,7 +28,9 @@
 #   bash scripts/gpu_check.sh env         prints the exports the verbs use (eval "$(... env)")
 #   bash scripts/gpu_check.sh nc [SECONDS]   there: node classification on the GPU in one call
 #                                         (its graph, the build, ctest, the device tests, bench --nc
-#                                         with the PyTorch Geometric reference); logs in $OUT
+#                                         with the PyTorch Geometric reference); logs in $OUT.
+#                                         SKIP_TESTS=1, BUILD_TARGETS="sluice ...", NC_CONFIGS=...
+#                                         (gpu_bench.py --nc-configs) make a shorter call
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
@@ -221,16 +223,19 @@ PY
     py=$(torch_python)
     (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data.log" 2>&1; echo "data done at $(( $(date +%s) - t0 )) s" >> "$out/data.log") &
     data_pid=$!
-    el facts; bash "$me" facts
-    "$py" -c 'import torch_geometric; print("torch_geometric", torch_geometric.__version__)' 2>&1 | tail -1
-    "$py" -c 'import pyg_lib' >/dev/null 2>&1 && echo "pyg-lib: yes" || echo "pyg-lib: no"
-    "$py" -c 'import torch_sparse' >/dev/null 2>&1 && echo "torch-sparse: yes" || echo "torch-sparse: no"
+    if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
+      el facts; bash "$me" facts
+      "$py" -c 'import torch_geometric; print("torch_geometric", torch_geometric.__version__)' 2>&1 | tail -1
+      "$py" -c 'import pyg_lib' >/dev/null 2>&1 && echo "pyg-lib: yes" || echo "pyg-lib: no"
+      "$py" -c 'import torch_sparse' >/dev/null 2>&1 && echo "torch-sparse: yes" || echo "torch-sparse: no"
+    fi
     el sysroot; bash "$me" sysroot
     el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-    el build; timeout "$(left 35)" bash "$me" build -k 0 > "$out/build.log" 2>&1 || {
+    el build; timeout "$(left "${BUILD_SHARE:-35}")" bash "$me" build -k 0 ${BUILD_TARGETS:-} > "$out/build.log" 2>&1 || {
       grep -E "error|FAILED" "$out/build.log" | head -60; }
     eval "$(print_env)"
     el version; "$build/train/sluice" version | tail -1
+    if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
     el disk; timeout 25 bash "$me" disk || true
     el ctest; (cd "$build" && timeout "$(left 50)" ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
       > "$out/ctest.log" 2>&1 || true
@@ -240,10 +245,11 @@ PY
     SLUICE_BUILD_DIR=$build timeout "$(left 68)" "$SLUICE_PYTHON" -m pytest -q -rs "${xdist[@]}" \
       -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
     tail -15 "$out/device_tests.log"
+    fi
     el waiting for the graph; wait "$data_pid" || true; tail -3 "$out/data.log"
     el bench nc; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
       --pyg-export-bin "$build/bench/nc_blocks_export" --bin "$build/train/sluice" --tmp "$root/build" \
-      --nc-epochs 2 > "$out/bench.md" 2> "$out/bench.err" || true
+      --nc-epochs 2 --nc-configs "${NC_CONFIGS:-host-cpu,host-cuda,gpu,ooc}" > "$out/bench.md" 2> "$out/bench.err" || true
     cat "$out/bench.md"; tail -30 "$out/bench.err"
     el done
     ;;
