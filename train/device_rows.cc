@@ -1,5 +1,6 @@
 #include "train/device_rows.h"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/units.h"
 #include "train/run_summary.h"
 
@@ -77,7 +79,8 @@ uint64_t DeviceRowsBytes(const DeviceRowsOptions& o, uint64_t max_uses, uint64_t
 Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRowsOptions& options,
                                     uint64_t max_uses, uint64_t max_rows, uint64_t extra_bytes) {
   // Every row of the table fits in total_rows slots: a larger cache would hold nothing more.
-  const uint64_t all = options.total_rows != 0 ? options.total_rows : UINT64_MAX;
+  // (direct: two lanes of a step's rows each, whatever the table's size.)
+  const uint64_t all = options.total_rows != 0 && !options.direct ? options.total_rows : UINT64_MAX;
   const uint64_t min_rows = std::min(2 * max_rows, all);
   if (config.gpu_budget.value == 0 || config.planner == PlannerKind::kNone) return min_rows;
   DeviceRowsOptions fixed = options;
@@ -117,11 +120,11 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   std::snprintf(line, sizeof line,
                 "device: %s; busy %.3f s of %.3f s (%.0f%%); copies in %.3f s, %.3f s of them hidden "
                 "behind compute; %llu of %llu step rows copied in (device cache %llu rows, hits %.1f%%); "
-                "peak device memory %s",
+                "staging on the host: cache plan %.3f s, packing %.3f s; peak device memory %s",
                 acc.Describe().c_str(), t.busy_s, wall_s, wall_s > 0 ? 100 * t.busy_s / wall_s : 0.0,
                 t.copy_s, hidden_s, static_cast<unsigned long long>(r.loads),
                 static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(rows.capacity_rows()),
-                100 * hit_rate, FormatBytes(acc.PeakDeviceBytes()).c_str());
+                100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
   s.Line(line);
   s.Set("device", "name", acc.Describe());
   s.Set("device", "steps", t.steps), s.Set("device", "wall_s", wall_s);
@@ -130,6 +133,7 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   s.Set("device", "bytes_in", t.bytes_in), s.Set("device", "bytes_out", t.bytes_out);
   s.Set("device", "rows", r.rows), s.Set("device", "rows_loaded", r.loads);
   s.Set("device", "cache_rows", rows.capacity_rows());
+  s.Set("device", "stage_plan_s", r.plan_s), s.Set("device", "stage_pack_s", r.pack_s);
   s.Set("device", "peak_device_bytes", acc.PeakDeviceBytes());
 }
 
@@ -146,6 +150,22 @@ DeviceRows::DeviceRows(Accelerator* accelerator, const DeviceRowsOptions& option
 }
 
 Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
+  if (options_.direct) {  // slots [lane * half, lane * half + rows): every row loaded
+    const uint64_t half = options_.capacity_rows / 2;
+    if (keys.size() > half) {
+      return FailedPrecondition("device rows: a step has " + std::to_string(keys.size()) +
+                                " rows, more than the " + std::to_string(half) + " slots a step has "
+                                "(raise device.gpu_budget)");
+    }
+    const auto base = static_cast<uint32_t>(static_cast<uint64_t>(&lane - lanes_) * half);
+    plan_.slots.resize(keys.size());
+    plan_.load_slots.resize(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) plan_.slots[k] = plan_.load_slots[k] = base + static_cast<uint32_t>(k);
+    lane.rows = lane.loads = static_cast<int64_t>(keys.size());
+    stats_.rows += keys.size(), stats_.loads += keys.size();
+    ++stats_.steps;
+    return Status::Ok();
+  }
   Status s = cache_->Plan(keys, /*writes=*/false, plan_);
   if (!s.ok()) {
     return FailedPrecondition("device row cache: " + s.message() +
@@ -182,20 +202,25 @@ void DeviceRows::Pack(std::span<float* const> host, const UseParts& parts,
   std::byte* base = reinterpret_cast<std::byte*>(lane.host_in.data_ptr<uint8_t>());
   auto* load_slots = reinterpret_cast<int64_t*>(base + lane.slot_off);
   int64_t* row_slots = load_slots + lane.loads;
-  // The loaded rows: the step's rows (in step order) whose slots this plan loads.
-  for (uint32_t s : plan_.load_slots) loading_[s] = 1;
+  // The loaded rows: the step's rows (in step order) whose slots this plan loads (direct: all).
   std::vector<int64_t> loaded;
-  loaded.reserve(static_cast<size_t>(lane.loads));
-  for (size_t k = 0; k < plan_.slots.size(); ++k) {
-    row_slots[k] = plan_.slots[k];
-    if (loading_[plan_.slots[k]] != 0) loaded.push_back(static_cast<int64_t>(k));
+  if (!options_.direct) {
+    for (uint32_t s : plan_.load_slots) loading_[s] = 1;
+    loaded.reserve(static_cast<size_t>(lane.loads));
+    for (size_t k = 0; k < plan_.slots.size(); ++k) {
+      if (loading_[plan_.slots[k]] != 0) loaded.push_back(static_cast<int64_t>(k));
+    }
+    for (uint32_t s : plan_.load_slots) loading_[s] = 0;
   }
-  for (uint32_t s : plan_.load_slots) loading_[s] = 0;
+  std::copy(plan_.slots.begin(), plan_.slots.end(), row_slots);
   auto* rows_in = reinterpret_cast<float*>(base + lane.load_off);
-  tbb::parallel_for(size_t{0}, loaded.size(), [&](size_t i) {
-    load_slots[i] = plan_.slots[static_cast<size_t>(loaded[i])];
-    std::memcpy(rows_in + static_cast<int64_t>(i) * rf, host[static_cast<size_t>(loaded[i])],
-                static_cast<size_t>(rf) * 4);
+  const bool direct = options_.direct;
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, static_cast<size_t>(lane.loads), 256), [&](const auto& r) {
+    for (size_t i = r.begin(); i < r.end(); ++i) {
+      const size_t k = direct ? i : static_cast<size_t>(loaded[i]);
+      load_slots[i] = plan_.slots[k];
+      std::memcpy(rows_in + static_cast<int64_t>(i) * rf, host[k], static_cast<size_t>(rf) * 4);
+    }
   });
   auto* use_rows = reinterpret_cast<int64_t*>(base + lane.use_off);
   for (const auto& p : parts) use_rows = std::copy(p.begin(), p.end(), use_rows);
@@ -211,9 +236,13 @@ Status DeviceRows::Stage(std::span<const RowKey> keys, std::span<float* const> h
                          const UseParts& parts, const std::vector<torch::Tensor>& extras) {
   Lane& lane = lanes_[staged_lane_];
   SLUICE_CHECK(!lane.staged && staged_lane_ != running_, "device rows: a step is staged already");
+  auto start = SteadyClock::now();
   SLUICE_RETURN_IF_ERROR(PlanSlots(keys, lane));
+  stats_.plan_s += SecondsSince(start);
+  start = SteadyClock::now();
   lane.host_rows.assign(host.begin(), host.end());
   Pack(host, parts, extras, lane);
+  stats_.pack_s += SecondsSince(start);
   lane.staged = true;
   return Status::Ok();
 }

@@ -52,6 +52,10 @@ struct DeviceRowsOptions {
   PlannerKind planner = PlannerKind::kLru;
   uint64_t capacity_rows = 0;  // device slots: at least two steps' rows
   uint64_t total_rows = 0;     // the table's rows, when known: never more slots than that
+  // Read-only rows (feature rows) and no device cache (gpu_budget 0 or planner none): each step
+  // copies all its rows into its lane's half of the slots, without planning a cache. Rows a
+  // step shares with the running one are copied again; they cannot have changed.
+  bool direct = false;
 };
 
 // The device memory DeviceRows takes: its slots and two lanes' staging buffers for steps of at
@@ -93,6 +97,7 @@ struct DeviceStep {
 
 struct DeviceRowsStats {
   uint64_t steps = 0, rows = 0, loads = 0;  // distinct rows per step summed; rows copied in
+  double plan_s = 0, pack_s = 0;            // host seconds staging: the device cache's plan, packing
 };
 
 class DeviceRows {

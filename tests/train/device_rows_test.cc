@@ -161,6 +161,44 @@ TEST_P(DeviceRowsTest, StepsTooLargeForTheSlotsFail) {
   EXPECT_NE(s.message().find("device.gpu_budget"), std::string::npos) << s.message();
 }
 
+// Read-only rows without a device cache (direct): each step's uses are its host rows, every row
+// is copied in each step, and the rows never change (End, not Update).
+TEST_P(DeviceRowsTest, DirectRowsAreTheHostRowsAndCopiedEveryStep) {
+  const std::vector<Step> steps = MakeSteps(12, 500, 120, 8);
+  std::vector<float> table = MakeTable(500, 13);
+  const std::vector<float> before = table;
+  DeviceRowsOptions o = Options(RowOptimizer::kSgd, 2 * 120);
+  o.row_floats = 13;
+  o.dim = 13;
+  o.direct = true;
+  DeviceRows rows(acc_.get(), o);
+  uint64_t distinct = 0;
+  auto stage = [&](size_t t) {
+    std::vector<float*> host = Addresses(table, steps[t], 13);
+    distinct += steps[t].keys.size();
+    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {}).ok());
+  };
+  stage(0);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    DeviceStep step = rows.Begin(/*training=*/false);
+    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
+    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
+      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
+      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), table.data() + k.id * 13, 13 * 4))
+          << "step " << t << " use " << u;
+    }
+    if (t + 1 < steps.size()) stage(t + 1);
+    rows.End();
+  }
+  EXPECT_EQ(table, before);
+  EXPECT_EQ(rows.stats().loads, distinct);  // no cache: every row of every step copied
+  // A step larger than its lane's half of the slots is refused.
+  const std::vector<Step> big = MakeSteps(1, 500, 400, 2);
+  std::vector<float*> host = Addresses(table, big[0], 13);
+  rows.Reset();
+  EXPECT_EQ(rows.Stage(big[0].keys, host, {big[0].use_rows}, {}).code(), StatusCode::kFailedPrecondition);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceRowsTest,
                          ::testing::Values(DeviceType::kEmulated, DeviceType::kCuda),
                          [](const auto& p) { return std::string(EnumName(p.param)); });
@@ -185,6 +223,16 @@ TEST(DeviceCapacityRowsTest, FromTheBudget) {
   const uint64_t row_bytes = static_cast<uint64_t>(o.row_floats) * 4;
   EXPECT_GT(*big, (uint64_t{1} << 30) / row_bytes * 9 / 10);
   EXPECT_LE(*big, (uint64_t{1} << 30) / row_bytes);
+  // Never more slots than the table has rows (a direct lane needs its step's rows whatever the size).
+  o.total_rows = 5000;
+  EXPECT_EQ(*DeviceCapacityRows(c, o, 1000, 600, 0), 5000u);
+  o.total_rows = 1000;
+  c.gpu_budget = Bytes{0};
+  EXPECT_EQ(*DeviceCapacityRows(c, o, 1000, 600, 0), 1000u);
+  o.direct = true;
+  EXPECT_EQ(*DeviceCapacityRows(c, o, 1000, 600, 0), 1200u);
+  o = Options(RowOptimizer::kAdagrad, 0);
+  c.gpu_budget = Bytes{1 << 30};
   // planner none keeps the steps in flight only, whatever the budget.
   c.planner = PlannerKind::kNone;
   EXPECT_EQ(*DeviceCapacityRows(c, o, 1000, 600, 0), 1200u);

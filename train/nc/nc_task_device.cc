@@ -45,6 +45,9 @@ DeviceRowsOptions NcTask::DeviceOptions() const {
   o.lr = static_cast<float>(cfg_.train.embedding_lr);
   o.planner = cfg_.device.planner;
   o.total_rows = num_nodes_;
+  // Feature rows never change: with no device cache a step's rows are copied as they are, with
+  // no cache to plan (the host's share of a step on a GPU).
+  o.direct = !embeddings_ && (cfg_.device.gpu_budget.value == 0 || cfg_.device.planner == PlannerKind::kNone);
   return o;
 }
 
