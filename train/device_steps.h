@@ -15,7 +15,10 @@
 #include <cstdint>
 #include <functional>
 
+#include "common/clock.h"
 #include "common/status.h"
+#include "train/device_rows.h"
+#include "train/task.h"
 
 namespace sluice {
 
@@ -52,6 +55,59 @@ Result<uint64_t> RunDeviceSteps(uint64_t first, uint64_t end, const DeviceLoop<P
     current = next;
   }
   return end;
+}
+
+// A training pass of steps [first, steps) on a device, fed by a row pipeline already started
+// (WaitReady, Computed, Abort): each step staged, launched and finished by the task; its
+// units and loss go to the sink once its updates are in place, then the pipeline may refill
+// its slot. Every task's device pass; `finish_pass` stops the pipeline and adds its times.
+template <class Batch, class Pipeline>
+struct DevicePass {
+  Pipeline* pipeline = nullptr;
+  DeviceRows* rows = nullptr;
+  uint64_t first = 0, steps = 0;
+  std::function<Status(Batch&)> stage;
+  std::function<Status(uint64_t step, Batch&)> launch;
+  std::function<Result<double>(Batch&)> finish;  // waits for the step; its mean loss
+  std::function<uint32_t(const Batch&)> units;
+  std::function<Status(Pipeline&)> finish_pass;
+};
+
+template <class Batch, class Pipeline>
+Result<EpochOutcome> RunDevicePass(const DevicePass<Batch, Pipeline>& d, StepSink& sink, double& wall_s) {
+  const auto start = SteadyClock::now();
+  Pipeline& p = *d.pipeline;
+  const uint64_t first = d.first, steps = d.steps;
+  DeviceLoop<Batch> loop;
+  loop.ready = [&](uint64_t s) -> Result<Batch*> {
+    Status st;
+    Batch* b = p.WaitReady(s - first, st);
+    if (b == nullptr) return st;
+    return b;
+  };
+  loop.stage = [&](uint64_t, Batch& b) { return d.stage(b); };
+  loop.launch = [&](uint64_t s, Batch& b) { return d.launch(s, b); };
+  loop.finish = [&](uint64_t s, Batch& b) -> Result<bool> {
+    SLUICE_ASSIGN_OR_RETURN(const double loss, d.finish(b));
+    const uint32_t n = d.units(b);  // the slot is refilled once the step is computed
+    p.Computed(s - first);
+    const bool last = s + 1 == steps;
+    return sink.StepDone(n, loss * n, last) && !last;
+  };
+  // Step t + 1's plan never evicts step t's rows (run-ahead at least 1), so it is ready without
+  // waiting for step t.
+  loop.overlap = [](uint64_t) { return true; };
+  Result<uint64_t> end = RunDeviceSteps(first, steps, loop);
+  wall_s += SecondsSince(start);
+  if (!end.ok()) {
+    d.rows->Reset();
+    p.Abort(end.status());
+    (void)d.finish_pass(p);
+    return end.status();
+  }
+  if (*end < steps) d.rows->Reset();  // a staged step is dropped
+  SLUICE_RETURN_IF_ERROR(d.finish_pass(p));
+  return *end < steps ? EpochOutcome{true, *end} : EpochOutcome{};
 }
 
 }  // namespace sluice

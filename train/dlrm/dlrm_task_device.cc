@@ -82,46 +82,26 @@ Status DlrmTask::LaunchStep(const RowBatch& b) {
 }
 
 Result<EpochOutcome> DlrmTask::TrainEpochOnDevice(uint64_t first, StepSink& sink) {
-  const auto pass_start = SteadyClock::now();
   const RecordSource* source = &*train_source_;
-  const uint64_t steps = source->steps();
   StartPreload(source, first);
   auto p = MakePipeline(source, first, /*writes=*/true);
   p->Start();
   sink.EpochStart(source->RecordsBefore(first));
-  DeviceLoop<RowBatch> loop;
-  loop.ready = [&](uint64_t s) -> Result<RowBatch*> {
-    Status st;
-    RowBatch* b = p->WaitReady(s - first, st);
-    if (b == nullptr) return st;
-    return b;
-  };
-  loop.stage = [this](uint64_t, RowBatch& b) { return StageStep(b); };
-  loop.launch = [this](uint64_t, RowBatch& b) { return LaunchStep(b); };
-  loop.finish = [&](uint64_t s, RowBatch& b) -> Result<bool> {
+  DevicePass<RowBatch, Pipeline> pass;
+  pass.pipeline = p.get(), pass.rows = device_rows_.get();
+  pass.first = first, pass.steps = source->steps();
+  pass.stage = [this](RowBatch& b) { return StageStep(b); };
+  pass.launch = [this](uint64_t, RowBatch& b) { return LaunchStep(b); };
+  pass.finish = [this](RowBatch&) -> Result<double> {
     const auto start = SteadyClock::now();
     SLUICE_RETURN_IF_ERROR(device_rows_->Finish());
     const double loss = device_loss_.item<double>();
     time_.update_s += SecondsSince(start);
-    const uint32_t samples = b.samples;  // the slot is refilled once the step is computed
-    p->Computed(s - first);
-    const bool last = s + 1 == steps;
-    return sink.StepDone(samples, loss * samples, last) && !last;
+    return loss;
   };
-  // Step t + 1's plan never evicts step t's rows (run-ahead of at least 1), so it is ready
-  // without waiting for step t.
-  loop.overlap = [](uint64_t) { return true; };
-  Result<uint64_t> end = RunDeviceSteps(first, steps, loop);
-  device_wall_s_ += SecondsSince(pass_start);
-  if (!end.ok()) {
-    device_rows_->Reset();
-    p->Abort(end.status());
-    (void)FinishPass(*p);
-    return end.status();
-  }
-  if (*end < steps) device_rows_->Reset();  // a staged step is dropped
-  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
-  return *end < steps ? EpochOutcome{true, *end} : EpochOutcome{};
+  pass.units = [](const RowBatch& b) { return b.samples; };
+  pass.finish_pass = [this](Pipeline& pipeline) { return FinishPass(pipeline); };
+  return RunDevicePass(pass, sink, device_wall_s_);
 }
 
 }  // namespace sluice

@@ -166,40 +166,18 @@ Result<double> NcTask::FinishStep(const Batch& b) {
 }
 
 Result<EpochOutcome> NcTask::TrainEpochOnDevice(Pass& pass, StepSink& sink) {
-  const auto pass_start = SteadyClock::now();
-  const uint64_t first = pass.first_step, steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();
-  sink.EpochStart(std::min<uint64_t>(first * pass.batch, pass.nodes->size()));
-  DeviceLoop<Batch> loop;
-  loop.ready = [&](uint64_t s) -> Result<Batch*> {
-    Status st;
-    Batch* b = p->WaitReady(s - first, st);
-    if (b == nullptr) return st;
-    return b;
-  };
-  loop.stage = [this](uint64_t, Batch& b) { return StageStep(b); };
-  loop.launch = [this, &pass](uint64_t s, Batch& b) { return LaunchStep(b, pass, s); };
-  loop.finish = [&](uint64_t s, Batch& b) -> Result<bool> {
-    SLUICE_ASSIGN_OR_RETURN(const double loss, FinishStep(b));
-    const uint32_t n = b.rows.samples;  // the slot is refilled once the step is computed
-    p->Computed(s - first);
-    const bool last = s + 1 == steps;
-    return sink.StepDone(n, loss * n, last) && !last;
-  };
-  // Step t + 1's plan never evicts step t's rows (run-ahead at least 1).
-  loop.overlap = [](uint64_t) { return true; };
-  Result<uint64_t> end = RunDeviceSteps(first, steps, loop);
-  device_wall_s_ += SecondsSince(pass_start);
-  if (!end.ok()) {
-    device_rows_->Reset();
-    p->Abort(end.status());
-    (void)FinishPass(*p);
-    return end.status();
-  }
-  if (*end < steps) device_rows_->Reset();  // a staged step is dropped
-  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
-  return *end < steps ? EpochOutcome{true, *end} : EpochOutcome{};
+  sink.EpochStart(std::min<uint64_t>(pass.first_step * pass.batch, pass.nodes->size()));
+  DevicePass<Batch, Pipeline> d;
+  d.pipeline = p.get(), d.rows = device_rows_.get();
+  d.first = pass.first_step, d.steps = pass.steps();
+  d.stage = [this](Batch& b) { return StageStep(b); };
+  d.launch = [this, &pass](uint64_t s, Batch& b) { return LaunchStep(b, pass, s); };
+  d.finish = [this](Batch& b) { return FinishStep(b); };
+  d.units = [](const Batch& b) { return b.rows.samples; };
+  d.finish_pass = [this](Pipeline& pipeline) { return FinishPass(pipeline); };
+  return RunDevicePass(d, sink, device_wall_s_);
 }
 
 Result<SampledSubgraph> NcTask::SampleWithCuda(void* sampler, std::span<const int64_t> seeds,
