@@ -39,8 +39,10 @@ struct DeviceConfig {
             "(libtorch's activations are reported, not planned); 0: the steps in flight only, no "
             "row cache", InRange(Bytes{0}, Bytes{uint64_t{1} << 50}));
     v.Field("planner", planner,
-            "device row cache: lru (rows recently used stay) or none (only the steps in flight)",
-            OneOfEnum({PlannerKind::kLru, PlannerKind::kNone}));
+            "device row cache: lru (rows recently used stay), none (only the steps in flight) or "
+            "static (node classification's feature rows: the highest in-degree nodes stay once "
+            "loaded, as Quiver places them by access probability; the rest pass through)",
+            OneOfEnum({PlannerKind::kLru, PlannerKind::kNone, PlannerKind::kStatic}));
     v.Field("deterministic", deterministic,
             "deterministic GPU kernels (torch's deterministic algorithms, cuBLAS workspace "
             ":4096:8): a GPU run repeats bit for bit, in memory and out of core");

@@ -99,6 +99,10 @@ Result<uint64_t> DeviceCapacityRows(const DeviceConfig& config, const DeviceRows
 Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions options,
                               const DeviceStepShape& shape, bool device_is_host,
                               uint64_t model_step_bytes) {
+  if (config.planner == PlannerKind::kStatic && !options.ranked) {
+    return InvalidArgument("device.planner: static keeps a fixed ranking of rows on the device, which only "
+                           "node classification's feature rows have (by in-degree); use lru or none");
+  }
   DevicePlan plan;
   SLUICE_ASSIGN_OR_RETURN(options.capacity_rows,
                           DeviceCapacityRows(config, options, shape.uses, shape.rows, shape.extra_bytes));
@@ -331,6 +335,7 @@ void DeviceRows::Reset() {
   RowCacheOptions co;
   co.kind = options_.planner;
   co.capacity_rows = options_.capacity_rows;
+  co.pinned = options_.pinned;
   co.protect_steps = 1;  // the running step's rows stay while the next is planned
   cache_.emplace(co);
 }

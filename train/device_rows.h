@@ -56,6 +56,11 @@ struct DeviceRowsOptions {
   // copies all its rows into its lane's half of the slots, without planning a cache. Rows a
   // step shares with the running one are copied again; they cannot have changed.
   bool direct = false;
+  // planner static: the rows that stay once loaded, a bitmap by id (not owned), set by a task
+  // that can rank its rows (node classification: by in-degree); PlanDevice refuses static
+  // for a task that sets ranked to false.
+  const std::vector<uint64_t>* pinned = nullptr;
+  bool ranked = false;
 };
 
 // The device memory DeviceRows takes: its slots and two lanes' staging buffers for steps of at

@@ -287,7 +287,9 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
     cfg = nc_config(tmp_path / "c.yaml", nc_dataset(nc_graph, name), device, NC_MODELS[name], nc_extra(name))
     out, dense, metrics, rows = {}, {}, {}, {}
     for run_name, sets in {"mem": ["storage.mode=in_memory"], "ooc": [],
-                           "ooc-cached": ["device.gpu_budget=64MiB"]}.items():
+                           "ooc-cached": ["device.gpu_budget=64MiB"],
+                           # the hubs stay on the device, the rest pass through
+                           "ooc-static": ["device.gpu_budget=2400KiB", "device.planner=static"]}.items():
         r = tmp_path / run_name
         out[run_name] = train(sluice_bin, cfg, f"run_dir={r}", *sets).stdout
         dense[run_name] = (latest(r) / "dense.pt").read_bytes()
@@ -296,7 +298,7 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
             rows[run_name] = (latest(r) / "nodes.bin").read_bytes()
     summary = json.loads((tmp_path / "ooc/summary.json").read_text())
     assert summary["cache"]["rows_loaded"] > 1.5 * 20000, summary["cache"]  # rows were evicted and read again
-    for run_name in ("ooc", "ooc-cached"):
+    for run_name in ("ooc", "ooc-cached", "ooc-static"):
         assert dense[run_name] == dense["mem"], f"{run_name}: dense parameters differ from in memory"
         assert metrics[run_name] == metrics["mem"], run_name
         if rows:
@@ -304,8 +306,16 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
     if name == "graphsage":  # 4 classes: it learned
         assert metrics["mem"][-1]["accuracy"] > 0.4, metrics["mem"]
     # The device cache changed what was copied, not what was trained.
-    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached")}
+    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached", "ooc-static")}
     assert copied["ooc-cached"] < copied["ooc"] / 2, copied
+    assert copied["ooc-static"] < copied["ooc"], copied
+
+
+def test_static_device_planner_is_for_node_classification(sluice_bin, clicks, tmp_path):
+    cfg = dlrm_config(tmp_path / "c.yaml", clicks, "emulated")
+    out = run(sluice_bin, "train", str(cfg), "--set", f"run_dir={tmp_path / 'r'}", "--set", "device.gpu_budget=16MiB",
+              "--set", "device.planner=static")
+    assert "device.planner: static" in one_error_line(out)
 
 
 @pytest.mark.parametrize("name", list(NC_MODELS))

@@ -506,8 +506,8 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   return Status::Ok();
 }
 
-// The highest in-degree nodes (ties: lower id first), as a bitmap.
-void NcTask::PinHottest(uint64_t rows) {
+// The `rows` highest in-degree nodes (ties: lower id first), as a bitmap by id.
+std::vector<uint64_t> NcTask::HottestRows(uint64_t rows) const {
   std::vector<int64_t> order(num_nodes_);
   std::iota(order.begin(), order.end(), int64_t{0});
   rows = std::min<uint64_t>(rows, num_nodes_);
@@ -515,9 +515,14 @@ void NcTask::PinHottest(uint64_t rows) {
     const uint64_t da = graph_.degree(a), db = graph_.degree(b);
     return da != db ? da > db : a < b;
   });
-  pinned_.assign(num_nodes_ / 64 + 1, 0);
-  for (uint64_t i = 0; i < rows; ++i) pinned_[static_cast<uint64_t>(order[i]) / 64] |= uint64_t{1} << (order[i] % 64);
-  pinned_rows_ = rows;
+  std::vector<uint64_t> bits(num_nodes_ / 64 + 1, 0);
+  for (uint64_t i = 0; i < rows; ++i) bits[static_cast<uint64_t>(order[i]) / 64] |= uint64_t{1} << (order[i] % 64);
+  return bits;
+}
+
+void NcTask::PinHottest(uint64_t rows) {
+  pinned_ = HottestRows(rows);
+  pinned_rows_ = std::min<uint64_t>(rows, num_nodes_);
 }
 
 // What the graph side holds for the run: the CSR graph, the sampler's per-node table, the

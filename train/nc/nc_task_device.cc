@@ -48,13 +48,16 @@ DeviceRowsOptions NcTask::DeviceOptions() const {
   // Feature rows never change: with no device cache a step's rows are copied as they are, with
   // no cache to plan (the host's share of a step on a GPU).
   o.direct = !embeddings_ && (cfg_.device.gpu_budget.value == 0 || cfg_.device.planner == PlannerKind::kNone);
+  o.ranked = true;  // by in-degree (device.planner static)
   return o;
 }
 
+// The probe's largest sample, with a margin (a step is refused when it does not fit beside the
+// running one in the device's slots).
+uint64_t NcTask::DeviceStepRows() const { return probe_nodes_ * 3 / 2 + 64; }
+
 Result<DevicePlan> NcTask::PlanDeviceRows() const {
-  // The probe's largest sample, with a margin (a step is refused when it does not fit beside
-  // the running one in the device's slots).
-  const uint64_t nodes = probe_nodes_ * 3 / 2 + 64, words = probe_slot_words_ * 3 / 2 + 64;
+  const uint64_t nodes = DeviceStepRows(), words = probe_slot_words_ * 3 / 2 + 64;
   DeviceStepShape shape;
   shape.uses = shape.rows = nodes;
   // Labels of the seeds, the nodes' ids, every block's offsets and sources; alignment.
@@ -72,6 +75,11 @@ uint64_t NcTask::DeviceHostBytes() const {
 Status NcTask::SetUpDeviceRows() {
   if (acc_ == nullptr) return Status::Ok();
   SLUICE_ASSIGN_OR_RETURN(DevicePlan plan, PlanDeviceRows());
+  if (cfg_.device.planner == PlannerKind::kStatic) {  // the slots two steps in flight leave
+    const uint64_t in_flight = 2 * DeviceStepRows(), slots = plan.options.capacity_rows;
+    device_pinned_ = HottestRows(slots > in_flight ? slots - in_flight : 0);
+    plan.options.pinned = &device_pinned_;
+  }
   device_rows_ = std::make_unique<DeviceRows>(acc_.get(), plan.options);
   return Status::Ok();
 }

@@ -111,6 +111,7 @@ class NcTask : public Task {
   Status SetUpStorage(bool fresh, const std::string& rows_from);
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
+  std::vector<uint64_t> HottestRows(uint64_t rows) const;
   void PinHottest(uint64_t rows);
   bool Layerwise() const;
   void AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const;
@@ -144,6 +145,7 @@ class NcTask : public Task {
   // ids while the previous step computes.
   Status SetUpDevice();
   DeviceRowsOptions DeviceOptions() const;
+  uint64_t DeviceStepRows() const;  // a step's rows the device plans for
   Result<DevicePlan> PlanDeviceRows() const;
   uint64_t DeviceHostBytes() const;  // page-locked staging and the device cache's index
   Status SetUpDeviceRows();
@@ -214,6 +216,7 @@ class NcTask : public Task {
   // The device (device.type cuda or emulated, training only).
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;
+  std::vector<uint64_t> device_pinned_;  // device.planner static: the rows that stay on the device
   torch::Tensor device_loss_, device_nonfinite_;  // the running step's, on the device
   double device_wall_s_ = 0;
   std::shared_ptr<void> cuda_sampler_;  // a CudaKHopSampler (CUDA builds), shared by training passes
