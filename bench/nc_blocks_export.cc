@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fanouts.h"
 #include "sampler/batch_order.h"
 #include "sampler/csr_graph.h"
 #include "sampler/khop_sampler.h"
@@ -73,12 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", max_steps, "steps to export (0: the whole pass)");
   CLI11_PARSE(app, argc, argv);
   sluice::KHopOptions options;
-  options.fanouts.clear();
-  for (size_t start = 0; start < fanouts.size();) {
-    const size_t comma = fanouts.find(',', start);
-    options.fanouts.push_back(std::stoi(fanouts.substr(start, comma - start)));
-    start = comma == std::string::npos ? fanouts.size() : comma + 1;
-  }
+  options.fanouts = sluice::ParseFanouts(fanouts);
   auto dataset = sluice::Dataset::Open(dataset_dir);
   if (!dataset.ok()) return Fail(dataset.status().message());
   auto graph = sluice::CsrGraph::Load(*dataset, "train", sluice::Direction::kIn);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/fanouts.h"
 #include "sampler/khop_sampler.h"
 #include "sampler/random.h"
 #ifdef SLUICE_HAVE_CUDA
@@ -56,12 +57,7 @@ int main(int argc, char** argv) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
                             static_cast<size_t>(threads));
   sluice::KHopOptions options;
-  options.fanouts.clear();
-  for (size_t start = 0; start < fanouts.size();) {
-    size_t comma = fanouts.find(',', start);
-    options.fanouts.push_back(std::stoi(fanouts.substr(start, comma - start)));
-    start = comma == std::string::npos ? fanouts.size() : comma + 1;
-  }
+  options.fanouts = sluice::ParseFanouts(fanouts);
   options.replace = replace;
   auto src = ReadInt64(src_path), dst = ReadInt64(dst_path);
   sluice::CsrGraph graph = sluice::CsrGraph::FromEdges(nodes, src, dst);

@@ -162,9 +162,8 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
                                 "(raise device.gpu_budget)");
     }
     const auto base = static_cast<uint32_t>(static_cast<uint64_t>(&lane - lanes_) * half);
-    plan_.slots.resize(keys.size());
-    plan_.load_slots.resize(keys.size());
-    for (size_t k = 0; k < keys.size(); ++k) plan_.slots[k] = plan_.load_slots[k] = base + static_cast<uint32_t>(k);
+    plan_.slots.resize(keys.size());  // Pack loads every row: no load_slots to list
+    for (size_t k = 0; k < keys.size(); ++k) plan_.slots[k] = base + static_cast<uint32_t>(k);
     lane.rows = lane.loads = static_cast<int64_t>(keys.size());
     stats_.rows += keys.size(), stats_.loads += keys.size();
     ++stats_.steps;
