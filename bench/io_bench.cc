@@ -72,7 +72,8 @@ int RunRandom(const Args& a) {
     auto io = MakeSession(a);
     std::mt19937_64 rng(1234 + t);
     std::vector<uint64_t> ids(a.batch);
-    std::vector<std::byte> out(a.batch * a.row_bytes);
+    // Aligned, as a cache arena is: 4 KiB rows are read straight into it.
+    AlignedBuffer out(a.batch * a.row_bytes, kDirectAlignBytes);
     uint64_t done = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       for (auto& id : ids) id = rng() % table->num_rows();

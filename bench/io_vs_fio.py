@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def io_bench(binary: pathlib.Path, *args: str) -> list[dict]:
 
 
 def main() -> int:
+    if shutil.which("fio") is None:
+        sys.exit("io_vs_fio: fio is not installed (apt-get install fio)")
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--file", type=pathlib.Path, default=ROOT / "build/bench-io/randread.bin",

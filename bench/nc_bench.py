@@ -5,7 +5,9 @@ Trains configs/nc_scale.yaml (or --config) on a generated dataset in several con
 interleaved over --rounds rounds, each run writing RUN/steps.tsv (wall seconds per step):
 
   in memory          every feature row in RAM (storage.mode: in_memory)
-  chosen             out of core: the design docs/node_classification.md argues for
+  chosen             out of core: the design docs/node_classification.md argues for (static
+                     planner, the feature file swept every 32 steps into per-step packs)
+  grouped            out of core: the previous design (oracle, io in groups of 2 steps, 16 KiB gaps)
   oracle, lru, static, none
                      out of core, one planner each, every step's misses read on their own
   mmap normal/random the same training reading features through a read-only mapping of the
@@ -14,7 +16,7 @@ interleaved over --rounds rounds, each run writing RUN/steps.tsv (wall seconds p
 
 Per configuration: the median step time over steps 20 (--skip) to the end of epoch 2 (epoch 1,
 which warms the cache, reported separately: its median over steps 20 on); rows loaded, disk requests
-and MB read per step; io busy per step; peak RSS against the budget. --short-steps runs the
+MB read and written (spill packs) per step; io busy per step; peak RSS against the budget. --short-steps runs the
 slow baselines (the per-step planners, none, mmap) once for that many steps; their medians are
 over steps 20 on of epoch 1.
 
@@ -48,10 +50,11 @@ CGROUP = pathlib.Path("/sys/fs/cgroup/memory/sluice-nc-bench")
 CONFIGS = {
     "in_memory": (["storage.mode=in_memory"], False),
     "chosen": ([], False),
-    "oracle": (["storage.planner=oracle", "storage.io_group=1", "storage.io_group_gap=0"], True),
-    "lru": (["storage.planner=lru", "storage.io_group=1", "storage.io_group_gap=0"], True),
-    "static": (["storage.planner=static", "storage.io_group=1", "storage.io_group_gap=0"], True),
-    "none": (["storage.planner=none", "storage.io_group=1", "storage.io_group_gap=0"], True),
+    "grouped": (["storage.planner=oracle", "storage.window=4", "storage.spill_steps=0", "storage.io_group=2"], False),
+    "oracle": (["storage.planner=oracle", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
+    "lru": (["storage.planner=lru", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
+    "static": (["storage.planner=static", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
+    "none": (["storage.planner=none", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
     "mmap_normal": (["storage.mode=in_memory", "storage.mmap=normal"], True),
     "mmap_random": (["storage.mode=in_memory", "storage.mmap=random"], True),
 }
@@ -204,8 +207,9 @@ def main() -> int:
               f"{args.rounds} interleaved rounds (step seconds: median over steps {SKIP} to the end of epoch 2; "
               f"short runs: steps {SKIP} to {args.short_steps} of epoch 1)\n")
         print("| configuration | step s (epoch 2) | mean step s (epoch 2) | step s (epoch 1) | vs in memory | "
-              "rows loaded / step | requests / step | MB read / step | io busy s / step | peak RSS | RSS / budget |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "rows loaded / step | requests / step | MB read / step | MB written / step | io busy s / step | peak RSS | "
+              "RSS / budget |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mem = None
     table = {}
     for n in names:
@@ -217,7 +221,8 @@ def main() -> int:
         steps = max(1, len(rounds[-1]["steps"]))
         loaded = s.get("cache", {}).get("rows_loaded", 0) / steps
         req = s.get("io", {}).get("requests", 0) / steps
-        mb = s.get("io", {}).get("bytes", 0) / steps / 1e6
+        written = s.get("spill", {}).get("bytes_written", 0) / steps / 1e6
+        mb = s.get("io", {}).get("bytes", 0) / steps / 1e6 - written
         io = s.get("pipeline", {}).get("io_busy_s", 0) / steps
         rss = statistics.median(x["summary"].get("peak_rss_bytes", float("nan")) for x in rounds)
         table[n] = {"e2": e2, "mean": e2_mean, "io": io}
@@ -225,7 +230,7 @@ def main() -> int:
             mem = e2
         vs = f"{e2 / mem:.2f}" if mem else "-"
         print(f"| {n} | {e2:.3f} | {e2_mean:.3f} | {e1:.3f} | {vs} | {loaded:,.0f} | {req:,.0f} | {mb:,.1f} | "
-              f"{io:.3f} | {rss / 2**30:.2f} GiB | {rss / budget:.2f} |")
+              f"{written:,.1f} | {io:.3f} | {rss / 2**30:.2f} GiB | {rss / budget:.2f} |")
     if mem and "chosen" in table:
         c = table["chosen"]
         bound = 1.1 * max(mem, c["io"])

@@ -130,6 +130,7 @@ class ArrayBacking : public RowBacking {
   uint64_t rows() const { return file_->num_rows(); }
   uint32_t dim() const { return dim_; }
   uint32_t row_bytes() const { return file_->row_bytes(); }
+  const RowFile& file() const { return *file_; }
 
  private:
   ArrayBacking(std::unique_ptr<RowFile> file, DType dtype, uint32_t dim)

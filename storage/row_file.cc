@@ -235,13 +235,25 @@ Status RowFile::ReadRowsTo(IoSession& io, std::span<const uint64_t> ids, Dest de
   StripeLock lock(stripes_, io.extents(), /*exclusive=*/false);
   const auto& sorted = io.sorted();
   const auto& extents = io.extents();
+  // An extent that is exactly one row, bound for an aligned destination (4 KiB rows into an
+  // aligned buffer or arena), is read straight into it: no staging copy (the copy cost a tenth
+  // of the io thread at 75K random reads a second).
+  auto straight = [&](const IoSession::Extent& e) -> std::byte* {
+    if (e.end != e.first + 1 || e.length_bytes != row_bytes_ || e.offset_bytes != sorted[e.first].first * row_bytes_) {
+      return nullptr;
+    }
+    std::byte* d = dest(sorted[e.first].second);
+    return reinterpret_cast<uintptr_t>(d) % kDirectAlignBytes == 0 ? d : nullptr;
+  };
   auto prepare = [&](size_t index, uint32_t slot) {
     IoRequest& r = io.slot_request(slot);
-    r = ReadRequest(extents[index].offset_bytes, extents[index].length_bytes, io.slot_buffer(slot));
+    std::byte* d = straight(extents[index]);
+    r = ReadRequest(extents[index].offset_bytes, extents[index].length_bytes, d ? d : io.slot_buffer(slot));
     return &r;
   };
-  auto complete = [&](size_t index, uint32_t, IoRequest& r) {
+  auto complete = [&](size_t index, uint32_t slot, IoRequest& r) {
     const IoSession::Extent& e = extents[index];
+    if (r.buffer != io.slot_buffer(slot)) return IoNext::kDone;  // read in place
     for (uint32_t k = e.first; k < e.end; ++k) {
       const Span s = Clip(sorted[k].first, e);
       std::memcpy(dest(sorted[k].second) + s.row_offset, r.buffer + s.extent_offset, s.length);

@@ -84,6 +84,8 @@ PLANNERS = {
     "lru_grouped": "{mode: out_of_core, cache_rows: 9000, planner: lru, io_group: 2}",
     "static": "{mode: out_of_core, cache_rows: 6000, planner: static, run_ahead: 1}",
     "none": "{mode: out_of_core, cache_rows: 6000, planner: none, run_ahead: 1}",
+    "static_spill": "{mode: out_of_core, cache_rows: 6000, planner: static, run_ahead: 1, spill_steps: 4}",
+    "oracle_spill": "{mode: out_of_core, cache_rows: 9000, window: 2, spill_steps: 1}",
     "mmap_random": "{mode: in_memory, mmap: random}",
     "mmap_normal": "{mode: in_memory, mmap: normal}",
 }
@@ -102,6 +104,26 @@ def test_every_planner_and_mmap_equal_in_memory_bitwise(sluice_bin, gen, tmp_pat
     assert summary["io"]["requests"] > 0 and summary["io"]["bytes"] >= summary["cache"]["rows_read"] * 256
     if storage == "none":  # read-through: a cache only as large as the steps in flight
         assert summary["cache"]["capacity_rows"] < 6000, summary["cache"]
+
+
+def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
+    """With storage.spill_steps the loads of training come from the steps' packs (the pinned rows
+    never spilled), and the spill file is gone once the run ends; more than io groups of one step
+    allow is refused in one line."""
+    cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, PLANNERS["static_spill"], epochs=2)
+    out = train(sluice_bin, cfg)
+    spill = json.loads((tmp_path / "s/summary.json").read_text())["spill"]
+    assert spill["horizon_steps"] == 4 and spill["packs_dropped"] == 0, spill
+    # Only the pinned rows' first loads read the dataset.
+    summary = json.loads((tmp_path / "s/summary.json").read_text())
+    assert spill["rows_served"] > 20000 and spill["rows_direct"] < summary["cache"]["capacity_rows"], spill
+    assert spill["bytes_written"] >= spill["rows_packed"] * 256 > 0, spill
+    assert "spill: every 4 steps" in out.stdout + out.stderr
+    assert not (tmp_path / "s/features.spill").exists()
+    bad = write_config(tmp_path / "b.yaml", gen, tmp_path / "b", SAGE,
+                       "{mode: out_of_core, io_group: 2, spill_steps: 4}")
+    out = run(sluice_bin, "train", str(bad))
+    assert out.returncode != 0 and "storage.io_group: 1" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_grouped_io_reads_fewer_larger_requests(sluice_bin, gen, tmp_path):

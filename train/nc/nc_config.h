@@ -185,6 +185,7 @@ struct NcStorageConfig {
   PlannerKind planner = PlannerKind::kOracle;
   int io_group = 1;
   Bytes io_group_gap{64 * 1024};
+  int spill_steps = 0;
   FeatureMmap mmap = FeatureMmap::kOff;
 
   template <class V>
@@ -212,6 +213,11 @@ struct NcStorageConfig {
     v.Field("io_group_gap", io_group_gap,
             "with io_group > 1: rows at most this far apart are read as one extent, gap included",
             InRange(Bytes{0}, Bytes{64ull << 20}));
+    v.Field("spill_steps", spill_steps,
+            "0: off. K > 0: training sweeps the feature file once every K steps for the steps "
+            "ahead and writes each step's rows (less the pinned ones) to a spill file in the run "
+            "directory as one pack its loads read back sequentially (out of core, io_group 1; "
+            "ignored in memory; docs/node_classification.md)", InRange(0, 4096));
   }
 };
 

@@ -315,6 +315,12 @@ Status NcTask::Open(Purpose purpose) {
     return InvalidArgument("storage.mmap reads a dataset's features through the page cache: it needs "
                            "storage.mode: in_memory and features (not model.embedding_dim)");
   }
+  if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore &&
+      (embeddings_ || cfg_.storage.io_group != 1 || cfg_.device.on_device())) {
+    return InvalidArgument("storage.spill_steps spills a dataset's feature rows for training out of core on the CPU: "
+                           "it needs storage.io_group: 1, features (not model.embedding_dim) and device.type: cpu "
+                           "(in memory it is ignored)");
+  }
   offsets_ = {0, num_nodes_};
   if (embeddings_) {
     feature_dim_ = cfg_.model.embedding_dim;
@@ -410,6 +416,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
   in.runtime_bytes = kRuntimeBytes + GraphBytes();
+  if (Spilling()) in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_);
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
   if (acc_ != nullptr) {
@@ -501,8 +508,36 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   }
   cache_ = std::make_unique<RowCache>(co);
   arena_ = AlignedBuffer(plan_.cache_rows * row_bytes_, 4096);
+  if (Spilling()) SLUICE_RETURN_IF_ERROR(OpenSpill());
   if (embeddings_) SLUICE_RETURN_IF_ERROR(OpenEmbeddingFile(fresh, rows_from));
   memory_plan_ = DescribePlan();
+  return Status::Ok();
+}
+
+SpillOptions NcTask::SpillOpts() const {
+  SpillOptions o;
+  o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps);
+  o.sweep_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
+  return o;
+}
+
+// Training out of core on the CPU with storage.spill_steps (evaluating a run never spills).
+bool NcTask::Spilling() const {
+  return cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore && purpose_ == Purpose::kTrain &&
+         !embeddings_ && acc_ == nullptr;
+}
+
+// A training step's rows as the probe measured them, with a quarter to spare.
+uint64_t NcTask::SpillStepRows() const { return probe_nodes_ + probe_nodes_ / 4; }
+
+// The spill file lives in the run directory, sized for the horizon's packs.
+Status NcTask::OpenSpill() {
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.run_dir, ec);
+  SpillOptions o = SpillOpts();
+  o.file_bytes = SpillBacking::RingBytes(o, SpillStepRows(), row_bytes_);
+  SLUICE_ASSIGN_OR_RETURN(spill_, SpillBacking::Create(features_.get(), &features_->file(),
+                                                       cfg_.run_dir + "/features.spill", o));
   return Status::Ok();
 }
 
@@ -540,7 +575,13 @@ std::string NcTask::DescribePlan() const {
          "% of the rows; planner " + PlannerKindName(cfg_.storage.planner) +
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
          ", io in groups of " + std::to_string(cfg_.storage.io_group) + " steps), graph and sampler " +
-         FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) + ", dense model " +
+         FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) +
+         (Spilling() ? ", spill every " + std::to_string(cfg_.storage.spill_steps) + " steps " +
+                           FormatBytes(SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_)) +
+                           " (its file " +
+                           FormatBytes(SpillBacking::RingBytes(SpillOpts(), SpillStepRows(), row_bytes_)) + ")"
+                     : std::string()) +
+         ", dense model " +
          FormatBytes(net_->StateBytes()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
          FormatBytes(plan_.pipeline_bytes) + ", window " + std::to_string(plan_.window) + " steps, run-ahead " +
          std::to_string(plan_.run_ahead) + (embeddings_ ? ", embeddings " : ", features ") + FormatBytes(table) +
@@ -584,6 +625,24 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.group_steps = pass.group;
   if (source.cache) source.cache->SetProtectSteps(pass.run_ahead);
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
+  RowBacking* backing = source.backing;
+  if (pass.spill && spill_ != nullptr) {
+    // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again.
+    auto rows = [pass](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
+      const uint64_t step = pass.first_step + t;
+      const uint64_t begin = step * pass.batch;
+      if (begin >= pass.nodes->size()) return false;
+      const std::span<const int64_t> seeds(pass.nodes->data() + begin, std::min(pass.batch, pass.nodes->size() - begin));
+      std::lock_guard<std::mutex> lock(*pass.sample_mutex);
+      const SampledSubgraph sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
+      for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
+      return true;
+    };
+    SpillBacking::Skip skip = nullptr;
+    if (pinned_rows_ > 0) skip = [this](uint64_t row) { return (pinned_[row / 64] >> (row % 64) & 1) != 0; };
+    spill_->StartPass(rows, skip);
+    backing = spill_.get();
+  }
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
     const uint64_t step = pass.first_step + t;
     const uint64_t begin = step * pass.batch;
@@ -592,6 +651,9 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     const std::span<const int64_t> seeds(pass.nodes->data() + begin, n);
     if (pass.sample_on_device) {
       SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, {pass.seed, pass.epoch, step}));
+    } else if (pass.sample_mutex != nullptr) {
+      std::lock_guard<std::mutex> lock(*pass.sample_mutex);
+      b.sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
     } else {
       b.sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
     }
@@ -610,12 +672,13 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     return true;
   };
   if (source.memory) return std::make_unique<Pipeline>(source.memory, po, fill, &NcTask::RowsOf);
-  return std::make_unique<Pipeline>(source.cache, source.arena, source.row_bytes, source.backing, po, fill,
+  return std::make_unique<Pipeline>(source.cache, source.arena, source.row_bytes, backing, po, fill,
                                     &NcTask::RowsOf);
 }
 
 Status NcTask::FinishPass(Pipeline& p) {
   Status s = p.Stop();
+  if (spill_ != nullptr) spill_->EndPass();
   sample_time_.busy_s += p.read_time().busy_s, sample_time_.wait_s += p.read_time().wait_s;
   plan_time_.busy_s += p.plan_time().busy_s, plan_time_.wait_s += p.plan_time().wait_s;
   io_time_.busy_s += p.io_time().busy_s, io_time_.wait_s += p.io_time().wait_s;
@@ -728,6 +791,10 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   pass.writes = embeddings_;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
+  if (spill_ != nullptr && device_rows_ == nullptr) {
+    pass.spill = true;
+    pass.sample_mutex = &sample_mutex_;
+  }
   if (sample_on_device_) {
     auto* cuda = cuda_sampler_.get();
     pass.sample_on_device = [cuda](std::span<const int64_t> seeds, const SampleKey& key) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "prefetch/memory_plan.h"
 #include "prefetch/row_backings.h"
 #include "prefetch/row_pipeline.h"
+#include "prefetch/spill_backing.h"
 #include "sampler/csr_graph.h"
 #include "sampler/khop_sampler.h"
 #include "storage/dataset.h"
@@ -48,6 +50,7 @@ class NcTask : public Task {
   Result<Metrics> Evaluate(const std::string& split) override;
   Status Save(CheckpointWriter& writer) override;
   void Summarize(RunSummary& summary) const override;
+  void SummarizeSpill(RunSummary& s, double steps) const;
   std::string MemorySummary() const override { return memory_plan_; }
   uint64_t PredictedPeakBytes() const override { return plan_.predicted_bytes; }
   Status Export(const std::string& dir) override;
@@ -82,6 +85,8 @@ class NcTask : public Task {
     // Set when training samples on the GPU (train.sampler): the CUDA sampler, the same samples.
     std::function<Result<SampledSubgraph>(std::span<const int64_t>, const SampleKey&)> sample_on_device = nullptr;
     bool writes = false;    // training learnable embeddings: rows become dirty
+    bool spill = false;     // training through the spill backing (storage.spill_steps)
+    std::mutex* sample_mutex = nullptr;  // set when another thread samples too (the spill's listing)
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
   };
 
@@ -109,6 +114,10 @@ class NcTask : public Task {
   RowInit Init() const;  // a learnable embedding's initial row
   // rows_from: a checkpoint directory whose embeddings are read, never written ("": the run's).
   Status SetUpStorage(bool fresh, const std::string& rows_from);
+  bool Spilling() const;
+  SpillOptions SpillOpts() const;
+  uint64_t SpillStepRows() const;
+  Status OpenSpill();
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
   std::vector<uint64_t> HottestRows(uint64_t rows) const;
@@ -177,6 +186,8 @@ class NcTask : public Task {
   uint64_t pinned_rows_ = 0;
   // Storage of the feature rows.
   std::unique_ptr<ArrayBacking> features_;
+  std::unique_ptr<SpillBacking> spill_;  // storage.spill_steps: training's feature reads
+  std::mutex sample_mutex_;
   // Learnable node embeddings (model.embedding_dim > 0) instead of features: a row file in
   // tables/ (out of core) or RAM, each row the embedding then its optimizer state.
   bool embeddings_ = false;

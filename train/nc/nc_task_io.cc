@@ -111,6 +111,7 @@ void NcTask::Summarize(RunSummary& s) const {
            FormatCount(static_cast<double>(io_requests_) / steps) + " requests and " +
            FormatBytes(static_cast<uint64_t>(static_cast<double>(io_bytes_) / steps)) + " per step)");
     s.Set("io", "requests", io_requests_), s.Set("io", "bytes", io_bytes_);
+    if (spill_ != nullptr) SummarizeSpill(s, steps);
   }
   const bool in_memory = memory_ != nullptr;
   s.Set("memory", "mode", in_memory ? "in_memory" : "out_of_core");
@@ -126,6 +127,25 @@ void NcTask::Summarize(RunSummary& s) const {
       s.Set("sampler", "crossover_edges", sampler_crossover_edges_);
     }
   }
+}
+
+// What the spill did: sweeps, packs written, loads served from them and from the dataset.
+void NcTask::SummarizeSpill(RunSummary& s, double steps) const {
+  const SpillStats& st = spill_->stats();
+  std::ostringstream l;
+  l << "spill: every " << spill_->options().horizon_steps << " steps a sweep of the features; "
+    << FormatCount(static_cast<double>(st.rows_swept) / steps) << " rows swept, "
+    << FormatBytes(static_cast<uint64_t>(static_cast<double>(st.bytes_written) / steps)) << " of packs written, "
+    << FormatCount(static_cast<double>(st.rows_served) / steps) << " loads served from packs and "
+    << FormatCount(static_cast<double>(st.rows_direct) / steps) << " from the dataset per step; " << st.packs_dropped
+    << " packs found no room; listing " << st.list_s << " s, sweeps " << st.sweep_s << " s, pack reads " << st.serve_s
+    << " s";
+  s.Line(l.str());
+  s.Set("spill", "horizon_steps", uint64_t{spill_->options().horizon_steps});
+  s.Set("spill", "rows_swept", st.rows_swept), s.Set("spill", "rows_packed", st.rows_packed);
+  s.Set("spill", "bytes_written", st.bytes_written), s.Set("spill", "rows_served", st.rows_served);
+  s.Set("spill", "rows_direct", st.rows_direct), s.Set("spill", "packs_dropped", st.packs_dropped);
+  s.Set("spill", "list_s", st.list_s), s.Set("spill", "sweep_s", st.sweep_s), s.Set("spill", "serve_s", st.serve_s);
 }
 
 }  // namespace sluice

@@ -1,0 +1,333 @@
+#include "prefetch/spill_backing.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "common/clock.h"
+
+namespace sluice {
+
+namespace {
+
+uint64_t Chunks(uint64_t rows, uint32_t chunk_rows) { return (rows + chunk_rows - 1) / chunk_rows; }
+
+}  // namespace
+
+Result<std::unique_ptr<SpillBacking>> SpillBacking::Create(RowBacking* source, const RowFile* file,
+                                                           const std::string& spill_path,
+                                                           const SpillOptions& options) {
+  if (options.horizon_steps < 1) return InvalidArgument("spill: the horizon needs at least one step");
+  if (options.chunk_bytes == 0 || options.chunk_bytes % kDirectAlignBytes != 0 ||
+      options.chunk_bytes < file->row_bytes()) {
+    return InvalidArgument("spill: chunks of " + std::to_string(options.chunk_bytes) +
+                           " bytes (a multiple of 4 KiB holding at least one row of " +
+                           std::to_string(file->row_bytes()) + " bytes)");
+  }
+  if (file->num_rows() >= (uint64_t{1} << 32)) {
+    return InvalidArgument(file->path() + ": " + std::to_string(file->num_rows()) +
+                           " rows; spilling needs fewer than 2^32");
+  }
+  SLUICE_ASSIGN_OR_RETURN(File spill, File::Open(spill_path, OpenMode::kCreate, /*want_direct=*/true));
+  const uint64_t bytes = (options.file_bytes + options.chunk_bytes - 1) / options.chunk_bytes * options.chunk_bytes;
+  Status s = spill.Allocate(bytes);
+  if (!s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove(spill_path, ec);
+    return IoError("the feature spill file " + spill_path + " needs " + std::to_string(bytes >> 20) +
+                   " MiB: " + s.message() + " (lower storage.spill_steps or free space there)");
+  }
+  SpillOptions o = options;
+  o.file_bytes = bytes;
+  return std::unique_ptr<SpillBacking>(new SpillBacking(source, file, std::move(spill), o));
+}
+
+SpillBacking::SpillBacking(RowBacking* source, const RowFile* file, File spill, const SpillOptions& options)
+    : source_(source),
+      file_(file),
+      spill_(std::move(spill)),
+      options_(options),
+      row_bytes_(file->row_bytes()),
+      chunk_rows_(options.chunk_bytes / file->row_bytes()),
+      rows_per_region_((file->num_rows() + options.horizon_steps - 1) / options.horizon_steps) {
+  // A chunk for every listed step (the horizon and the step after it), a batch waiting.
+  const uint64_t chunks = uint64_t{options_.horizon_steps} + 2 + options_.write_batch;
+  pool_ = AlignedBuffer(chunks * options_.chunk_bytes, kDirectAlignBytes);
+  for (uint64_t i = 0; i < chunks; ++i) free_chunks_.push_back(pool_.data() + i * options_.chunk_bytes);
+  sweep_buffer_ = AlignedBuffer(uint64_t{options_.sweep_rows} * row_bytes_, kDirectAlignBytes);
+}
+
+SpillBacking::~SpillBacking() {
+  const std::string path = spill_.path();
+  spill_ = File();
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+}
+
+uint64_t SpillBacking::MemoryBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
+  const uint64_t pool = (uint64_t{o.horizon_steps} + 2 + o.write_batch) * o.chunk_bytes;
+  const uint64_t lists = (uint64_t{o.horizon_steps} + 2) * rows_per_step * 4;
+  // A region pass's pairs (about one step's rows), a step's serve list and its listing.
+  const uint64_t scratch = rows_per_step * (8 + 16 + 8);
+  return pool + uint64_t{o.sweep_rows} * (row_bytes + 8) + lists + scratch;
+}
+
+uint64_t SpillBacking::RingBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
+  const uint64_t chunk_rows = std::max<uint64_t>(1, o.chunk_bytes / row_bytes);
+  return (uint64_t{o.horizon_steps} + 3) * Chunks(rows_per_step, static_cast<uint32_t>(chunk_rows)) * o.chunk_bytes;
+}
+
+uint64_t SpillBacking::RegionBegin(uint64_t region) const {
+  return std::min(file_->num_rows(), region * rows_per_region_);
+}
+
+void SpillBacking::StartPass(StepRows rows, Skip skip) {
+  EndPass();
+  step_rows_ = std::move(rows);
+  skip_ = std::move(skip);
+  active_ = true;
+}
+
+void SpillBacking::EndPass() {
+  for (Pack& p : packs_) {
+    if (p.chunk != nullptr) free_chunks_.push_back(p.chunk);
+  }
+  for (const IoRequest& r : writes_) free_chunks_.push_back(r.buffer);
+  writes_.clear();
+  packs_.clear();
+  active_ = started_ = source_done_ = false;
+  next_ = listed_ = ring_cursor_ = 0;
+  step_rows_ = nullptr;
+  skip_ = nullptr;
+}
+
+SpillBacking::Pack* SpillBacking::Find(uint64_t step) {
+  if (packs_.empty() || step < packs_.front().step || step >= packs_.front().step + packs_.size()) return nullptr;
+  return &packs_[step - packs_.front().step];
+}
+
+// The first K steps get, in one sweep of the file, the regions the rolling passes will not
+// reach before their loads (step s: regions s .. K-1).
+Status SpillBacking::EnsureStarted(IoSession& io) {
+  if (started_) return Status::Ok();
+  started_ = true;
+  const uint64_t k = options_.horizon_steps;
+  SLUICE_RETURN_IF_ERROR(List(k - 1));
+  for (uint64_t r = 0; r < k; ++r) SLUICE_RETURN_IF_ERROR(RegionPass(io, r, 0, r));
+  return Complete(io, 0);
+}
+
+Status SpillBacking::List(uint64_t up_to) {
+  const auto start = SteadyClock::now();
+  while (!source_done_ && listed_ <= up_to) {
+    list_scratch_.clear();
+    SLUICE_ASSIGN_OR_RETURN(bool more, step_rows_(listed_, list_scratch_));
+    if (!more) {
+      source_done_ = true;
+      break;
+    }
+    Pack& p = packs_.emplace_back();
+    p.step = listed_++;
+    std::sort(list_scratch_.begin(), list_scratch_.end());
+    list_scratch_.erase(std::unique(list_scratch_.begin(), list_scratch_.end()), list_scratch_.end());
+    p.rows.reserve(list_scratch_.size());
+    for (uint64_t row : list_scratch_) {
+      if (row >= file_->num_rows()) {
+        return OutOfRange(file_->path() + ": step " + std::to_string(p.step) + " needs row " + std::to_string(row) +
+                          " of " + std::to_string(file_->num_rows()));
+      }
+      if (!skip_ || !skip_(row)) p.rows.push_back(static_cast<uint32_t>(row));
+    }
+    const uint64_t first = RegionBegin(p.step % options_.horizon_steps);
+    p.rotate = static_cast<size_t>(std::lower_bound(p.rows.begin(), p.rows.end(), first) - p.rows.begin());
+    Place(p);
+  }
+  stats_.list_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+// The pack's chunks go after the newest pack in the ring, wrapping to the start; a pack that
+// would overlap a live one gets none.
+void SpillBacking::Place(Pack& p) {
+  p.bytes = Chunks(p.rows.size(), chunk_rows_) * options_.chunk_bytes;
+  if (p.bytes == 0) return;
+  uint64_t base = ring_cursor_;
+  if (base + p.bytes > options_.file_bytes) base = 0;
+  bool fits = base + p.bytes <= options_.file_bytes;
+  for (const Pack& q : packs_) {
+    if (&q == &p || !q.has_file) continue;
+    if (base < q.base + q.bytes && q.base < base + p.bytes) fits = false;
+  }
+  if (!fits) {
+    ++stats_.packs_dropped;
+    return;
+  }
+  p.has_file = true;
+  p.base = base;
+  ring_cursor_ = base + p.bytes;
+}
+
+Status SpillBacking::RegionPass(IoSession& io, uint64_t region, uint64_t first, uint64_t last) {
+  const auto start = SteadyClock::now();
+  const uint64_t lo = RegionBegin(region), hi = RegionBegin(region + 1);
+  pairs_.clear();
+  for (size_t i = 0; i < packs_.size(); ++i) {
+    const Pack& p = packs_[i];
+    if (p.step < first || p.step > last || !p.has_file) continue;
+    auto b = std::lower_bound(p.rows.begin(), p.rows.end(), lo);
+    auto e = std::lower_bound(b, p.rows.end(), hi);
+    for (auto it = b; it != e; ++it) pairs_.emplace_back(*it, static_cast<uint32_t>(i));
+  }
+  std::sort(pairs_.begin(), pairs_.end());
+  ++stats_.passes;
+  size_t at = 0;
+  while (at < pairs_.size()) {
+    // The next sweep_rows distinct rows and the pairs that want them.
+    sweep_ids_.clear();
+    size_t end = at;
+    while (end < pairs_.size()) {
+      if (sweep_ids_.empty() || sweep_ids_.back() != pairs_[end].first) {
+        if (sweep_ids_.size() == options_.sweep_rows) break;
+        sweep_ids_.push_back(pairs_[end].first);
+      }
+      ++end;
+    }
+    SLUICE_RETURN_IF_ERROR(file_->ReadRows(io, sweep_ids_, sweep_buffer_.data(), options_.sweep_gap_bytes));
+    stats_.rows_swept += sweep_ids_.size();
+    size_t row = 0;
+    for (size_t i = at; i < end; ++i) {
+      if (i > at && pairs_[i].first != pairs_[i - 1].first) ++row;
+      SLUICE_RETURN_IF_ERROR(Append(io, packs_[pairs_[i].second], sweep_buffer_.data() + row * row_bytes_));
+    }
+    at = end;
+  }
+  stats_.sweep_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status SpillBacking::Append(IoSession& io, Pack& p, const std::byte* row) {
+  if (p.chunk == nullptr) {
+    if (free_chunks_.empty()) SLUICE_RETURN_IF_ERROR(WriteChunks(io));
+    p.chunk = free_chunks_.back();
+    free_chunks_.pop_back();
+  }
+  std::memcpy(p.chunk + (p.written % chunk_rows_) * row_bytes_, row, row_bytes_);
+  ++p.written;
+  ++stats_.rows_packed;
+  if (p.written % chunk_rows_ == 0) QueueChunk(p);
+  return Status::Ok();
+}
+
+// Queues the pack's current chunk for writing (the last one of a pack may be partly filled:
+// written whole, its tail unused).
+void SpillBacking::QueueChunk(Pack& p) {
+  IoRequest r;
+  r.kind = IoKind::kWrite;
+  r.file = &spill_;
+  r.offset_bytes = p.base + (p.written - 1) / chunk_rows_ * options_.chunk_bytes;
+  r.length_bytes = options_.chunk_bytes;
+  r.buffer = p.chunk;
+  writes_.push_back(r);
+  p.chunk = nullptr;
+}
+
+Status SpillBacking::WriteChunks(IoSession& io) {
+  if (writes_.empty()) return Status::Ok();
+  Status s = io.executor().Execute(writes_);
+  for (const IoRequest& r : writes_) {
+    free_chunks_.push_back(r.buffer);
+    stats_.bytes_written += r.length_bytes;
+  }
+  writes_.clear();
+  if (!s.ok()) return IoError("the feature spill file " + spill_.path() + ": " + s.message());
+  return Status::Ok();
+}
+
+Status SpillBacking::Complete(IoSession& io, uint64_t step) {
+  Pack* p = Find(step);
+  if (p == nullptr) return Status::Ok();
+  if (p->has_file && p->written != p->rows.size()) {
+    return FailedPrecondition("spill: step " + std::to_string(step) + "'s pack holds " + std::to_string(p->written) +
+                              " of its " + std::to_string(p->rows.size()) + " rows when complete");
+  }
+  if (p->chunk != nullptr) QueueChunk(*p);
+  p->complete = true;
+  return WriteChunks(io);
+}
+
+Status SpillBacking::Advance(IoSession& io, uint64_t t) {
+  if (!active_) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(EnsureStarted(io));
+  next_ = t + 1;
+  while (!packs_.empty() && packs_.front().step < next_) packs_.pop_front();
+  const uint64_t k = options_.horizon_steps;
+  SLUICE_RETURN_IF_ERROR(List(t + k));
+  SLUICE_RETURN_IF_ERROR(RegionPass(io, t % k, t + 1, t + k));
+  return Complete(io, t + 1);
+}
+
+Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                                 uint32_t row_bytes, uint32_t gap_bytes) {
+  if (!active_) return source_->ReadScatter(io, keys, rows, row_bytes, gap_bytes);
+  SLUICE_RETURN_IF_ERROR(EnsureStarted(io));
+  const auto start = SteadyClock::now();
+  const Pack* p = Find(next_);
+  if (p != nullptr && !(p->has_file && p->complete)) p = nullptr;
+  serve_.clear();
+  direct_keys_.clear();
+  direct_rows_.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (p != nullptr && keys[i].id < file_->num_rows()) {
+      auto it = std::lower_bound(p->rows.begin(), p->rows.end(), keys[i].id);
+      if (it != p->rows.end() && *it == keys[i].id) {
+        const auto index = static_cast<size_t>(it - p->rows.begin());
+        const size_t n = p->rows.size();
+        serve_.emplace_back(index >= p->rotate ? index - p->rotate : index + n - p->rotate, rows[i]);
+        continue;
+      }
+    }
+    direct_keys_.push_back(keys[i]);
+    direct_rows_.push_back(rows[i]);
+  }
+  if (!serve_.empty()) SLUICE_RETURN_IF_ERROR(ServeFromPack(io, *p));
+  stats_.serve_s += SecondsSince(start);
+  stats_.rows_direct += direct_keys_.size();
+  if (direct_keys_.empty()) return Status::Ok();
+  return source_->ReadScatter(io, direct_keys_, direct_rows_, row_bytes, gap_bytes);
+}
+
+// Reads the pack's chunks that hold a wanted row, in order, at the session's depth, and copies
+// each wanted row to its destination.
+Status SpillBacking::ServeFromPack(IoSession& io, const Pack& p) {
+  std::sort(serve_.begin(), serve_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // (chunk, first serve_ entry) of every chunk read.
+  std::vector<std::pair<uint64_t, size_t>> chunks;
+  for (size_t i = 0; i < serve_.size(); ++i) {
+    const uint64_t c = serve_[i].first / chunk_rows_;
+    if (chunks.empty() || chunks.back().first != c) chunks.emplace_back(c, i);
+  }
+  io.EnsureSlotBytes(options_.chunk_bytes);
+  auto prepare = [&](size_t index, uint32_t slot) {
+    IoRequest& r = io.slot_request(slot);
+    r = IoRequest{};
+    r.kind = IoKind::kRead;
+    r.file = &spill_;
+    r.offset_bytes = p.base + chunks[index].first * options_.chunk_bytes;
+    r.length_bytes = options_.chunk_bytes;
+    r.buffer = io.slot_buffer(slot);
+    return &r;
+  };
+  auto complete = [&](size_t index, uint32_t, IoRequest& r) {
+    const size_t end = index + 1 < chunks.size() ? chunks[index + 1].second : serve_.size();
+    for (size_t i = chunks[index].second; i < end; ++i) {
+      std::memcpy(serve_[i].second, r.buffer + (serve_[i].first % chunk_rows_) * row_bytes_, row_bytes_);
+    }
+    return IoNext::kDone;
+  };
+  Status s = io.executor().Stream(chunks.size(), prepare, complete);
+  if (!s.ok()) return IoError("the feature spill file " + spill_.path() + ": " + s.message());
+  stats_.rows_served += serve_.size();
+  return Status::Ok();
+}
+
+}  // namespace sluice

@@ -1,0 +1,163 @@
+#pragma once
+// SpillBacking: read-only rows (a dataset's features) swept in file order for the steps ahead,
+// each step's rows written to a spill file as one contiguous pack that its loads read back
+// sequentially.
+//
+// Why: with little skew and a small cache, a step's misses are a few hundred thousand rows
+// scattered over the whole file. Read one by one they are bound by the disk's random-read
+// rate; merged into extents across gaps (io groups) they are bound by its bandwidth and read
+// many times the bytes they need, because the cache has room for two or three steps' rows, not
+// more. A sweep reads every row of the file once per K steps whatever K is, so its cost per step
+// falls as 1/K, and what the steps need from it goes to disk again (their packs) instead of
+// memory: per step, the file / K swept, a pack written and a pack read, all sequential.
+//
+// How: the file's rows are split into K regions. A pass lists its steps' rows K steps ahead
+// (StepRows: e.g. the sampler run again for a later step), minus the rows `skip` keeps out
+// (rows pinned in the cache). After step t's loads (Advance), one region, t mod K, is read in
+// one sorted, gap-merged pass, and each row is appended to the pack of every listed step
+// (t, t + K] that wants it. Step s's pack is complete after K such passes, its rows in file
+// order from region s mod K on, wrapping. The first K steps of a pass get the regions those
+// passes will not reach from one sweep of the file when the pass starts. Packs live in a ring
+// of chunks in the spill file; a step whose pack finds no room gets none.
+//
+// Exact: the source is never written, so a pack holds the file's bytes; a row a step's loads
+// ask for that its pack lacks (skipped, or no pack) is read from the source. Loads must come a
+// step at a time (io groups of one step): a load is served from the pack of the step after the
+// last Advance.
+//
+// One thread (the row prefetcher's io thread) calls it.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/aligned_buffer.h"
+#include "prefetch/row_prefetcher.h"
+#include "storage/file.h"
+#include "storage/row_file.h"
+
+namespace sluice {
+
+struct SpillOptions {
+  uint32_t horizon_steps = 32;        // K: each row of the file is swept once per K steps
+  uint64_t file_bytes = 0;            // the spill file's ring (reserved at Create)
+  uint32_t sweep_gap_bytes = 64 * 1024;  // wanted rows less than this apart: one extent
+  uint32_t sweep_rows = 1 << 14;      // distinct rows a sweep reads at a time
+  uint32_t chunk_bytes = 128 * 1024;  // a pack's unit of io (a multiple of 4 KiB)
+  uint32_t write_batch = 64;          // full chunks written together
+};
+
+struct SpillStats {
+  uint64_t passes = 0;         // region passes
+  uint64_t rows_swept = 0;     // distinct rows the sweeps read
+  uint64_t rows_packed = 0;    // rows written into packs
+  uint64_t bytes_written = 0;  // to the spill file
+  uint64_t rows_served = 0;    // loads served from packs
+  uint64_t rows_direct = 0;    // loads read from the source (not in their step's pack)
+  uint64_t packs_dropped = 0;  // steps that found no room in the ring
+  double list_s = 0, sweep_s = 0, serve_s = 0;
+};
+
+class SpillBacking : public RowBacking {
+ public:
+  // Appends the rows step s needs (any order, repeats allowed); false past the pass's end.
+  using StepRows = std::function<Result<bool>(uint64_t step, std::vector<uint64_t>& rows)>;
+  using Skip = std::function<bool(uint64_t row)>;
+
+  // `source` serves what the packs do not; `file` is its row file (fewer than 2^32 rows),
+  // which the sweeps read. Creates `spill_path` with options.file_bytes reserved (a full disk
+  // is named here, not halfway through a pass); the destructor removes it.
+  static Result<std::unique_ptr<SpillBacking>> Create(RowBacking* source, const RowFile* file,
+                                                      const std::string& spill_path,
+                                                      const SpillOptions& options);
+  ~SpillBacking() override;
+  SpillBacking(const SpillBacking&) = delete;
+  SpillBacking& operator=(const SpillBacking&) = delete;
+
+  // A pass's steps, numbered from 0 (before its prefetcher starts); EndPass after it joined.
+  // Outside a pass every read goes to the source.
+  void StartPass(StepRows rows, Skip skip);
+  void EndPass();
+
+  Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override {
+    return source_->Read(io, keys, out);
+  }
+  Status ReadScatter(IoSession& io, std::span<const RowKey> keys, std::span<std::byte* const> rows,
+                     uint32_t row_bytes, uint32_t gap_bytes) override;
+  Status Write(IoSession& io, std::span<const RowKey> keys, const std::byte* rows) override {
+    return source_->Write(io, keys, rows);
+  }
+  Status Advance(IoSession& io, uint64_t t) override;
+  uint64_t rows_read() const override { return source_->rows_read() + stats_.rows_served; }
+
+  const SpillStats& stats() const { return stats_; }
+  const SpillOptions& options() const { return options_; }
+  // RAM it holds for steps of at most rows_per_step rows: the chunk pool, the sweep's buffer,
+  // the horizon's row lists and scratch.
+  static uint64_t MemoryBytes(const SpillOptions& options, uint64_t rows_per_step, uint32_t row_bytes);
+  // A ring with room for the horizon, the step being loaded and one more, of such steps.
+  static uint64_t RingBytes(const SpillOptions& options, uint64_t rows_per_step, uint32_t row_bytes);
+
+ private:
+  struct Pack {
+    uint64_t step = 0;
+    std::vector<uint32_t> rows;  // sorted, distinct, skip removed
+    size_t rotate = 0;           // index in rows of the pack's first row
+    bool has_file = false;       // false: no room; its loads read the source
+    bool complete = false;
+    uint64_t base = 0, bytes = 0;  // its chunks in the spill file
+    uint64_t written = 0;          // rows appended
+    std::byte* chunk = nullptr;    // the chunk being filled
+  };
+
+  SpillBacking(RowBacking* source, const RowFile* file, File spill, const SpillOptions& options);
+  uint64_t RegionBegin(uint64_t region) const;
+  Status EnsureStarted(IoSession& io);
+  Status List(uint64_t up_to);
+  void Place(Pack& p);
+  // Reads region `region`'s rows wanted by the listed steps [first, last] into their packs.
+  Status RegionPass(IoSession& io, uint64_t region, uint64_t first, uint64_t last);
+  Status Append(IoSession& io, Pack& p, const std::byte* row);
+  void QueueChunk(Pack& p);
+  Status WriteChunks(IoSession& io);
+  Status Complete(IoSession& io, uint64_t step);
+  Pack* Find(uint64_t step);
+  Status ServeFromPack(IoSession& io, const Pack& p);
+
+  RowBacking* source_;
+  const RowFile* file_;
+  File spill_;
+  SpillOptions options_;
+  uint32_t row_bytes_;
+  uint32_t chunk_rows_;
+  uint64_t rows_per_region_;
+
+  StepRows step_rows_;
+  Skip skip_;
+  bool active_ = false, started_ = false, source_done_ = false;
+  uint64_t next_ = 0;    // the step whose loads come next
+  uint64_t listed_ = 0;  // steps listed so far
+  std::deque<Pack> packs_;  // steps next_ .. listed_ - 1
+  uint64_t ring_cursor_ = 0;
+
+  AlignedBuffer pool_;
+  std::vector<std::byte*> free_chunks_;
+  std::vector<IoRequest> writes_;  // full chunks waiting
+  AlignedBuffer sweep_buffer_;
+  SpillStats stats_;
+
+  // Scratch.
+  std::vector<uint64_t> list_scratch_;
+  std::vector<std::pair<uint32_t, uint32_t>> pairs_;  // (row, pack index)
+  std::vector<uint64_t> sweep_ids_;
+  std::vector<std::pair<uint64_t, std::byte*>> serve_;  // (pack position, destination)
+  std::vector<RowKey> direct_keys_;
+  std::vector<std::byte*> direct_rows_;
+};
+
+}  // namespace sluice

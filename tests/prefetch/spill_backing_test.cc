@@ -1,0 +1,184 @@
+// SpillBacking against the file it sweeps: every row a step's loads ask for must come back with
+// the file's bytes, from the step's pack when it holds the row and from the source otherwise;
+// with a ring large enough no pack is dropped and only skipped rows go to the source; with a
+// ring too small the loads are still exact.
+
+#include "prefetch/spill_backing.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "prefetch/row_backings.h"
+#include "tests/storage/test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::Session;
+using testing::TempDir;
+
+constexpr uint64_t kRows = 20000;
+constexpr uint64_t kHot = 300;  // rows [0, kHot) are skipped (pinned)
+
+struct Param {
+  BackendKind backend;
+  uint32_t row_bytes;
+};
+
+class SpillBackingTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    const uint32_t rb = GetParam().row_bytes;
+    auto f = RowFile::Create(dir_.File("f.rows"), rb, kRows, RowFileOptions{});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    io_ = Session(GetParam().backend);
+    std::mt19937_64 rng(5);
+    model_.resize(kRows * rb);
+    for (auto& b : model_) b = static_cast<std::byte>(rng());
+    ASSERT_TRUE((*f)->WriteRange(*io_, 0, kRows, model_.data()).ok());
+    file_ = f->get();
+    source_ = ArrayBacking::Wrap(std::move(f).value(), DType::kFloat32, rb / 4);
+    // Steps of 500 rows: a third hot, the rest anywhere (repeats allowed).
+    for (int s = 0; s < 40; ++s) {
+      std::vector<uint64_t> rows;
+      for (int i = 0; i < 500; ++i) rows.push_back(i % 3 == 0 ? rng() % kHot : rng() % kRows);
+      steps_.push_back(rows);
+    }
+  }
+
+  SpillBacking::StepRows StepRows() {
+    return [this](uint64_t s, std::vector<uint64_t>& out) -> Result<bool> {
+      if (s >= steps_.size()) return false;
+      out.insert(out.end(), steps_[s].begin(), steps_[s].end());
+      return true;
+    };
+  }
+
+  // Loads each step's distinct rows (in a shuffled order) through the backing and checks them.
+  void RunPass(SpillBacking& b, uint64_t steps) {
+    const uint32_t rb = GetParam().row_bytes;
+    b.StartPass(StepRows(), [](uint64_t row) { return row < kHot; });
+    std::mt19937_64 rng(9);
+    for (uint64_t t = 0; t < steps; ++t) {
+      std::vector<uint64_t> ids = steps_[t];
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<RowKey> keys;
+      for (uint64_t id : ids) keys.push_back(RowKey{id, 0});
+      std::vector<std::byte> out(ids.size() * rb);
+      std::vector<std::byte*> dest;
+      for (size_t i = 0; i < ids.size(); ++i) dest.push_back(out.data() + i * rb);
+      ASSERT_TRUE(b.ReadScatter(*io_, keys, dest, rb, 0).ok());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(std::memcmp(dest[i], model_.data() + ids[i] * rb, rb), 0) << "step " << t << " row " << ids[i];
+      }
+      hot_loads_ += static_cast<uint64_t>(std::count_if(ids.begin(), ids.end(), [](uint64_t r) { return r < kHot; }));
+      loads_ += ids.size();
+      ASSERT_TRUE(b.Advance(*io_, t).ok());
+    }
+    b.EndPass();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<IoSession> io_;
+  std::vector<std::byte> model_;
+  RowFile* file_ = nullptr;
+  std::unique_ptr<ArrayBacking> source_;
+  std::vector<std::vector<uint64_t>> steps_;
+  uint64_t loads_ = 0, hot_loads_ = 0;
+};
+
+TEST_P(SpillBackingTest, LoadsComeFromPacksAndEqualTheFile) {
+  for (uint32_t k : {1u, 3u, 8u}) {
+    SpillOptions o;
+    o.horizon_steps = k;
+    o.chunk_bytes = 4096;  // many chunks a pack, rows straddling none
+    o.sweep_rows = 97;     // sweeps in several pieces
+    o.write_batch = 3;
+    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+    auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    loads_ = hot_loads_ = 0;
+    RunPass(**b, steps_.size());
+    const SpillStats& st = (*b)->stats();
+    EXPECT_EQ(st.packs_dropped, 0u) << "K " << k;
+    EXPECT_EQ(st.rows_direct, hot_loads_) << "K " << k;  // only the skipped rows
+    EXPECT_EQ(st.rows_served, loads_ - hot_loads_) << "K " << k;
+    EXPECT_GT(st.bytes_written, 0u);
+    EXPECT_EQ(st.passes, k + steps_.size());  // the first sweep's K regions, one a step
+    EXPECT_TRUE(std::filesystem::exists(dir_.File("spill")));
+    b->reset();
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("spill")));  // removed with the backing
+  }
+}
+
+TEST_P(SpillBackingTest, PassesRepeatAndStopEarly) {
+  SpillOptions o;
+  o.horizon_steps = 5;
+  o.chunk_bytes = 8192;
+  o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  RunPass(**b, 7);  // stops long before the listed steps
+  RunPass(**b, steps_.size());
+  RunPass(**b, 2);  // shorter than the horizon
+  EXPECT_EQ((*b)->stats().packs_dropped, 0u);
+  EXPECT_EQ((*b)->stats().rows_direct, hot_loads_);
+}
+
+TEST_P(SpillBackingTest, ARingTooSmallDropsPacksAndStaysExact) {
+  SpillOptions o;
+  o.horizon_steps = 6;
+  o.chunk_bytes = 4096;
+  o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes) / 4;
+  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  RunPass(**b, steps_.size());
+  EXPECT_GT((*b)->stats().packs_dropped, 0u);
+  EXPECT_GT((*b)->stats().rows_served, 0u);
+  EXPECT_GT((*b)->stats().rows_direct, hot_loads_);
+}
+
+TEST_P(SpillBackingTest, OutsideAPassEverythingReadsTheSource) {
+  SpillOptions o;
+  o.file_bytes = 1 << 20;
+  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const uint32_t rb = GetParam().row_bytes;
+  std::vector<RowKey> keys{{17, 0}, {kRows - 1, 0}};
+  std::vector<std::byte> out(2 * rb);
+  std::vector<std::byte*> dest{out.data(), out.data() + rb};
+  ASSERT_TRUE((*b)->ReadScatter(*io_, keys, dest, rb, 0).ok());
+  EXPECT_EQ(std::memcmp(out.data(), model_.data() + 17 * rb, rb), 0);
+  EXPECT_EQ(std::memcmp(out.data() + rb, model_.data() + (kRows - 1) * rb, rb), 0);
+  EXPECT_EQ((*b)->stats().rows_served, 0u);
+  EXPECT_FALSE((*b)->Write(*io_, keys, out.data()).ok());  // the source is read-only
+}
+
+TEST_P(SpillBackingTest, BadOptionsAreRefusedInOneLine) {
+  SpillOptions o;
+  o.chunk_bytes = 1000;
+  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("multiple of 4 KiB"), std::string::npos) << b.status().ToString();
+  o = SpillOptions{};
+  o.file_bytes = 1 << 20;
+  b = SpillBacking::Create(source_.get(), file_, dir_.File("no-such-dir/spill"), o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("no-such-dir"), std::string::npos) << b.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, SpillBackingTest,
+                         ::testing::Values(Param{BackendKind::kPread, 72}, Param{BackendKind::kUring, 72},
+                                           Param{BackendKind::kUring, 512}),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(p.param.backend == BackendKind::kPread ? "pread" : "uring") + "_" +
+                                  std::to_string(p.param.row_bytes);
+                         });
+
+}  // namespace
+}  // namespace sluice
