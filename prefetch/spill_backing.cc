@@ -300,8 +300,8 @@ Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, st
 // each wanted row to its destination.
 Status SpillBacking::ServeFromPack(IoSession& io, const Pack& p) {
   std::sort(serve_.begin(), serve_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // (chunk, first serve_ entry) of every chunk read.
-  std::vector<std::pair<uint64_t, size_t>> chunks;
+  auto& chunks = serve_chunks_;
+  chunks.clear();
   for (size_t i = 0; i < serve_.size(); ++i) {
     const uint64_t c = serve_[i].first / chunk_rows_;
     if (chunks.empty() || chunks.back().first != c) chunks.emplace_back(c, i);

@@ -38,6 +38,7 @@
 
 #include "common/aligned_buffer.h"
 #include "prefetch/row_prefetcher.h"
+#include "prefetch/row_preloader.h"
 #include "storage/file.h"
 #include "storage/row_file.h"
 
@@ -65,9 +66,10 @@ struct SpillStats {
 
 class SpillBacking : public RowBacking {
  public:
-  // Appends the rows step s needs (any order, repeats allowed); false past the pass's end.
-  using StepRows = std::function<Result<bool>(uint64_t step, std::vector<uint64_t>& rows)>;
-  using Skip = std::function<bool(uint64_t row)>;
+  // The rows step s needs (any order, repeats allowed; false past the pass's end) and the rows
+  // never spilled: the preloader's callbacks.
+  using StepRows = RowPreloader::StepRows;
+  using Skip = RowPreloader::Skip;
 
   // `source` serves what the packs do not; `file` is its row file (fewer than 2^32 rows),
   // which the sweeps read. Creates `spill_path` with options.file_bytes reserved (a full disk
@@ -156,6 +158,7 @@ class SpillBacking : public RowBacking {
   std::vector<std::pair<uint32_t, uint32_t>> pairs_;  // (row, pack index)
   std::vector<uint64_t> sweep_ids_;
   std::vector<std::pair<uint64_t, std::byte*>> serve_;  // (pack position, destination)
+  std::vector<std::pair<uint64_t, size_t>> serve_chunks_;  // (chunk, its first serve_ entry)
   std::vector<RowKey> direct_keys_;
   std::vector<std::byte*> direct_rows_;
 };

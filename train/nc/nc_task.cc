@@ -630,9 +630,8 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again.
     auto rows = [pass](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
       const uint64_t step = pass.first_step + t;
-      const uint64_t begin = step * pass.batch;
-      if (begin >= pass.nodes->size()) return false;
-      const std::span<const int64_t> seeds(pass.nodes->data() + begin, std::min(pass.batch, pass.nodes->size() - begin));
+      const std::span<const int64_t> seeds = pass.Seeds(step);
+      if (seeds.empty()) return false;
       std::lock_guard<std::mutex> lock(*pass.sample_mutex);
       const SampledSubgraph sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
       for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
@@ -645,10 +644,9 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   }
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
     const uint64_t step = pass.first_step + t;
-    const uint64_t begin = step * pass.batch;
-    if (begin >= pass.nodes->size()) return false;
-    const uint64_t n = std::min(pass.batch, pass.nodes->size() - begin);
-    const std::span<const int64_t> seeds(pass.nodes->data() + begin, n);
+    const std::span<const int64_t> seeds = pass.Seeds(step);
+    if (seeds.empty()) return false;
+    const uint64_t n = seeds.size();
     if (pass.sample_on_device) {
       SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, {pass.seed, pass.epoch, step}));
     } else if (pass.sample_mutex != nullptr) {

@@ -4,10 +4,12 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,12 @@ class NcTask : public Task {
     bool spill = false;     // training through the spill backing (storage.spill_steps)
     std::mutex* sample_mutex = nullptr;  // set when another thread samples too (the spill's listing)
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
+    // Step `step`'s seeds (empty past the pass's end).
+    std::span<const int64_t> Seeds(uint64_t step) const {
+      const uint64_t begin = step * batch;
+      if (begin >= nodes->size()) return {};
+      return {nodes->data() + begin, std::min<uint64_t>(batch, nodes->size() - begin)};
+    }
   };
 
   // Where a pass's rows come from: RAM, or a cache over a backing (feature rows, or a layer's
