@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -49,8 +50,10 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int) -> dict | None:
-    """Trains one fresh run; its summary.json and steps.tsv, or None (the error is printed)."""
+def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int,
+          errors: list[str] | None = None) -> dict | None:
+    """Trains one fresh run; its summary.json, steps.tsv and stdout, or None (the error is printed
+    and appended to `errors`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"
     path.write_text(config.replace("RUN_DIR", str(run_dir)))
@@ -62,13 +65,21 @@ def train(binary: pathlib.Path, config: str, run_dir: pathlib.Path, timeout: int
         return None
     if out.returncode != 0:
         log(f"  {run_dir.name}: failed: {out.stderr.strip()[-400:]}")
+        if errors is not None:
+            errors.append(out.stderr)
         return None
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = [l.split("\t") for l in (run_dir / "steps.tsv").read_text().splitlines()[1:]]
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     log(f"  {run_dir.name}: {time.perf_counter() - start:.1f} s; "
         + "; ".join(l for l in out.stdout.splitlines() if l.strip().startswith(("device:", "memory:", "sampler:", "compute thread:", "pipeline:"))))
-    return {"summary": summary, "steps": steps, "metrics": metrics}
+    return {"summary": summary, "steps": steps, "metrics": metrics, "stdout": out.stdout}
+
+
+def to_bytes(text: str) -> float:
+    """'82.29 MiB' -> bytes (sluice's FormatBytes)."""
+    value, unit = text.split()
+    return float(value) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
 
 
 def step_seconds(run: dict, warmup: int) -> float:
@@ -211,6 +222,61 @@ def bench_g20m(args, tmp: pathlib.Path) -> None:
         sys.stdout.flush()
 
 
+def bench_g20m_scale(args, tmp: pathlib.Path) -> None:
+    """The 20M-edge graph with its node table 4x the budgets: a wider embedding (--g20m-dim) over
+    finer partitions (the graph prepared with --partitions 32) so that the table dwarfs the
+    process's fixed share (the CUDA runtime, staging); storage.budget is a quarter of the table
+    (gpu_budget 0: the steps in flight only), raised to what the plan needs when it refuses."""
+    m = json.loads((args.g20m_scale / "manifest.json").read_text())
+    nodes, parts = m["counts"]["nodes"], m["partitions"]["count"]
+    table = nodes * args.g20m_dim * 8  # a row: the embedding and its Adagrad state, float32
+    budget = table / 4 / GIB
+    print(f"\n### Link prediction on the 20M-edge graph, table 4x the budgets ({args.g20m_scale}; DistMult "
+          f"d={args.g20m_dim}, batch 10,000, 10 x 100 negatives, {parts} partitions; node "
+          f"table {table / GIB:.2f} GiB with its Adagrad state; the first {args.g20m_steps} steps of one epoch; "
+          f"median step after {args.warmup})\n")
+    print("| configuration | budget + gpu_budget | table / budgets | resident | epoch s | median step ms | GPU busy | "
+          "copies | hidden | peak RSS | io/step | plan/step | step / 1.1 max(mem, io, plan) |\n"
+          "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    text = (ROOT / "configs/marius_g20m.yaml").read_text()
+    base = [l for l in text.splitlines() if not l.startswith(("dataset:", "run_dir:", "storage:", "  budget:",
+                                                              "  resident:", "  slots:", "  mode:", "  run_ahead:"))
+            and not l.lstrip().startswith("#")]
+    base = [l.replace("every: 1", "every: 0").replace("dim: 50", f"dim: {args.g20m_dim}")
+            .replace("epochs: 1", f"epochs: 1\n  max_steps: {args.g20m_steps}") for l in base]
+
+    def config(storage: str) -> str:
+        return "\n".join([f"dataset: {args.g20m_scale}", "run_dir: RUN_DIR", "progress: false", "step_log: true",
+                          "checkpoint_every: -1"] + base + [f"storage: {storage}",
+                                                           f"device: {{type: {args.device}, gpu_budget: 0}}"]) + "\n"
+
+    ooc, errors = None, []
+    for attempt in range(3):
+        ooc = train(args.bin, config(f"{{mode: out_of_core, budget: {budget:.3f}GiB, run_ahead: 4}}"),
+                    tmp / f"g20m-scale-ooc-{attempt}", 900, errors)
+        need = re.search(r"\(([\d.]+) (MiB|GiB) in all\)", errors[-1]) if ooc is None and errors else None
+        if ooc is not None or need is None:
+            break
+        budget = float(need.group(1)) / (1024 if need.group(2) == "MiB" else 1) + 0.01
+    if ooc is None:
+        print(f"| out of core | | | | failed: {errors[-1].strip()[-200:] if errors else '?'} |")
+        return
+    res = re.search(r"(\d+) of (\d+) partitions resident", ooc["stdout"])
+    resident = res.group(1) if res else "0"
+    mem = train(args.bin, config(f"{{mode: in_memory, resident: {resident}, run_ahead: 4}}"), tmp / "g20m-scale-mem",
+                900)
+    mem_step = step_seconds(mem, args.warmup) if mem else float("nan")
+    for name, r in (("GPU, in memory, same schedule", mem), ("GPU, out of core", ooc)):
+        if r is None:
+            continue
+        step = step_seconds(r, args.warmup)
+        b = "| | |" if r is mem else f"| {budget:.2f} GiB | {table / GIB / budget:.2f}x |"
+        over = "| |" if r is mem else overlap_cells(r, mem_step, args.warmup)
+        print(f"| {name} {b} {resident} of {parts} | {r['metrics'][0]['epoch_s']:.2f} | "
+              f"{step * 1e3:.2f} | {device_cells(r, args.warmup)} | {over} |")
+        sys.stdout.flush()
+
+
 NC = """task: node_classification
 dataset: {ds}
 run_dir: RUN_DIR
@@ -221,7 +287,7 @@ model: {{kind: graphsage, layers: 3, hidden: 256, fanouts: [15, 10, 5], dropout:
 train: {{epochs: {epochs}, batch: {batch}, lr: 0.003, seed: 1, sampler: {sampler}}}
 eval: {{every: {epochs}, split: test, batch: {batch}, fanouts: [15, 10, 5]}}
 storage: {storage}
-device: {{type: {device}, gpu_budget: {gpu_budget}, deterministic: {det}}}
+device: {{type: {device}, gpu_budget: {gpu_budget}, deterministic: {det}, planner: {planner}}}
 """
 
 
@@ -260,27 +326,41 @@ def bench_nc(args, tmp: pathlib.Path) -> None:
     big = f"{int(feat * 1.5 / GIB) + 2}GiB"
     ooc = (f"{{mode: out_of_core, budget: {big}, cache_rows: {cache_rows}, planner: oracle, window: 4, "
            f"run_ahead: 2, io_group_gap: 16KiB}}")
-    configs = {  # name: (row, storage, gpu_budget, sampler, deterministic)
-        "host-cpu": ("features in host RAM, CPU sampler", "{mode: in_memory}", "0", "cpu", "true"),
-        "host-cuda": ("features in host RAM, CUDA sampler", "{mode: in_memory}", "0", "cuda", "true"),
-        "gpu": ("features in GPU memory", "{mode: in_memory}", big, "auto", "true"),
-        "ooc": ("out of core (features 4x the feature cache)", ooc, "0", "auto", "true"),
-        "host-nondet": ("features in host RAM, nondeterministic kernels", "{mode: in_memory}", "0", "auto", "false"),
-        "gpu-nondet": ("features in GPU memory, nondeterministic kernels", "{mode: in_memory}", big, "auto", "false"),
+    quarter = f"{int(feat / 4 / (1 << 20)) + 64}MiB"  # a quarter of the rows plus two staged steps
+    configs = {  # name: (row, storage, gpu_budget, sampler, deterministic, device planner)
+        "host-cpu": ("features in host RAM, CPU sampler", "{mode: in_memory}", "0", "cpu", "true", "lru"),
+        "host-cuda": ("features in host RAM, CUDA sampler", "{mode: in_memory}", "0", "cuda", "true", "lru"),
+        "gpu": ("features in GPU memory", "{mode: in_memory}", big, "auto", "true", "lru"),
+        "gpu-static": ("features in host RAM, a quarter on the GPU (static, by in-degree)", "{mode: in_memory}",
+                       quarter, "auto", "true", "static"),
+        "ooc": ("out of core (features 4x the feature cache)", ooc, "0", "auto", "true", "lru"),
+        "host-nondet": ("features in host RAM, nondeterministic kernels", "{mode: in_memory}", "0", "auto", "false",
+                        "lru"),
+        "gpu-nondet": ("features in GPU memory, nondeterministic kernels", "{mode: in_memory}", big, "auto", "false",
+                       "lru"),
     }
     runs = [configs[c] for c in args.nc_configs.split(",")]
     steps, mem_step = {}, None
-    for i, (name, storage, gpu_budget, sampler, det) in enumerate(runs):
+    for i, (name, storage, gpu_budget, sampler, det, planner) in enumerate(runs):
         cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
-                        device=args.device, gpu_budget=gpu_budget, det=det)
-        r = train(args.bin, cfg, tmp / f"nc-{i}", 600)
+                        device=args.device, gpu_budget=gpu_budget, det=det, planner=planner)
+        errors: list[str] = []
+        r = train(args.bin, cfg, tmp / f"nc-{i}", 600, errors)
+        fixed = re.search(r"two steps' rows \(([\d.]+ \w+)\) and their staging \(([\d.]+ \w+)\)",
+                          errors[-1]) if r is None and errors and planner == "static" else None
+        if fixed:  # a quarter of the rows cached on the device besides the steps in flight
+            gpu_budget = f"{int((feat / 4 + to_bytes(fixed.group(1)) + to_bytes(fixed.group(2))) / (1 << 20)) + 8}MiB"
+            cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
+                            device=args.device, gpu_budget=gpu_budget, det=det, planner=planner)
+            r = train(args.bin, cfg, tmp / f"nc-{i}-b", 600)
         if r is None:
             continue
         step, epoch, cells = nc_cells(r, mem_step if storage.startswith("{mode: out_of_core") else None)
         steps[name] = (step, epoch)
         if storage == "{mode: in_memory}" and gpu_budget == "0" and det == "true":
             mem_step = step if mem_step is None else min(mem_step, step)
-        print(f"| {name} | {epoch:.3f} | {step * 1e3:.1f} | {cells} |")
+        label = f"{name} (gpu_budget {gpu_budget})" if planner == "static" else name
+        print(f"| {label} | {epoch:.3f} | {step * 1e3:.1f} | {cells} |")
         sys.stdout.flush()
     ooc = steps.get("out of core (features 4x the feature cache)")
     if ooc and mem_step:
@@ -311,11 +391,15 @@ def main() -> int:
     p.add_argument("--dlrm", type=pathlib.Path, help="a gen-clicks dataset")
     p.add_argument("--fb15k", type=pathlib.Path, help="FB15k-237 prepared with --partitions 4")
     p.add_argument("--g20m", type=pathlib.Path, help="configs/marius_g20m.yaml's generated graph")
+    p.add_argument("--g20m-scale", type=pathlib.Path,
+                   help="the 20M-edge graph prepared with --partitions 32: its table 4x the budgets")
+    p.add_argument("--g20m-dim", type=int, default=768, help="embedding dimension of the --g20m-scale run")
+    p.add_argument("--g20m-steps", type=int, default=300, help="steps of the --g20m-scale runs")
     p.add_argument("--nc", type=pathlib.Path, help="a gen-nc dataset")
     p.add_argument("--nc-batch", type=int, default=512)
     p.add_argument("--nc-epochs", type=int, default=3)
     p.add_argument("--nc-configs", default="host-cpu,host-cuda,gpu,ooc",
-                   help="which rows: host-cpu, host-cuda, gpu, ooc, host-nondet, gpu-nondet")
+                   help="which rows: host-cpu, host-cuda, gpu, gpu-static, ooc, host-nondet, gpu-nondet")
     p.add_argument("--pyg-export-bin", type=pathlib.Path, help="bench/nc_blocks_export: run bench/pyg_reference.py")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/gpu/train/sluice")
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[16384, 65536])
@@ -335,6 +419,8 @@ def main() -> int:
             bench_fb15k(args, pathlib.Path(tmp))
         if args.g20m:
             bench_g20m(args, pathlib.Path(tmp))
+        if args.g20m_scale:
+            bench_g20m_scale(args, pathlib.Path(tmp))
         if args.dlrm:
             bench_dlrm(args, pathlib.Path(tmp))
     return 0

@@ -31,6 +31,9 @@
 #                                         with the PyTorch Geometric reference); logs in $OUT.
 #                                         SKIP_TESTS=1, BUILD_TARGETS="sluice ...", NC_CONFIGS=...
 #                                         (gpu_bench.py --nc-configs) make a shorter call
+#   bash scripts/gpu_check.sh close tests|bench [SECONDS]   there: the GPU issues' closing checks
+#                                         in two calls on one machine (tests and bench --nc; then
+#                                         the 20M-edge graph 4x, DLRM, FB15k-237); logs in $OUT
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
@@ -146,17 +149,23 @@ PY
     mkdir -p "$data"
     [[ -d "$data/clicks8" || "${SKIP_CLICKS:-0}" == 1 ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
       --dense 13 --vocab 25000000 --seed 1 --test-frac 0.01 --out "$data/clicks8" >/dev/null
-    if [[ "${G20M:-0}" == 1 && ! -d "$data/g20m" ]]; then  # configs/marius_g20m.yaml's graph (~80 s)
-      "$py" scripts/sluice_prep.py gen-graph --out "$data/g20m.tsv" --nodes 2000000 --edges 20000000 --seed 1 >/dev/null
-      "$py" scripts/sluice_prep.py edges "$data/g20m.tsv" --out "$data/g20m" --partitions 16 --test-frac 0.001 >/dev/null
-      rm -f "$data/g20m.tsv"
-    fi
+    # configs/marius_g20m.yaml's graph (~80 s): G20M=1 with its 16 partitions, G20M32=1 with 32
+    # (bench --g20m-scale: the table 4x the budgets)
+    for parts in 16 32; do
+      [[ $parts == 16 && "${G20M:-0}" == 1 ]] || [[ $parts == 32 && "${G20M32:-0}" == 1 ]] || continue
+      name=g20m; [[ $parts == 32 ]] && name=g20m32
+      [[ -d "$data/$name" ]] && continue
+      [[ -f "$data/g20m.tsv" ]] || "$py" scripts/sluice_prep.py gen-graph --out "$data/g20m.tsv" --nodes 2000000 \
+        --edges 20000000 --seed 1 >/dev/null
+      "$py" scripts/sluice_prep.py edges "$data/g20m.tsv" --out "$data/$name" --partitions $parts --test-frac 0.001 >/dev/null
+    done
+    rm -f "$data/g20m.tsv"
     if [[ "${NC:-0}" == 1 && ! -d "$data/nc4m" ]]; then  # bench --nc's graph (about 80 s)
       "$py" scripts/sluice_prep.py gen-nc --nodes 4000000 --edges 16000000 --undirected --features 128 \
         --classes 16 --train-frac 0.008 --valid-frac 0.001 --test-frac 0.004 --noise 6 --partitions 16 \
         --partitioning degree --seed 1 --out "$data/nc4m" >/dev/null
     fi
-    if [[ -d .gpu/datasets/fb15k-237 && ! -d "$data/fb15k-237" ]]; then
+    if [[ -d .gpu/datasets/fb15k-237 && ! -d "$data/fb15k-237" && "${SKIP_FB:-0}" != 1 ]]; then
       "$py" scripts/sluice_prep.py kg .gpu/datasets/fb15k-237 --out "$data/fb15k-237" --partitions 4 >/dev/null
     fi
     ls "$data"
@@ -186,6 +195,7 @@ PY
     fb=()
     [[ -d "$data/fb15k-237" ]] && fb=(--fb15k "$data/fb15k-237")
     [[ -d "$data/g20m" ]] && fb+=(--g20m "$data/g20m")
+    [[ -d "$data/g20m32" ]] && fb+=(--g20m-scale "$data/g20m32")
     [[ -d "$data/nc4m" ]] && fb+=(--nc "$data/nc4m" --pyg-export-bin "$build/bench/nc_blocks_export")
     "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm "$data/clicks8" "${fb[@]}" --bin "$build/train/sluice" \
       --tmp "$root/build" "${@:2}"
@@ -251,6 +261,72 @@ PY
       --pyg-export-bin "$build/bench/nc_blocks_export" --bin "$build/train/sluice" --tmp "$root/build" \
       --nc-epochs 2 --nc-configs "${NC_CONFIGS:-host-cpu,host-cuda,gpu,ooc}" > "$out/bench.md" 2> "$out/bench.err" || true
     cat "$out/bench.md"; tail -30 "$out/bench.err"
+    el done
+    ;;
+  close)
+    # The closing checks of the GPU issues in two calls on one warm machine (each rebuilds only
+    # what is missing): `close tests [SECONDS]` (data in the background, the build, ctest, the
+    # whole pytest with the device tests, bench --nc with the PyTorch Geometric reference) and
+    # `close bench [SECONDS]` (the 20M-edge graph with its table 4x the budgets, DLRM, FB15k-237).
+    phase=${2:-tests}
+    limit=${3:-420}
+    out=${OUT:-$root/build/gpu-out}
+    mkdir -p "$out" build/gpu-data
+    t0=$(date +%s)
+    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
+    me=$root/scripts/gpu_check.sh
+    py=$(torch_python)
+    # Two generators side by side: node classification's graph (and FB15k-237), then the click
+    # log and the 20M-edge graph; each leaves a mark when done.
+    if [[ ! -f build/gpu-data/.done-nc ]]; then
+      (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data-nc-$phase.log" 2>&1; touch build/gpu-data/.done-nc) &
+    fi
+    if [[ ! -f build/gpu-data/.done-lp ]]; then
+      (G20M32=1 SKIP_FB=1 bash "$me" data > "$out/data-lp-$phase.log" 2>&1; touch build/gpu-data/.done-lp) &
+    fi
+    if [[ ! -x "$build/train/sluice" ]]; then
+      el facts; bash "$me" facts
+      el sysroot; bash "$me" sysroot
+      el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+    fi
+    el build; timeout "$(left 45)" bash "$me" build -k 0 > "$out/build-$phase.log" 2>&1 || {
+      grep -E "error|FAILED" "$out/build-$phase.log" | head -60; }
+    tail -1 "$out/build-$phase.log"
+    eval "$(print_env)"
+    export SLUICE_BUILD_DIR=$build SLUICE_DATASETS=$root/.gpu/datasets
+    if [[ $phase == tests ]]; then
+      el disk; timeout 20 bash "$me" disk || true
+      el ctest; (cd "$build" && timeout 60 ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
+        > "$out/ctest.log" 2>&1 || true
+      grep -E "tests passed|tests failed|\*\*\*|Failed|Not Run" "$out/ctest.log" | head -20 || true
+      el pytest; timeout "$(left 62)" "$SLUICE_PYTHON" -m pytest -q -rs -p no:cacheprovider -n "${JOBS:-16}" \
+        -m "not slow" tests --ignore=tests/e2e/test_library.py --ignore=tests/e2e/test_docs.py \
+        > "$out/pytest.log" 2>&1 || true
+      grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20; tail -3 "$out/pytest.log"
+      el waiting for the graph; while [[ ! -f build/gpu-data/.done-nc ]] && (( $(date +%s) - t0 < limit * 70 / 100 )); do sleep 2; done
+      ls build/gpu-data
+      el bench nc; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
+        --pyg-export-bin "$build/bench/nc_blocks_export" --bin "$build/train/sluice" --tmp "$root/build" \
+        --nc-epochs 2 --nc-configs "${NC_CONFIGS:-host-cpu,gpu-static,gpu,ooc}" > "$out/bench-nc.md" 2> "$out/bench-nc.err" || true
+      cat "$out/bench-nc.md"; tail -12 "$out/bench-nc.err"
+      while [[ ! -f build/gpu-data/.done-lp ]] && (( $(date +%s) - t0 < limit )); do sleep 2; done  # for `close bench`
+    else
+      el waiting for the data; while [[ ! -f build/gpu-data/.done-lp || ! -f build/gpu-data/.done-nc ]] \
+        && (( $(date +%s) - t0 < limit * 40 / 100 )); do sleep 2; done
+      d=build/gpu-data
+      if [[ -d $d/fb15k-237 ]]; then
+        el bench fb15k; timeout "$(left 25)" "$SLUICE_PYTHON" bench/gpu_bench.py --fb15k $d/fb15k-237 --lp-epochs 3 \
+          --bin "$build/train/sluice" --tmp "$root/build" > "$out/bench-fb15k.md" 2> "$out/bench-fb15k.err" || true
+        cat "$out/bench-fb15k.md"; tail -6 "$out/bench-fb15k.err"
+      fi
+      el bench g20m-scale; timeout "$(left 60)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale $d/g20m32 \
+        --bin "$build/train/sluice" --tmp "$root/build" --warmup 20 > "$out/bench-g20m.md" 2> "$out/bench-g20m.err" || true
+      cat "$out/bench-g20m.md"; tail -6 "$out/bench-g20m.err"
+      el bench dlrm; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm $d/clicks8 --steps 20 --warmup 5 \
+        --bin "$build/train/sluice" --tmp "$root/build" > "$out/bench-dlrm.md" 2> "$out/bench-dlrm.err" || true
+      cat "$out/bench-dlrm.md"; tail -6 "$out/bench-dlrm.err"
+    fi
     el done
     ;;
   all)

@@ -127,6 +127,23 @@ def test_time_budget_stops_training_and_reports_the_best_epoch(sluice_bin, graph
     assert json.loads((tmp_path / "run/summary.json").read_text())["epochs_trained"] == 1
 
 
+def test_max_steps_trains_the_first_steps_of_each_epoch(sluice_bin, graph, tmp_path):
+    tables = {}
+    for mode, storage in {"mem": {"mode": "in_memory", "resident": 4},
+                          "ooc": {"mode": "out_of_core", "resident": 4, "slots": 5, "run_ahead": 3}}.items():
+        cfg = write_config(tmp_path / f"{mode}.yaml", graph, tmp_path / mode, **storage)
+        out = run(sluice_bin, "train", str(cfg), "--set", "train.max_steps=3", "--set", "train.epochs=2",
+                  "--set", "step_log=true")
+        assert out.returncode == 0, out.stderr
+        rows = [l.split("\t") for l in (tmp_path / mode / "steps.tsv").read_text().splitlines()[1:]]
+        assert [(r[0], r[1]) for r in rows] == [(e, s) for e in ("1", "2") for s in ("0", "1", "2")]
+        tables[mode] = table_bytes(tmp_path / mode)
+    assert tables["mem"] == tables["ooc"]
+    full = write_config(tmp_path / "full.yaml", graph, tmp_path / "full", mode="in_memory", resident=4)
+    assert run(sluice_bin, "train", str(full), "--set", "train.epochs=2").returncode == 0
+    assert table_bytes(tmp_path / "full") != tables["mem"]
+
+
 def test_eval_export_predict(sluice_bin, graph, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "r", mode="out_of_core", slots=4)
     out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=2", "--set", "eval.every=1")

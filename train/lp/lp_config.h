@@ -85,6 +85,7 @@ struct LpTrainConfig {
   uint64_t all_max_pairs = 10'000'000'000;  // scoring auto: 1vsAll up to this many edge x node pairs
   double label_smoothing = 0.0;
   double max_minutes = 0;   // training time budget (0: none)
+  uint64_t max_steps = 0;   // per epoch, 0 = all
   LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
   double lr = 0.1;           // Adagrad, node embeddings (state in the row)
@@ -115,6 +116,9 @@ struct LpTrainConfig {
             "softmax loss: the target puts 1 - e on the true candidate and e spread evenly over "
             "the negatives", InRange(0.0, 0.99));
     MaxMinutesField(v, max_minutes);
+    v.Field("max_steps", max_steps,
+            "train at most this many steps per epoch, the first of its schedule (0: all; "
+            "benchmarks and smoke runs)");
     v.Field("loss", loss, "softmax (cross-entropy over negatives), logistic or margin");
     v.Field("margin", margin, "margin of the margin ranking loss", InRange(0.0, 1e6));
     v.Field("lr", lr, "Adagrad learning rate of the node embeddings", InRange(0.0, 1e6));

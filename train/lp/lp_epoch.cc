@@ -68,6 +68,8 @@ Result<bool> LpEpoch::Fill(uint64_t t, LinkBatch& batch) {
 
 Status LpEpoch::Start() {
   steps_ = ctx_.schedule.EpochSteps(epoch_, states_);
+  const uint64_t max_steps = ctx_.config.train.max_steps;
+  if (max_steps > 0 && steps_.size() > max_steps) steps_.resize(max_steps);
   const uint32_t p = ctx_.layout.num_blocks();
   PrefetcherOptions po;
   uint32_t run_ahead = 0;

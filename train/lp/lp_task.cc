@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -57,7 +58,10 @@ class LpTask : public Task {
   std::map<std::string, std::string> Conditions() const override;
   std::string Describe() const override;
   std::string MemoryPlan() const override;
-  uint64_t EpochUnits() const override { return schedule_.num_train_edges(); }
+  uint64_t EpochUnits() const override {
+    const uint64_t all = schedule_.num_train_edges(), max_steps = cfg_.train.max_steps;
+    return max_steps == 0 ? all : std::min(all, max_steps * static_cast<uint64_t>(cfg_.train.batch));
+  }
   // The sampler stage, its edge reader, and (out of core) the block prefetcher.
   // The edge reader, and out of core the block prefetcher; the sampler stage runs as compute's
   // tasks (StageMode::kTask).
