@@ -300,7 +300,8 @@ PY
       el ctest; (cd "$build" && timeout 60 ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
         > "$out/ctest.log" 2>&1 || true
       grep -E "tests passed|tests failed|\*\*\*|Failed|Not Run" "$out/ctest.log" | head -20 || true
-      el pytest; timeout "$(left 62)" "$SLUICE_PYTHON" -m pytest -q -rs -p no:cacheprovider -n "${JOBS:-16}" \
+      xdist=(); "$SLUICE_PYTHON" -c 'import xdist' 2>/dev/null && xdist=(-n "${JOBS:-16}") || echo "no pytest-xdist"
+      el pytest; timeout "$(left 62)" "$SLUICE_PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
         -m "not slow" tests --ignore=tests/e2e/test_library.py --ignore=tests/e2e/test_docs.py \
         > "$out/pytest.log" 2>&1 || true
       grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20; tail -3 "$out/pytest.log"
