@@ -1,9 +1,10 @@
 // cache_bench: loads and bytes read by the oracle, LRU, static and none planners on Zipf traces
 // and on access traces derived from real datasets, all measured in one run; plus the planner's
-// speed and a window-size sweep. Prints markdown tables.
+// speed and a window-size sweep; first the device row cache's planning speed (--row-cache-only:
+// that alone). Prints markdown tables.
 //
 //   cache_bench [--universe 1000000] [--length-factor 20] [--step 2048] [--row-bytes 64]
-//               [--datasets ../shared/datasets]
+//               [--datasets ../shared/datasets] [--row-cache-only]
 
 #include <CLI/CLI.hpp>
 #include <zlib.h>
@@ -22,6 +23,7 @@
 
 #include "cache/partition_order.h"
 #include "cache/planner.h"
+#include "cache/row_cache.h"
 
 namespace sluice {
 namespace {
@@ -266,6 +268,56 @@ void PlannerSpeed(const AccessTrace& trace, uint32_t capacity) {
               static_cast<unsigned long long>(trace.num_accesses()), s);
 }
 
+// The device row cache's planning speed, as node classification drives it on a GPU: steps of
+// `step_rows` distinct rows of a `universe`-row table (hot rows first: id = universe * u^3),
+// one step protected while the next is planned. Configurations: every row fits (lru, capacity
+// the table: features in GPU memory), a quarter static (the lowest ids pinned, as in-degree
+// ranks them), a quarter lru. Nanoseconds per row planned, on one core.
+void RowCacheSpeed(uint32_t universe, uint32_t step_rows, uint32_t steps) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<RowKey>> trace(steps);
+  std::vector<uint32_t> seen(universe, ~0u);
+  for (uint32_t t = 0; t < steps; ++t) {
+    while (trace[t].size() < step_rows) {
+      const auto id = static_cast<uint32_t>(universe * std::pow(u(rng), 3.0));
+      if (seen[id] != t) seen[id] = t, trace[t].push_back(RowKey{id, 0});
+    }
+  }
+  const uint64_t quarter = universe / 4;
+  std::vector<uint64_t> pinned((universe + 63) / 64, 0);
+  for (uint64_t id = 0; id + 2 * step_rows < quarter; ++id) pinned[id / 64] |= uint64_t{1} << (id % 64);
+  struct Config {
+    const char* name;
+    PlannerKind kind;
+    uint64_t capacity;
+  };
+  std::printf("\n## Device row cache planning (%u-row table, %u distinct rows a step, %u steps, "
+              "one step protected)\n\n| configuration | capacity rows | ns per row | loads per step |\n"
+              "|---|---:|---:|---:|\n", universe, step_rows, steps);
+  for (const Config& c : {Config{"lru, every row fits", PlannerKind::kLru, universe},
+                          Config{"static, a quarter (hot ids pinned)", PlannerKind::kStatic, quarter},
+                          Config{"lru, a quarter", PlannerKind::kLru, quarter}}) {
+    RowCacheOptions o;
+    o.kind = c.kind;
+    o.capacity_rows = c.capacity;
+    o.protect_steps = 1;
+    o.total_rows = universe;
+    if (c.kind == PlannerKind::kStatic) o.pinned = &pinned;
+    RowCache cache(o);
+    RowStepPlan plan;
+    uint64_t loads = 0;
+    const auto start = Clock::now();
+    for (const auto& rows : trace) {
+      SLUICE_CHECK(cache.Plan(rows, false, plan).ok(), "row cache plan");
+      loads += plan.load_keys.size();
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("| %s | %llu | %.1f | %llu |\n", c.name, static_cast<unsigned long long>(c.capacity),
+                s * 1e9 / (static_cast<double>(step_rows) * steps), static_cast<unsigned long long>(loads / steps));
+  }
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -277,8 +329,12 @@ int main(int argc, char** argv) {
   app.add_option("--step", a.step, "accesses per step in the Zipf traces");
   app.add_option("--row-bytes", a.row_bytes, "bytes per block, for MB read");
   app.add_option("--datasets", a.datasets, "the shared datasets directory");
+  bool row_cache_only = false;
+  app.add_flag("--row-cache-only", row_cache_only, "only the device row cache's planning speed");
   CLI11_PARSE(app, argc, argv);
   using namespace sluice;  // NOLINT(google-build-using-namespace): main only
+  RowCacheSpeed(4'000'000, 128'000, 64);
+  if (row_cache_only) return 0;
   const std::vector<double> fractions = {0.05, 0.10, 0.25, 0.50};
   const uint64_t length = uint64_t{a.universe} * a.length_factor;
   std::printf("# Cache planners: loads at capacities 5/10/25/50%% (oracle W=all and W=200, "

@@ -20,15 +20,25 @@ PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahea
 }
 
 namespace {
+// Index entries fetched ahead of a pass over a step's rows (which miss the CPU's caches).
+constexpr size_t kPrefetchAhead = 16;
+
 // Index slots for `rows` entries at most 3/4 full.
 uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
 }  // namespace
 
-uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows) {
+// A dense index (by id) when it takes at most twice the hashed one's slots.
+bool DenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
+  return total_rows != 0 && total_rows <= 2 * IndexSlots(capacity_rows + window_rows);
+}
+
+uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
   constexpr uint64_t kEntryBytes = 32, kCandidateBytes = 24;
   // (RowCache::Entry is 32 bytes: asserted beside it.)
-  return IndexSlots(capacity_rows + window_rows) * kEntryBytes +
-         (2 * capacity_rows + 4096) * kCandidateBytes + capacity_rows * 4;
+  const uint64_t index = DenseIndex(capacity_rows, window_rows, total_rows) ? total_rows
+                                                                            : IndexSlots(capacity_rows + window_rows);
+  const bool fits = total_rows != 0 && capacity_rows >= total_rows;
+  return index * kEntryBytes + (fits ? 0 : (2 * capacity_rows + 4096) * kCandidateBytes) + capacity_rows * 4;
 }
 
 void RowStepPlan::Clear() {
@@ -43,8 +53,11 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   SLUICE_CHECK(options.kind != PlannerKind::kStatic || options.pinned != nullptr,
                "the static row cache needs its pinned rows");
   if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
-  table_.resize(IndexSlots(options_.capacity_rows + options_.window_rows));
-  candidates_.resize(2 * options_.capacity_rows + 4096);
+  dense_ = DenseIndex(options_.capacity_rows, options_.window_rows, options_.total_rows);
+  fits_ = options_.total_rows != 0 && options_.capacity_rows >= options_.total_rows;
+  fifo_ = options_.kind != PlannerKind::kOracle;
+  table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));
+  if (!fits_) candidates_.resize(2 * options_.capacity_rows + 4096);
   free_slots_.reserve(options_.capacity_rows);
   for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
 }
@@ -66,7 +79,12 @@ RowCache::Entry* RowCache::Find(const RowKey& k) {
 }
 
 RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
-  if (4 * (size_ + 1) > 3 * table_.size()) Grow();  // load factor at most 3/4
+  if (dense_) {
+    SLUICE_CHECK(k.table == 0 && k.id < table_.size(), "row cache: key %llu of table %u beyond the %zu rows",
+                 static_cast<unsigned long long>(k.id), k.table, table_.size());
+  } else if (4 * (size_ + 1) > 3 * table_.size()) {
+    Grow();  // load factor at most 3/4
+  }
   for (uint64_t i = Home(k);; i = Next(i)) {
     Entry& e = table_[i];
     if (!e.used) {
@@ -97,6 +115,7 @@ void RowCache::Erase(Entry* e) {
   uint64_t hole = static_cast<uint64_t>(e - table_.data());
   table_[hole].used = 0;
   --size_;
+  if (dense_) return;  // every entry is at its home
   for (uint64_t i = Next(hole); table_[i].used; i = Next(i)) {
     const uint64_t home = Home(table_[i].key());
     // Move entry i into the hole if its home is not in the cyclic range (hole, i].
@@ -119,6 +138,7 @@ bool RowCache::Pinned(const Entry& e) const {
 }
 
 void RowCache::PushCandidate(const Entry& e) {
+  if (fits_) return;                                                 // nothing is ever evicted
   if (options_.kind == PlannerKind::kStatic && Pinned(e)) return;  // never evicted
   uint64_t priority = e.last_step;
   if (options_.kind == PlannerKind::kOracle) {
@@ -129,7 +149,7 @@ void RowCache::PushCandidate(const Entry& e) {
   if (heap_n_ + window_n_ == candidates_.size()) CompactHeap();
   SLUICE_CHECK(heap_n_ + window_n_ < candidates_.size(), "row cache: eviction candidates overflow");
   candidates_[heap_n_++] = Candidate{priority, e.id, e.table, e.last_step};
-  std::push_heap(heap_begin(), heap_end());
+  if (!fifo_) std::push_heap(heap_begin(), heap_end());
 }
 
 void RowCache::CompactHeap() {
@@ -137,6 +157,15 @@ void RowCache::CompactHeap() {
     const Entry* e = Find(RowKey{c.id, c.table});
     return e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step;
   };
+  if (fifo_) {  // the live candidates of the queue, in order, to the front (no window heap)
+    size_t out = 0;
+    for (size_t i = fifo_head_; i < heap_n_; ++i) {
+      if (!stale(candidates_[i])) candidates_[out++] = candidates_[i];
+    }
+    heap_n_ = out;
+    fifo_head_ = 0;
+    return;
+  }
   heap_n_ = static_cast<size_t>(std::remove_if(heap_begin(), heap_end(), stale) - heap_begin());
   std::make_heap(heap_begin(), heap_end());
   window_n_ = static_cast<size_t>(std::remove_if(window_begin(), window_end(), stale) - window_begin());
@@ -144,7 +173,9 @@ void RowCache::CompactHeap() {
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
-  for (const RowKey& k : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kPrefetchAhead < rows.size()) __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
+    const RowKey& k = rows[i];
     Entry* e = Find(k);
     if (e != nullptr && e->slot != kNoSlot && e->last_step == static_cast<uint32_t>(step)) PushCandidate(*e);
   }
@@ -198,13 +229,20 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
   // Oracle: rows used within the window are set aside (in the window heap, same order); if nothing
   // else is evictable (the window holds more rows than the cache), the best of them goes.
   uint32_t slot = kNoSlot;
-  while (heap_n_ > 0 || window_n_ > 0) {
-    const bool fallback = heap_n_ == 0;
+  while (heap_n_ > fifo_head_ || window_n_ > 0) {
+    const bool fallback = heap_n_ == fifo_head_;
     Candidate c;
     if (fallback) {
       std::pop_heap(window_begin(), window_end());
       c = *(window_end() - 1);
       --window_n_;
+    } else if (fifo_) {
+      if (fifo_head_ + kPrefetchAhead < heap_n_) {
+        const Candidate& ahead = candidates_[fifo_head_ + kPrefetchAhead];
+        __builtin_prefetch(&table_[Home(RowKey{ahead.id, ahead.table})]);
+      }
+      c = candidates_[fifo_head_++];
+      if (fifo_head_ == heap_n_) fifo_head_ = heap_n_ = 0;
     } else {
       std::pop_heap(heap_begin(), heap_end());
       c = *(heap_end() - 1);
@@ -261,6 +299,7 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   std::vector<uint32_t>& missing = missing_;
   missing.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kPrefetchAhead < rows.size()) __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
     Entry& e = FindOrInsert(rows[i]);
     if (oracle) --e.pending;
     e.last_step = static_cast<uint32_t>(t);
@@ -291,7 +330,7 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   stats_.accesses += rows.size();
   ++stats_.steps;
   if (oracle) window_.pop_front();
-  protected_.emplace_back(rows.begin(), rows.end());
+  if (!fits_) protected_.emplace_back(rows.begin(), rows.end());  // (fits: nothing to release)
   ++step_;
   return status;
 }

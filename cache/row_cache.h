@@ -52,6 +52,10 @@ struct RowCacheOptions {
   // static: table 0's pinned rows, a bitmap by id (not owned; outlives the cache). Pinned rows
   // are never evicted, so they must leave room for the steps in flight.
   const std::vector<uint64_t>* pinned = nullptr;
+  // Keys are table 0's ids below total_rows (0: any keys). The index is then an array by id
+  // when that takes at most twice the hashed index's memory, and with capacity_rows >=
+  // total_rows no row is ever evicted, so the cache keeps no eviction candidates.
+  uint64_t total_rows = 0;
 };
 
 // Rows the arena needs so no step can fail: every row of window + protect + 1 steps.
@@ -71,7 +75,9 @@ PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahea
 // RAM the cache's bookkeeping takes besides the rows: its index (entries of cached rows and of
 // at most `window_rows` other rows; at most 3/4 full), its
 // eviction candidates (compacted at twice the capacity) and its free-slot list.
-uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows);
+// The index's bytes; with total_rows (RowCacheOptions::total_rows) the dense index's when the
+// cache would use one.
+uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows = 0);
 
 struct RowStepPlan {
   std::vector<uint32_t> slots;       // per row of the step (in the caller's order): its slot
@@ -148,7 +154,8 @@ class RowCache {
 
   static uint64_t Hash(const RowKey& k);
   // A key's home in the index (any size below 2^32: the hash's top bits scaled), the next slot.
-  uint64_t Home(const RowKey& k) const { return (Hash(k) >> 32) * table_.size() >> 32; }
+  // Dense: the key's id.
+  uint64_t Home(const RowKey& k) const { return dense_ ? k.id : (Hash(k) >> 32) * table_.size() >> 32; }
   uint64_t Next(uint64_t i) const { return i + 1 == table_.size() ? 0 : i + 1; }
   Entry* Find(const RowKey& k);
   Entry& FindOrInsert(const RowKey& k);
@@ -162,16 +169,22 @@ class RowCache {
   Result<uint32_t> TakeSlot(RowStepPlan& out);
 
   RowCacheOptions options_;
-  std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full
+  bool dense_ = false;  // table_ is indexed by id (total_rows entries, never grown)
+  bool fits_ = false;   // every row fits: no candidates, no protected steps
+  std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full (or dense)
   uint64_t size_ = 0;
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
   std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps
   uint64_t protected_first_ = 0;               // the step of protected_.front()
   // Eviction candidates: two heaps in one array allocated once (2 x capacity + 4096, the memory
   // plan's figure; two growing vectors would double in turn): the main heap from the front, the
-  // window heap (oracle: candidates used within the window) from the back, reversed.
+  // window heap (oracle: candidates used within the window) from the back, reversed. lru and
+  // static push candidates in the order of their last use (a step's rows as it is released),
+  // so their main "heap" is a queue: [fifo_head_, heap_n_), popped from the head.
   std::vector<Candidate> candidates_;
   size_t heap_n_ = 0, window_n_ = 0;
+  bool fifo_ = false;
+  size_t fifo_head_ = 0;
   auto heap_begin() { return candidates_.begin(); }
   auto heap_end() { return candidates_.begin() + static_cast<std::ptrdiff_t>(heap_n_); }
   auto window_begin() { return candidates_.rbegin(); }

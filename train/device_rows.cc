@@ -108,7 +108,7 @@ Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions opti
                           DeviceCapacityRows(config, options, shape.uses, shape.rows, shape.extra_bytes));
   plan.options = options;
   plan.host_bytes = DeviceStagingHostBytes(options, shape.uses, shape.rows, shape.extra_bytes) +
-                    RowCacheIndexBytes(options.capacity_rows, 0);
+                    RowCacheIndexBytes(options.capacity_rows, 0, options.total_rows);
   if (device_is_host) {
     plan.host_bytes += DeviceRowsBytes(options, shape.uses, shape.rows, shape.extra_bytes) + model_step_bytes;
   }
@@ -335,6 +335,7 @@ void DeviceRows::Reset() {
   co.kind = options_.planner;
   co.capacity_rows = options_.capacity_rows;
   co.pinned = options_.pinned;
+  co.total_rows = options_.total_rows;
   co.protect_steps = 1;  // the running step's rows stay while the next is planned
   cache_.emplace(co);
 }

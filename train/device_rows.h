@@ -51,7 +51,9 @@ struct DeviceRowsOptions {
   float lr = 0;
   PlannerKind planner = PlannerKind::kLru;
   uint64_t capacity_rows = 0;  // device slots: at least two steps' rows
-  uint64_t total_rows = 0;     // the table's rows, when known: never more slots than that
+  // The table's rows, when known (keys are then table 0's ids): never more slots than that, and
+  // the cache's index by id.
+  uint64_t total_rows = 0;
   // Read-only rows (feature rows) and no device cache (gpu_budget 0 or planner none): each step
   // copies all its rows into its lane's half of the slots, without planning a cache. Rows a
   // step shares with the running one are copied again; they cannot have changed.

@@ -47,14 +47,18 @@ struct Replay {
 
 // Replays `steps` (every third step reads only) and checks every invariant on the way.
 Replay RunModel(const Steps& steps, PlannerKind kind, uint32_t window, uint32_t protect,
-                uint64_t capacity, const std::vector<uint64_t>* pinned = nullptr) {
+                uint64_t capacity, const std::vector<uint64_t>* pinned = nullptr, uint64_t total_rows = 0) {
   RowCacheOptions o;
   o.kind = kind;
   o.capacity_rows = capacity;
   o.window_steps = window;
   o.protect_steps = protect;
   o.pinned = pinned;
+  o.total_rows = total_rows;
   RowCache cache(o);
+  if (total_rows != 0 && total_rows <= 2 * cache.index_slots()) {
+    EXPECT_EQ(cache.index_slots(), total_rows);
+  }
   const uint32_t w = kind == PlannerKind::kOracle ? window : 0;
   uint64_t max_rows = 0;
   for (const auto& s : steps) max_rows = std::max<uint64_t>(max_rows, s.size());
@@ -188,6 +192,34 @@ TEST(RowCache, LruReplayMatchesModel) {
   for (uint32_t protect : {0u, 2u}) {
     RunModel(steps, PlannerKind::kLru, 0, protect, MinCapacityRows(0, protect, 60) + 5);
   }
+}
+
+// Keys of one table below total_rows: an index by id (when it is at most twice the hashed one)
+// replays the same model for every planner, with evictions and write-backs; and a cache that
+// holds every row never evicts one and loads each row once.
+TEST(RowCache, DenseIndexAndEveryRowFittingReplayTheModel) {
+  const uint64_t vocab = 700;
+  const Steps steps = ZipfSteps(300, 60, 1, vocab, 5);
+  std::vector<uint64_t> pinned(vocab / 64 + 1, 0);
+  for (uint64_t id : {0, 7, 70, 77, 700 - 1}) pinned[id / 64] |= uint64_t{1} << (id % 64);
+  const uint64_t small = MinCapacityRows(4, 2, 60) + 9;  // 429 rows: 1024 index slots, dense
+  EXPECT_LT(small, vocab);
+  const Replay lru = RunModel(steps, PlannerKind::kLru, 0, 2, small, nullptr, vocab);
+  EXPECT_EQ(lru.stats.loads, RunModel(steps, PlannerKind::kLru, 0, 2, small).stats.loads);
+  EXPECT_GT(lru.stats.evictions, 0u);
+  RunModel(steps, PlannerKind::kOracle, 4, 2, small, nullptr, vocab);
+  RunModel(steps, PlannerKind::kStatic, 0, 2, small, &pinned, vocab);
+  std::set<uint64_t> distinct;
+  for (const auto& step : steps) {
+    for (const RowKey& k : step) distinct.insert(k.id);
+  }
+  for (PlannerKind kind : {PlannerKind::kLru, PlannerKind::kOracle}) {
+    const Replay all = RunModel(steps, kind, kind == PlannerKind::kOracle ? 4 : 0, 2, vocab, nullptr, vocab);
+    EXPECT_EQ(all.stats.evictions, 0u);
+    EXPECT_EQ(all.stats.loads, distinct.size());
+  }
+  // The memory plan's figure: no eviction candidates when every row fits.
+  EXPECT_LT(RowCacheIndexBytes(vocab, 0, vocab), RowCacheIndexBytes(vocab, 0));
 }
 
 TEST(RowCache, OracleLoadsFewerRowsThanLru) {
