@@ -38,7 +38,7 @@ PY = sys.executable
 # that sluice writes every one).
 SUMMARY_FIELDS = ["peak_rss_bytes", "cache.distinct_rows_per_step", "cache.hit_rate",
                   "cache.loads_per_step", "cache.write_backs_per_step", "cache.rows_read_per_step",
-                  "cache.capacity_rows", "memory.write_back_buffer_rows"]
+                  "cache.capacity_rows", "cache.steps", "memory.write_back_buffer_rows", "io.requests", "io.bytes"]
 
 
 def train(binary, config, run_dir, sets):
@@ -59,9 +59,11 @@ def parse_summary(summary: dict) -> dict:
          "buffer_rows": summary["memory"]["write_back_buffer_rows"]}
     cache = summary.get("cache")
     if cache:
+        steps = max(1, cache["steps"])
         s.update(distinct=cache["distinct_rows_per_step"], hit=100 * cache["hit_rate"],
                  loads=cache["loads_per_step"], writes=cache["write_backs_per_step"],
-                 reads=cache["rows_read_per_step"], cache_rows=cache["capacity_rows"])
+                 reads=cache["rows_read_per_step"], cache_rows=cache["capacity_rows"],
+                 requests=summary["io"]["requests"] / steps, mb=summary["io"]["bytes"] / steps / 1e6)
     return s
 
 
@@ -76,6 +78,10 @@ def bench_planted(args, tmp):
     table_rows = manifest["stats"].get("vocab_per_feature", 1_000_000)
     base = [f"dataset={args.planted}", f"train.max_steps={args.steps}", "eval.every=0", "checkpoint_every=0",
             f"threads.compute={args.threads}", f"storage.budget={args.budget}", f"model.table_rows={table_rows}"]
+    if args.layout:  # the same log with rows numbered by count: every out-of-core row again on it
+        lay = json.loads((pathlib.Path(args.layout) / "manifest.json").read_text())
+        if lay["stats"].get("layout", {}).get("source") != str(pathlib.Path(args.planted).resolve()):
+            sys.exit(f"dlrm_bench: --layout {args.layout} is not `sluice_prep.py layout {args.planted}`'s output")
     configs = [("in memory", ["storage.mode=in_memory"]),
                ("row file, oracle", ["storage.backend=rowfile", "storage.planner=oracle"]),
                ("row file, oracle, read-ahead 0.25", ["storage.backend=rowfile", "storage.planner=oracle",
@@ -96,6 +102,9 @@ def bench_planted(args, tmp):
         if "oracle-lru-rows" in wanted and "lru" not in wanted:
             sys.exit("dlrm_bench: --configs: oracle-lru-rows needs lru (it uses LRU's cache size)")
         configs = [c for k, c in zip(keys, configs) if k in wanted or k == "mem"]
+    if args.layout:
+        configs += [(f"{name}, frequency layout", sets + [f"dataset={args.layout}"])
+                    for name, sets in configs if name != "in memory" and "storage.cache_rows=LRU" not in sets]
     rate = {n: [] for n, _ in configs}
     info = {}
     for r in range(args.rounds):
@@ -116,14 +125,15 @@ def bench_planted(args, tmp):
           f"{args.threads} compute thread(s); tables {table / 2**30:.2f} GiB = {table / budget:.1f}x the "
           f"{args.budget} budget; medians of {args.rounds} rounds\n")
     print("| configuration | samples/s | vs in memory | cache rows | write-back buffer rows | distinct rows/batch | "
-          "hit rate | loads/batch | disk reads/batch | write-backs/batch | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "hit rate | loads/batch | disk reads/batch | write-backs/batch | disk requests/batch | MB/batch | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mem = statistics.median(rate["in memory"])
     for name, _ in configs:
         m = statistics.median(rate[name])
         s = info[name]
         cache = (f"{s['cache_rows']:,.0f} | {s['buffer_rows']:,.0f} | {s['distinct']:,.0f} | {s['hit']:.1f}% | "
-                 f"{s['loads']:,.0f} | {s['reads']:,.0f} | {s['writes']:,.0f}") if "hit" in s else "- | - | - | - | - | - | -"
+                 f"{s['loads']:,.0f} | {s['reads']:,.0f} | {s['writes']:,.0f} | {s['requests']:,.0f} | "
+                 f"{s['mb']:.2f}") if "hit" in s else "- | - | - | - | - | - | - | - | -"
         print(f"| {name} | {m:,.0f} | {m / mem:.2f} | {cache} | {s['rss'] / 2**20:,.0f} MiB |")
 
 
@@ -236,6 +246,8 @@ def bench_quality(args, tmp):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--planted", type=pathlib.Path)
+    p.add_argument("--layout", type=pathlib.Path,
+                   help="--planted: also run the out-of-core rows on this log (sluice_prep.py layout of --planted)")
     p.add_argument("--torch", type=pathlib.Path)
     p.add_argument("--movielens", type=pathlib.Path)
     p.add_argument("--quality", type=pathlib.Path)

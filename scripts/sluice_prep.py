@@ -14,6 +14,7 @@ Subcommands:
   movielens  MovieLens-100k ratings as clicks (rating >= 4)
   gen-graph  write a large synthetic power-law edge list (streamed)
   gen-clicks write a Zipf-skewed click log with a planted ground truth (streamed)
+  layout     a click log with each table's rows numbered by descending count (hot rows first)
 
 Every output is written to <out>.tmp-<pid> and renamed into place only when complete.
 Errors are one line, 'sluice-prep: error: ...', and exit status 1.
@@ -183,6 +184,11 @@ def main(argv=None) -> int:
                         "RELATIONS (a planted pattern a knowledge-graph model can learn); "
                         "0: two columns (default)")
 
+    lo = sub.add_parser("layout", help="a click log's rows numbered by descending count")
+    lo.add_argument("input", help="a recommendation dataset whose ids are hashed (model.ids: modulo)")
+    lo.add_argument("--out", required=True, help="output dataset directory")
+    lo.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
     gc = sub.add_parser("gen-clicks", help="a synthetic click log with a planted model")
     gc.add_argument("--out", required=True, help="output dataset directory")
     gc.add_argument("--samples", type=int, required=True, help="number of samples")
@@ -250,6 +256,9 @@ def main(argv=None) -> int:
             from sluice_prep.gen_clicks import generate_clicks
             generate_clicks(args.out, args.samples, args.sparse, args.dense, args.vocab, args.alpha,
                             args.test_frac, args.seed, args.overwrite, args.effect_decay)
+        elif args.command == "layout":
+            from sluice_prep.layout import layout_by_frequency
+            layout_by_frequency(args.input, args.out, args.overwrite)
         elif args.command == "gen-graph":
             from sluice_prep.generate import write_edge_list
             write_edge_list(args.out, args.kind, args.nodes, args.edges, args.seed, args.relations,

@@ -343,6 +343,37 @@ def test_generated_click_log_records_its_planted_auc(tmp_path, sluice_bin):
                           capture_output=True).returncode == 0
 
 
+def test_layout_numbers_each_tables_rows_by_descending_count(tmp_path, sluice_bin):
+    src, out = tmp_path / "clicks", tmp_path / "laid"
+    prep("gen-clicks", "--out", src, "--samples", "20000", "--vocab", "5000", "--seed", "4")
+    prep("layout", src, "--out", out)
+    m = json.loads((out / "manifest.json").read_text())
+    rows = m["stats"]["layout"]["rows"]
+    for split in ("train", "test"):
+        before, after = records(src, split), records(out, split)
+        assert np.array_equal(before["label"], after["label"]) and np.array_equal(before["dense"], after["dense"])
+        for k in range(26):
+            ids = load(out, f"layout.{k}.ids")
+            # The map takes every row back to its id, and rows are dense per table.
+            assert np.array_equal(ids[after["sparse"][:, k].astype(np.int64)], before["sparse"][:, k])
+            assert after["sparse"][:, k].max() < rows[k] == len(ids) == len(np.unique(ids))
+    train = records(out, "train")
+    for k in (0, 13, 25):
+        counts = np.bincount(train["sparse"][:, k].astype(np.int64), minlength=rows[k])
+        seen = counts[counts > 0]
+        assert np.all(np.diff(seen) <= 0), "train counts descend with the row number"
+        assert np.all(counts[len(seen):] == 0), "rows of ids seen only in test come last"
+        assert counts[0] == np.unique(records(src, "train")["sparse"][:, k], return_counts=True)[1].max()
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"], capture_output=True).returncode == 0
+    again = prep("layout", out, "--out", tmp_path / "twice", check=False)
+    assert again.returncode == 0, "a laid-out log can be laid out again (rows stay in count order)"
+    assert np.array_equal(records(tmp_path / "twice", "train")["sparse"][:, 0], train["sparse"][:, 0])
+    bad = prep("layout", tmp_path / "missing", "--out", tmp_path / "x", check=False)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        f"sluice-prep: error: {tmp_path / 'missing'}: no manifest.json (not a sluice dataset)"]
+    assert not (tmp_path / "x").exists()
+
+
 def test_effect_decay_takes_the_signal_out_of_rare_values(tmp_path):
     flat, decayed = tmp_path / "flat", tmp_path / "decayed"
     prep("gen-clicks", "--out", flat, "--samples", "20000", "--vocab", "5000", "--seed", "4")

@@ -239,6 +239,7 @@ Status DlrmTask::FinishPass(Pipeline& p) {
   time_.wait_s += p.compute_wait_s();
   rows_loaded_ += p.rows_loaded();
   rows_written_ += p.rows_written();
+  io_requests_ += p.io_stats().requests, io_bytes_ += p.io_stats().bytes;
   return s;
 }
 
