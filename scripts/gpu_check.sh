@@ -38,6 +38,9 @@
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
 #
+# Every call there must carry .gpu (the debs and the sysroot the build links against): a call
+# without it finds its libraries gone.
+#
 # Why a sysroot: the GPU machine has no Debian -dev packages and cannot fetch any; `dpkg -x`
 # unpacks the same packages CI installs, so the CUDA build compiles against the same RocksDB,
 # TBB, yaml-cpp and liburing as the CPU build. PyTorch's libtorch must use the new C++ ABI
@@ -242,7 +245,7 @@ PY
     el sysroot; bash "$me" sysroot
     el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
     el build; timeout "$(left "${BUILD_SHARE:-35}")" bash "$me" build -k 0 ${BUILD_TARGETS:-} > "$out/build.log" 2>&1 || {
-      grep -E "error|FAILED" "$out/build.log" | head -60; }
+      grep -E "error|FAILED" "$out/build.log" | head -60 || true; }
     eval "$(print_env)"
     el version; "$build/train/sluice" version | tail -1
     if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
@@ -291,7 +294,7 @@ PY
       el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
     fi
     el build; timeout "$(left 45)" bash "$me" build -k 0 > "$out/build-$phase.log" 2>&1 || {
-      grep -E "error|FAILED" "$out/build-$phase.log" | head -60; }
+      grep -E "error|FAILED" "$out/build-$phase.log" | head -60 || true; }
     tail -1 "$out/build-$phase.log"
     eval "$(print_env)"
     export SLUICE_BUILD_DIR=$build SLUICE_DATASETS=$root/.gpu/datasets
@@ -301,10 +304,12 @@ PY
         > "$out/ctest.log" 2>&1 || true
       grep -E "tests passed|tests failed|\*\*\*|Failed|Not Run" "$out/ctest.log" | head -20 || true
       xdist=(); "$SLUICE_PYTHON" -c 'import xdist' 2>/dev/null && xdist=(-n "${JOBS:-16}") || echo "no pytest-xdist"
-      el pytest; timeout "$(left 62)" "$SLUICE_PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+      # -v: each test's outcome is in the log as it finishes, so a stopped run still names its failures.
+      el pytest; timeout "$(left 70)" "$SLUICE_PYTHON" -m pytest -v -rs -p no:cacheprovider "${xdist[@]}" \
         -m "not slow" tests --ignore=tests/e2e/test_library.py --ignore=tests/e2e/test_docs.py \
         > "$out/pytest.log" 2>&1 || true
-      grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20; tail -3 "$out/pytest.log"
+      { grep -E "(FAILED|ERROR) " "$out/pytest.log" || true; } | head -20
+      echo "$(grep -c " PASSED " "$out/pytest.log" || true) passed so far"; tail -2 "$out/pytest.log"
       el waiting for the graph; while [[ ! -f build/gpu-data/.done-nc ]] && (( $(date +%s) - t0 < limit * 70 / 100 )); do sleep 2; done
       ls build/gpu-data
       el bench nc; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
