@@ -77,6 +77,19 @@ print_env() {
   echo "export CUBLAS_WORKSPACE_CONFIG=:4096:8"
 }
 
+# The one-call verbs (nc, close, all): a clock from the call's start, and each step's time box.
+el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+# Seconds left until `share` percent of the limit has passed (15 at least).
+left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
+start_call() {
+  limit=$1
+  out=${OUT:-$root/build/gpu-out}
+  mkdir -p "$out" build/gpu-data
+  t0=$(date +%s)
+  me=$root/scripts/gpu_check.sh
+  py=$(torch_python)
+}
+
 case "${1:-}" in
   stage)
     mkdir -p .gpu/debs
@@ -226,14 +239,7 @@ PY
   nc)
     # Node classification on the GPU in one call: its graph generated in the background, the
     # build, ctest, the device tests, then bench --nc (with the PyTorch Geometric reference).
-    limit=${2:-540}
-    out=${OUT:-$root/build/gpu-out}
-    mkdir -p "$out" build/gpu-data
-    t0=$(date +%s)
-    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
-    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
-    me=$root/scripts/gpu_check.sh
-    py=$(torch_python)
+    start_call "${2:-540}"
     (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data.log" 2>&1; echo "data done at $(( $(date +%s) - t0 )) s" >> "$out/data.log") &
     data_pid=$!
     if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
@@ -272,14 +278,7 @@ PY
     # whole pytest with the device tests, bench --nc with the PyTorch Geometric reference) and
     # `close bench [SECONDS]` (the 20M-edge graph with its table 4x the budgets, DLRM, FB15k-237).
     phase=${2:-tests}
-    limit=${3:-420}
-    out=${OUT:-$root/build/gpu-out}
-    mkdir -p "$out" build/gpu-data
-    t0=$(date +%s)
-    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
-    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
-    me=$root/scripts/gpu_check.sh
-    py=$(torch_python)
+    start_call "${3:-420}"
     # Two generators side by side: node classification's graph (and FB15k-237), then the click
     # log and the 20M-edge graph; each leaves a mark when done.
     if [[ ! -f build/gpu-data/.done-nc ]]; then
@@ -336,14 +335,7 @@ PY
     el done
     ;;
   all)
-    limit=${2:-500}
-    out=${OUT:-$root/build/gpu-out}
-    mkdir -p "$out" build
-    t0=$(date +%s)
-    el() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
-    # Seconds left until `share` (a fraction) of the limit has passed (15 at least).
-    left() { local l=$(( limit * $1 / 100 - ($(date +%s) - t0) )); (( l < 15 )) && l=15; echo $l; }
-    me=$root/scripts/gpu_check.sh
+    start_call "${2:-500}"
     (bash "$me" data > build/data.log 2>&1 &)
     el facts; bash "$me" facts
     el sysroot; bash "$me" sysroot
