@@ -342,17 +342,16 @@ def bench_nc(args, tmp: pathlib.Path) -> None:
     runs = [configs[c] for c in args.nc_configs.split(",")]
     steps, mem_step = {}, None
     for i, (name, storage, gpu_budget, sampler, det, planner) in enumerate(runs):
-        cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
-                        device=args.device, gpu_budget=gpu_budget, det=det, planner=planner)
+        def config(budget: str) -> str:
+            return NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
+                             device=args.device, gpu_budget=budget, det=det, planner=planner)
         errors: list[str] = []
-        r = train(args.bin, cfg, tmp / f"nc-{i}", 600, errors)
+        r = train(args.bin, config(gpu_budget), tmp / f"nc-{i}", 600, errors)
         fixed = re.search(r"two steps' rows \(([\d.]+ \w+)\) and their staging \(([\d.]+ \w+)\)",
                           errors[-1]) if r is None and errors and planner == "static" else None
         if fixed:  # a quarter of the rows cached on the device besides the steps in flight
             gpu_budget = f"{int((feat / 4 + to_bytes(fixed.group(1)) + to_bytes(fixed.group(2))) / (1 << 20)) + 8}MiB"
-            cfg = NC.format(ds=args.nc, epochs=args.nc_epochs, batch=args.nc_batch, sampler=sampler, storage=storage,
-                            device=args.device, gpu_budget=gpu_budget, det=det, planner=planner)
-            r = train(args.bin, cfg, tmp / f"nc-{i}-b", 600)
+            r = train(args.bin, config(gpu_budget), tmp / f"nc-{i}-b", 600)
         if r is None:
             continue
         step, epoch, cells = nc_cells(r, mem_step if storage.startswith("{mode: out_of_core") else None)

@@ -31,4 +31,8 @@ class RunSummary {
   std::vector<std::pair<std::string, JsonObject>> sections_;
 };
 
+// The disk line ("disk[ (what)]: N requests, B (n requests and b per step)") and io.requests /
+// io.bytes, for any workload's prefetcher.
+void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, uint64_t bytes, double steps);
+
 }  // namespace sluice

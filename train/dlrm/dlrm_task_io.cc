@@ -354,10 +354,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   const auto* rf = dynamic_cast<const RowFileBacking*>(backing_.get());
   if (rf != nullptr && rf->staging() != nullptr) SummarizeStaging(*rf->staging(), s);
   const double steps = std::max<double>(1.0, static_cast<double>(cache_->stats().steps));
-  s.Line("disk (loads and write-backs): " + std::to_string(io_requests_) + " requests, " + FormatBytes(io_bytes_) +
-         " (" + FormatCount(static_cast<double>(io_requests_) / steps) + " requests and " +
-         FormatBytes(static_cast<uint64_t>(static_cast<double>(io_bytes_) / steps)) + " per step)");
-  s.Set("io", "requests", io_requests_), s.Set("io", "bytes", io_bytes_);
+  SummarizeDisk(s, "loads and write-backs", io_requests_, io_bytes_, steps);
   if (rf != nullptr && rf->preload_stats().passes > 0) SummarizePreload(rf->preload_stats(), steps, s);
   const double reads_per_step = static_cast<double>(backing_->rows_read()) / steps;
   if (rf != nullptr && plan_.preload_rows == 0 && cfg_.storage.planner == PlannerKind::kOracle && reads_per_step >= 1000) {

@@ -107,10 +107,7 @@ void NcTask::Summarize(RunSummary& s) const {
     s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", cache_->options().capacity_rows);
     s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
     s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", backing_->rows_read());
-    s.Line("disk: " + std::to_string(io_requests_) + " requests, " + FormatBytes(io_bytes_) + " (" +
-           FormatCount(static_cast<double>(io_requests_) / steps) + " requests and " +
-           FormatBytes(static_cast<uint64_t>(static_cast<double>(io_bytes_) / steps)) + " per step)");
-    s.Set("io", "requests", io_requests_), s.Set("io", "bytes", io_bytes_);
+    SummarizeDisk(s, "", io_requests_, io_bytes_, steps);
     if (spill_ != nullptr) SummarizeSpill(s, steps);
   }
   const bool in_memory = memory_ != nullptr;
