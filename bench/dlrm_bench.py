@@ -6,7 +6,8 @@
                   batch 2048, configs/clicks_planted.yaml; one table row per value of the log's
                   vocabulary: 26 x 1M rows of 72 bytes = 1.87 GB of tables against the default
                   400 MiB --budget for the whole process). In memory; row file with the oracle
-                  (without and with read-ahead); row file with LRU; RocksDB with the oracle. samples/s,
+                  (without and with read-ahead); row file with LRU (without and with
+                  read-ahead); RocksDB with the oracle. samples/s,
                   out-of-core / in-memory, distinct rows, loads, disk reads and write-backs per
                   batch, peak RSS. Each run trains --steps steps from a fresh table.
   --torch DIR     against PyTorch: a log with 8 tables (ids modulo 1M rows), bottom MLP
@@ -89,12 +90,14 @@ def bench_planted(args, tmp):
                ("row file, oracle, no write-back buffer", ["storage.backend=rowfile", "storage.planner=oracle",
                                                           "storage.write_back_share=0"]),
                ("row file, LRU", ["storage.backend=rowfile", "storage.planner=lru"]),
+               ("row file, LRU, read-ahead 0.25", ["storage.backend=rowfile", "storage.planner=lru",
+                                                  "storage.preload_share=0.25"]),
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
-    keys = ["mem", "oracle", "readahead", "direct", "lru", "oracle-lru-rows", "rocksdb"]
+    keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):
@@ -254,7 +257,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=300, help="steps per run (0: a whole epoch)")
     p.add_argument("--configs", help="--planted: a comma-separated subset of mem, oracle, readahead, direct, lru, "
-                                     "oracle-lru-rows, rocksdb (in memory always runs)")
+                                     "lru-readahead, oracle-lru-rows, rocksdb (in memory always runs)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--budget", default="400MiB")
     p.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/release/train/sluice")

@@ -102,6 +102,15 @@ Status BlockCache::DropAll(IoSession& io) {
   return Status::Ok();
 }
 
+std::vector<BlockCache::Resident> BlockCache::Residents() const {
+  std::vector<Resident> out;
+  for (uint32_t s = 0; s < options_.capacity_blocks; ++s) {
+    const BlockId b = block_in_slot_[s];
+    if (b < num_blocks_ && slot_of_[b] == s) out.push_back({b, s, dirty_[s] != 0});
+  }
+  return out;
+}
+
 Status BlockCache::Transfer(IoSession& io, const std::vector<Move>& writes,
                             const std::vector<Move>& reads) {
   stats_.blocks_written_back += writes.size();

@@ -90,9 +90,16 @@ class BlockCache {
   void MarkDirty(BlockId b);
   // Writes back every dirty resident block (a checkpoint's flush); they stay resident.
   Status FlushDirty(IoSession& io);
-  // Writes back dirty blocks and empties every slot, so a new planner (which starts from an
-  // empty cache) can take over. Requires: nothing pinned.
+  // Writes back dirty blocks and empties every slot. Requires: nothing pinned.
   Status DropAll(IoSession& io);
+  // The resident blocks, their slots and dirty bits, in slot order (a new planner adopts them:
+  // HeapPlanner::Adopt).
+  struct Resident {
+    BlockId block;
+    uint32_t slot;
+    bool dirty;
+  };
+  std::vector<Resident> Residents() const;
   const BlockCacheStats& stats() const { return stats_; }
 
  private:

@@ -160,4 +160,46 @@ Result<uint32_t> ResidentPartitions(uint64_t budget_bytes, uint64_t reserved_byt
   return static_cast<uint32_t>(std::min<uint64_t>(fit, p));
 }
 
+PartitionOrder StartingWith(PartitionOrder order, const std::vector<uint32_t>& recent, uint32_t p) {
+  std::vector<uint32_t> appearance;  // order's partitions by first appearance
+  std::vector<bool> seen(p, false);
+  for (const BufferState& st : order.states) {
+    std::vector<uint32_t> r = st.resident;
+    std::sort(r.begin(), r.end());
+    for (uint32_t x : r) {
+      if (!seen[x]) appearance.push_back(x), seen[x] = true;
+    }
+  }
+  std::vector<uint32_t> target;  // recent, then the others ascending
+  std::vector<bool> taken(p, false);
+  for (uint32_t x : recent) {
+    if (x < p && !taken[x]) target.push_back(x), taken[x] = true;
+  }
+  for (uint32_t x = 0; x < p; ++x) {
+    if (!taken[x]) target.push_back(x);
+  }
+  for (uint32_t x = 0; x < p; ++x) {
+    if (!seen[x]) appearance.push_back(x);
+  }
+  std::vector<uint32_t> to(p);
+  for (uint32_t k = 0; k < p; ++k) to[appearance[k]] = target[k];
+  for (BufferState& st : order.states) {
+    for (uint32_t& x : st.resident) x = to[x];
+    for (auto& [a, b] : st.buckets) a = to[a], b = to[b];
+  }
+  return order;
+}
+
+std::vector<uint32_t> RecentFirst(const std::vector<BufferState>& states) {
+  std::vector<uint32_t> out;
+  for (auto st = states.rbegin(); st != states.rend(); ++st) {
+    std::vector<uint32_t> r = st->resident;
+    std::sort(r.begin(), r.end());
+    for (uint32_t x : r) {
+      if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+    }
+  }
+  return out;
+}
+
 }  // namespace sluice

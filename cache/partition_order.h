@@ -58,6 +58,17 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
                                           uint64_t seed);
 uint64_t SwapLowerBound(uint32_t p, uint32_t c);
 
+// `order` over p partitions with its partitions renamed so that it begins with the partitions a
+// previous epoch ended with: `recent` lists partitions, most recently used first (the previous
+// epoch's last state's, then the state's before it that are new, ...). The partitions in the
+// order of their first appearance in `order` (a state's in ascending order) become recent's in
+// turn, then the others in ascending order; so the first state holds the start of `recent` and
+// the next states' newcomers are the partitions a cache is likeliest to hold still. A renaming
+// keeps every property of the ordering (each bucket trained once, the same swaps).
+PartitionOrder StartingWith(PartitionOrder order, const std::vector<uint32_t>& recent, uint32_t p);
+// Partitions of `states` by recency of their last use, most recent first (a state's ascending).
+std::vector<uint32_t> RecentFirst(const std::vector<BufferState>& states);
+
 // How many partitions fit: (budget - reserved) / partition_bytes, at most p. Fails, saying
 // what would be needed, when fewer than 2 fit (a bucket needs two partitions at once).
 Result<uint32_t> ResidentPartitions(uint64_t budget_bytes, uint64_t reserved_bytes,

@@ -17,6 +17,17 @@ HeapPlanner::HeapPlanner(PlannerKind kind, uint32_t num_blocks, const PlannerOpt
   std::iota(free_slots_.rbegin(), free_slots_.rend(), 0u);  // slot 0 is handed out first
 }
 
+void HeapPlanner::Adopt(BlockId b, uint32_t slot, bool dirty) {
+  SLUICE_CHECK(appended_steps_ == 0, "Adopt after steps were appended");
+  auto free = std::find(free_slots_.begin(), free_slots_.end(), slot);
+  SLUICE_CHECK(free != free_slots_.end() && st_[b].slot_of == kNone, "adopting block %u into slot %u twice", b, slot);
+  free_slots_.erase(free);
+  st_[b].slot_of = slot;
+  st_[b].dirty = dirty ? 1 : 0;
+  ++resident_;
+  Push(b, 0);
+}
+
 void HeapPlanner::Append(std::span<const BlockId> blocks, bool writes) {
   const uint64_t step = appended_steps_++;
   step_first_.push_back(base_pos_ + blocks_.size());
@@ -29,6 +40,14 @@ void HeapPlanner::Append(std::span<const BlockId> blocks, bool writes) {
     blocks_.push_back(b);
     next_use_of_.push_back(kNever);
     if (s.last_pos != kNever && s.last_pos >= base_pos_) next_use_of_[s.last_pos - base_pos_] = step;
+    // An adopted block not planned yet: its first use in the window is its next use (later
+    // steps reach it through EnterWindow).
+    const uint64_t w = options_.window_steps;
+    if (s.last_pos == kNever && s.slot_of != kNone && s.last_step == kNever &&
+        (w == kWholeTrace || step <= next_step_ + w)) {
+      s.next_use = step;
+      Push(b, next_step_);
+    }
     s.last_pos = p;
     s.last_append_step = step;
   }

@@ -58,6 +58,10 @@ struct EvictOp {
   bool write_back;  // the block was written since it was loaded
 };
 
+// A pass's first steps, whose loads the summary reports per epoch (a cache that carries over an
+// epoch boundary loads few there; one that starts empty reloads its working set).
+inline constexpr uint64_t kPassHeadSteps = 100;
+
 struct PlanStats {
   uint64_t steps = 0;
   uint64_t accesses = 0;       // distinct blocks per step, summed
@@ -91,6 +95,10 @@ class HeapPlanner {
  public:
   HeapPlanner(PlannerKind kind, uint32_t num_blocks, const PlannerOptions& options);
 
+  // Before the first Append: block b is resident already, in `slot` (dirty: written since it
+  // was last stored), as the previous pass left the cache. It is a hit when a step uses it and
+  // an eviction candidate like any other (its next use is its first use in the window).
+  void Adopt(BlockId b, uint32_t slot, bool dirty);
   // Appends the next step's blocks (what the sampler produced).
   void Append(std::span<const BlockId> blocks, bool writes);
   // No more steps will be appended: the window may look past the end.

@@ -56,6 +56,7 @@ Status BlockPrefetcher::RunSteps() {
   po.window_steps = options_.window_steps;
   po.protect_steps = options_.run_ahead;
   HeapPlanner planner(options_.planner, cache_->num_blocks(), po);
+  for (const BlockCache::Resident& r : cache_->Residents()) planner.Adopt(r.block, r.slot, r.dirty);
   uint64_t appended = 0;
   bool more = true;
   for (uint64_t t = 0;; ++t) {
@@ -70,6 +71,7 @@ Status BlockPrefetcher::RunSteps() {
     plan_stats_.steps += plan.stats.steps;
     plan_stats_.accesses += plan.stats.accesses;
     plan_stats_.loads += plan.stats.loads;
+    if (t < kPassHeadSteps) head_loads_ += plan.stats.loads;
     plan_stats_.evictions += plan.stats.evictions;
     plan_stats_.write_backs += plan.stats.write_backs;
     plan_.busy_s += SecondsSince(start);

@@ -16,6 +16,9 @@
 // compute stops for good (RunAheadRing::Stop) the step being planned still runs its io, so the
 // cache stays consistent and may be flushed; an abort leaves at once (the pass failed).
 //
+// The planner adopts the blocks the cache holds when the pass starts (a previous pass's, e.g.
+// the last buffer state of the previous epoch), so a pass that begins with them loads nothing.
+//
 // Bounded: run_ahead steps of io, window_steps of planning. Records busy and wait time.
 
 #include <cstdint>
@@ -61,6 +64,8 @@ class BlockPrefetcher {
   StageTime plan_time() const { return plan_; }
   StageTime io_time() const { return io_; }
   const PlanStats& plan_stats() const { return plan_stats_; }
+  // Blocks loaded for the pass's first kPassHeadSteps steps.
+  uint64_t head_loads() const { return head_loads_; }
 
  private:
   Status RunSteps();
@@ -77,6 +82,7 @@ class BlockPrefetcher {
   Status status_;  // the thread's result, read after Join
   StageTime plan_, io_;
   PlanStats plan_stats_;
+  uint64_t head_loads_ = 0;
 };
 
 }  // namespace sluice

@@ -102,26 +102,58 @@ std::vector<EdgeStep> EdgeSchedule::ShuffleSteps(std::vector<EdgeState>& states)
   return steps;
 }
 
+std::pair<int64_t, int64_t> EdgeSchedule::BucketRange(const BufferState& buffer, size_t k) const {
+  const uint32_t p = partitions();
+  const auto [i, j] = buffer.buckets[k];
+  int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
+  if (!buffer.pieces.empty()) {  // split: this state's piece of the bucket
+    const auto [piece, pieces] = buffer.pieces[k];
+    const int64_t n = end - begin;
+    end = begin + n * (piece + 1) / pieces;
+    begin += n * piece / pieces;
+  }
+  return {begin, end};
+}
+
+// Epoch 0's ordering as made; each later epoch's renamed to begin with the partitions the
+// previous epoch's last trained state held, so the partition buffer carries over the boundary
+// (a chain, so still a pure function of seed and epoch).
+PartitionOrder EdgeSchedule::EpochOrder(uint64_t epoch) const {
+  const uint32_t p = partitions();
+  const uint32_t c = std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2));
+  PartitionOrder order;
+  for (uint64_t e = options_.chain ? 0 : epoch; e <= epoch; ++e) {
+    auto made = MakePartitionOrder(p, c, options_.ordering, options_.seed + e);
+    SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
+    // The previous epoch's trained states (within max_steps).
+    std::vector<BufferState> trained;
+    uint64_t steps = 0;
+    for (const BufferState& st : order.states) {
+      if (options_.max_steps > 0 && steps >= options_.max_steps) break;
+      uint64_t edges = 0;
+      for (size_t k = 0; k < st.buckets.size(); ++k) {
+        const auto [begin, end] = BucketRange(st, k);
+        edges += static_cast<uint64_t>(end - begin);
+      }
+      if (edges == 0) continue;
+      trained.push_back(st);
+      steps += (edges + options_.batch - 1) / options_.batch;
+    }
+    order = trained.empty() ? std::move(*made) : StartingWith(std::move(*made), RecentFirst(trained), p);
+  }
+  return order;
+}
+
 std::vector<EdgeStep> EdgeSchedule::EpochSteps(uint64_t epoch, std::vector<EdgeState>& states) const {
   states.clear();
   if (options_.shuffle) return ShuffleSteps(states);
-  const uint32_t p = partitions();
-  auto made = MakePartitionOrder(p, std::max<uint32_t>(resident_, std::min<uint32_t>(p, 2)),
-                                 options_.ordering, options_.seed + epoch);
-  SLUICE_CHECK(made.ok(), "%s", made.status().ToString().c_str());
+  const PartitionOrder order = EpochOrder(epoch);
   std::vector<EdgeStep> steps;
-  for (size_t g = 0; g < made->states.size(); ++g) {
-    const BufferState& buffer = made->states[g];
+  for (size_t g = 0; g < order.states.size(); ++g) {
+    const BufferState& buffer = order.states[g];
     EdgeState state;
     for (size_t k = 0; k < buffer.buckets.size(); ++k) {
-      const auto [i, j] = buffer.buckets[k];
-      int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
-      if (!buffer.pieces.empty()) {  // split: this state's piece of the bucket
-        const auto [piece, pieces] = buffer.pieces[k];
-        const int64_t n = end - begin;
-        end = begin + n * (piece + 1) / pieces;
-        begin += n * piece / pieces;
-      }
+      const auto [begin, end] = BucketRange(buffer, k);
       if (begin < end) {
         state.ranges.push_back({begin, end});
         state.edges += static_cast<uint64_t>(end - begin);
@@ -136,6 +168,7 @@ std::vector<EdgeStep> EdgeSchedule::EpochSteps(uint64_t epoch, std::vector<EdgeS
     }
     states.push_back(std::move(state));
   }
+  if (options_.max_steps > 0 && steps.size() > options_.max_steps) steps.resize(options_.max_steps);
   return steps;
 }
 

@@ -6,8 +6,10 @@
 // its state's partitions (its negatives come from them too). Only one state's edges are in
 // memory at a time, plus the next one's, read ahead by an EdgeReader on its own thread
 // through the io layer. The global shuffle: one permutation of every edge (all in memory), in
-// batches, one state holding every partition. Everything is a pure function of (seed, epoch),
-// so in-memory and out-of-core runs, and a run and its resumed copy, train the same steps.
+// batches, one state holding every partition. Each epoch's ordering begins with the partitions
+// the previous one ended with, so the buffer carries over the boundary. Everything is a pure
+// function of (seed, epoch), so in-memory and out-of-core runs, and a run and its resumed copy,
+// train the same steps.
 
 #include <condition_variable>
 #include <cstdint>
@@ -33,6 +35,8 @@ struct EdgeScheduleOptions {
   bool shuffle = false;        // the global shuffle (else the partition schedule)
   OrderingKind ordering = OrderingKind::kSplit;
   uint64_t seed = 1;
+  uint64_t max_steps = 0;      // an epoch trains its first max_steps steps (0: all)
+  bool chain = true;           // each epoch's ordering begins where the previous one ended
   IoConfig io;
 };
 
@@ -90,6 +94,10 @@ class EdgeSchedule {
 
  private:
   std::vector<EdgeStep> ShuffleSteps(std::vector<EdgeState>& states) const;
+  // The partition schedule's buffer states of an epoch.
+  PartitionOrder EpochOrder(uint64_t epoch) const;
+  // Edges [begin, end) of edges.train.* that a state trains of its k-th bucket.
+  std::pair<int64_t, int64_t> BucketRange(const BufferState& buffer, size_t k) const;
   Status CheckIds(const EdgeState& state, const StateEdges& edges) const;
 
   std::string dataset_dir_;

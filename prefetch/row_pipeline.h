@@ -81,6 +81,7 @@ class RowPipeline {
   StageTime io_time() const { return prefetcher_.io_time(); }
   double compute_wait_s() const { return ring_.compute_wait_s(); }
   uint64_t rows_loaded() const { return prefetcher_.rows_loaded(); }
+  uint64_t head_loads() const { return prefetcher_.head_loads(); }
   uint64_t rows_written() const { return prefetcher_.rows_written(); }
   const IoStats& io_stats() const { return prefetcher_.io_stats(); }
 

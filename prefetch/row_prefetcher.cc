@@ -221,6 +221,7 @@ Status RowPrefetcher::PlanStep(RowBatch& b) {
   }
   RowStepPlan& plan = plan_scratch_;
   SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
+  if (planned_++ < kPassHeadSteps) head_loads_ += plan.load_keys.size();
   for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
   // A later step of the group may evict a row an earlier one loads: the write-backs of the
   // group all happen before its loads, and a row loaded and evicted within the group is read

@@ -161,6 +161,8 @@ class RowPrefetcher {
   StageTime io_time() const { return io_; }
   uint64_t rows_loaded() const { return rows_loaded_; }
   uint64_t rows_written() const { return rows_written_; }
+  // Rows loaded for the pass's first kPassHeadSteps steps.
+  uint64_t head_loads() const { return head_loads_; }
   // The io requests and bytes of the pass (reads and writes; after Join).
   const IoStats& io_stats() const { return io_stats_; }
 
@@ -194,6 +196,7 @@ class RowPrefetcher {
   Status status_;  // the thread's result, read after Join
   StageTime plan_, io_;
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
+  uint64_t planned_ = 0, head_loads_ = 0;
   IoStats io_stats_;
 };
 

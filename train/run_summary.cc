@@ -1,5 +1,6 @@
 #include "train/run_summary.h"
 
+#include "cache/planner.h"
 #include "common/units.h"
 #include "train/run_dir.h"
 
@@ -40,6 +41,20 @@ void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, ui
          FormatBytes(bytes) + " (" + FormatCount(static_cast<double>(requests) / steps) + " requests and " +
          FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / steps)) + " per step)");
   s.Set("io", "requests", requests), s.Set("io", "bytes", bytes);
+}
+
+void SummarizeEpochStartLoads(RunSummary& s, const std::string& section, const std::string& what,
+                              const std::vector<uint64_t>& loads) {
+  if (loads.empty()) return;
+  std::string line = what + " loaded in each epoch's first " + std::to_string(kPassHeadSteps) + " steps:";
+  std::string json = "[";
+  for (size_t e = 0; e < loads.size(); ++e) {
+    line += (e ? ", " : " ") + std::to_string(loads[e]);
+    json += (e ? "," : "") + std::to_string(loads[e]);
+  }
+  s.Line(line);
+  s.Set(section, "epoch_start_loads_steps", kPassHeadSteps);
+  s.SetRaw(section, "epoch_start_loads", json + "]");
 }
 
 }  // namespace sluice

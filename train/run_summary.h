@@ -21,6 +21,10 @@ class RunSummary {
   void Set(const std::string& section, const std::string& key, const T& value) {
     Section(section).Add(key, value);
   }
+  // `json` must be valid JSON (e.g. a list).
+  void SetRaw(const std::string& section, const std::string& key, const std::string& json) {
+    Section(section).AddRaw(key, json);
+  }
   std::string Text() const;
   std::string Json() const;
 
@@ -34,5 +38,10 @@ class RunSummary {
 // The disk line ("disk[ (what)]: N requests, B (n requests and b per step)") and io.requests /
 // io.bytes, for any workload's prefetcher.
 void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, uint64_t bytes, double steps);
+
+// The loads of each epoch's first kPassHeadSteps steps ("<what> loaded in each epoch's first 100
+// steps: a, b, ...") and <section>.epoch_start_loads (a list), for a cache that carries over.
+void SummarizeEpochStartLoads(RunSummary& s, const std::string& section, const std::string& what,
+                              const std::vector<uint64_t>& loads);
 
 }  // namespace sluice

@@ -140,6 +140,36 @@ TEST(PartitionOrderTest, SplitSharesEveryBucketAmongAllStatesThatHoldIt) {
   EXPECT_NE(split->states[1].pieces, other->states[1].pieces);
 }
 
+TEST(PartitionOrderTest, StartingWithRenamesPartitionsAndKeepsTheOrdering) {
+  for (OrderingKind kind : {OrderingKind::kBeta, OrderingKind::kSplit, OrderingKind::kSpread}) {
+    auto order = MakePartitionOrder(9, 3, kind, 4);
+    ASSERT_TRUE(order.ok());
+    // The previous epoch ended with {2, 5, 8}, and before that state it used 4.
+    const PartitionOrder moved = StartingWith(*order, {2, 5, 8, 4}, 9);
+    std::vector<uint32_t> first = moved.states[0].resident;
+    std::sort(first.begin(), first.end());
+    EXPECT_EQ(first, (std::vector<uint32_t>{2, 5, 8}));
+    // The second state's newcomer is the next most recent partition.
+    const std::vector<uint32_t>& second = moved.states[1].resident;
+    EXPECT_EQ(std::count(second.begin(), second.end(), 4u), 1);
+    ExpectCoversEveryBucketOnce(moved, 9, 3);
+    EXPECT_EQ(moved.swaps, order->swaps);
+    ASSERT_EQ(moved.states.size(), order->states.size());
+    for (size_t s = 0; s < moved.states.size(); ++s) {
+      EXPECT_EQ(moved.states[s].buckets.size(), order->states[s].buckets.size());
+      EXPECT_EQ(moved.states[s].pieces, order->states[s].pieces);
+    }
+    // A shorter list (the last state of an epoch may hold fewer): the first state holds it.
+    const std::vector<uint32_t> small = StartingWith(*order, {7, 1}, 9).states[0].resident;
+    EXPECT_EQ(std::count(small.begin(), small.end(), 7u) + std::count(small.begin(), small.end(), 1u), 2);
+    ExpectCoversEveryBucketOnce(StartingWith(*order, {7, 1}, 9), 9, 3);
+  }
+  // Recency: the last state's partitions, then the earlier states' newcomers.
+  std::vector<BufferState> states(3);
+  states[0].resident = {0, 1}, states[1].resident = {3, 1}, states[2].resident = {2, 3};
+  EXPECT_EQ(RecentFirst(states), (std::vector<uint32_t>{2, 3, 1, 0}));
+}
+
 TEST(PartitionOrderTest, ResidentCountComesFromTheBudget) {
   EXPECT_EQ(ResidentPartitions(1000, 200, 100, 16).value(), 8u);
   EXPECT_EQ(ResidentPartitions(100000, 0, 100, 16).value(), 16u);

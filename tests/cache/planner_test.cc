@@ -110,44 +110,61 @@ uint64_t ReferenceLoads(const AccessTrace& trace, uint32_t capacity, uint64_t wi
   return loads;
 }
 
-// Replays a plan and checks it: every step's blocks resident, capacity respected, evictions
-// only of blocks not needed (nor protected), write-back exactly when written since loaded.
-void ExpectValidPlan(const AccessTrace& trace, const Plan& plan, uint32_t capacity,
-                     uint32_t protect = 0, bool read_through = false) {
-  ASSERT_EQ(plan.num_steps(), trace.num_steps());
+struct Resident {
+  BlockId block;
+  uint32_t slot;
+  bool dirty;
+};
+
+// Replays a plan from the cache holding `initial` and checks it: every step's blocks resident,
+// capacity respected, evictions only of blocks not needed (nor protected), write-back exactly
+// when written since loaded. Returns what the cache holds at the end.
+std::vector<Resident> ExpectValidPlan(const AccessTrace& trace, const Plan& plan, uint32_t capacity,
+                                      uint32_t protect = 0, bool read_through = false,
+                                      const std::vector<Resident>& initial = {}) {
+  EXPECT_EQ(plan.num_steps(), trace.num_steps());
   std::map<BlockId, uint32_t> slot_of;
   std::map<uint32_t, BlockId> in_slot;
   std::map<BlockId, bool> written;
   std::map<BlockId, uint64_t> last_use;
-  for (uint64_t t = 0; t < trace.num_steps(); ++t) {
-    std::vector<BlockId> need = DistinctOf(trace.step(t));
-    for (const EvictOp& e : plan.step_evictions(t)) {
-      ASSERT_EQ(slot_of.count(e.block), 1u) << "step " << t;
-      ASSERT_EQ(slot_of[e.block], e.slot);
-      if (!read_through) {
-        ASSERT_EQ(std::count(need.begin(), need.end(), e.block), 0) << "evicted a needed block";
-      }
-      if (protect && last_use.count(e.block)) {
-        ASSERT_LT(last_use[e.block] + protect, t) << "evicted a protected block";
-      }
-      ASSERT_EQ(e.write_back, written[e.block]) << "block " << e.block << " step " << t;
-      in_slot.erase(e.slot);
-      slot_of.erase(e.block);
-    }
-    for (const LoadOp& l : plan.step_loads(t)) {
-      ASSERT_EQ(slot_of.count(l.block), 0u);
-      ASSERT_LT(l.slot, capacity);
-      ASSERT_EQ(in_slot.count(l.slot), 0u) << "slot " << l.slot << " still holds a block";
-      slot_of[l.block] = l.slot;
-      in_slot[l.slot] = l.block;
-      written[l.block] = false;
-    }
-    for (BlockId b : need) {
-      ASSERT_EQ(slot_of.count(b), 1u) << "block " << b << " not resident at step " << t;
-      last_use[b] = t;
-      if (trace.writes(t)) written[b] = true;
-    }
+  for (const Resident& r : initial) {
+    slot_of[r.block] = r.slot, in_slot[r.slot] = r.block, written[r.block] = r.dirty;
   }
+  std::vector<Resident> end;
+  auto check = [&] {
+    for (uint64_t t = 0; t < trace.num_steps(); ++t) {
+      std::vector<BlockId> need = DistinctOf(trace.step(t));
+      for (const EvictOp& e : plan.step_evictions(t)) {
+        ASSERT_EQ(slot_of.count(e.block), 1u) << "step " << t;
+        ASSERT_EQ(slot_of[e.block], e.slot);
+        if (!read_through) {
+          ASSERT_EQ(std::count(need.begin(), need.end(), e.block), 0) << "evicted a needed block";
+        }
+        if (protect && last_use.count(e.block)) {
+          ASSERT_LT(last_use[e.block] + protect, t) << "evicted a protected block";
+        }
+        ASSERT_EQ(e.write_back, written[e.block]) << "block " << e.block << " step " << t;
+        in_slot.erase(e.slot);
+        slot_of.erase(e.block);
+      }
+      for (const LoadOp& l : plan.step_loads(t)) {
+        ASSERT_EQ(slot_of.count(l.block), 0u);
+        ASSERT_LT(l.slot, capacity);
+        ASSERT_EQ(in_slot.count(l.slot), 0u) << "slot " << l.slot << " still holds a block";
+        slot_of[l.block] = l.slot;
+        in_slot[l.slot] = l.block;
+        written[l.block] = false;
+      }
+      for (BlockId b : need) {
+        ASSERT_EQ(slot_of.count(b), 1u) << "block " << b << " not resident at step " << t;
+        last_use[b] = t;
+        if (trace.writes(t)) written[b] = true;
+      }
+    }
+    for (const auto& [b, slot] : slot_of) end.push_back({b, slot, written[b]});
+  };
+  check();
+  return end;
 }
 
 TEST(PlannerTest, OracleMatchesExhaustiveSearchOnTinyTraces) {
@@ -220,6 +237,41 @@ TEST(PlannerTest, IncrementalPlanningEqualsWholeTracePlanning) {
   for (size_t i = 0; i < whole->loads.size(); ++i) {
     ASSERT_EQ(incremental.loads[i].block, whole->loads[i].block);
     ASSERT_EQ(incremental.loads[i].slot, whole->loads[i].slot);
+  }
+}
+
+TEST(PlannerTest, AdoptedBlocksCarryOverFromAPreviousPass) {
+  // Pass 2 repeats pass 1 (an epoch boundary with the same order): a planner that adopts what
+  // pass 1 left resident, dirty bits included, loads nothing for the steps those blocks cover
+  // and fewer blocks in all than one that starts empty, and its plan is valid from there.
+  AccessTrace trace = RandomTrace(300, 400, 10, 21, 1.0, 0.7);
+  AccessTrace again(trace.num_blocks());
+  for (uint64_t t = trace.num_steps() - 1; t + 1 > trace.num_steps() - 100; --t) {
+    again.AddStep(trace.step(t), trace.writes(t));  // the last 100 steps, backwards
+  }
+  for (PlannerKind kind : {PlannerKind::kOracle, PlannerKind::kLru}) {
+    PlannerOptions options;
+    options.capacity_blocks = 40;
+    options.window_steps = 25;
+    options.protect_steps = 2;
+    auto first = MakePlan(trace, kind, options);
+    ASSERT_TRUE(first.ok());
+    const std::vector<Resident> left = ExpectValidPlan(trace, *first, 40, 2);
+    ASSERT_FALSE(left.empty());
+    HeapPlanner fresh(kind, trace.num_blocks(), options), adopted(kind, trace.num_blocks(), options);
+    for (const Resident& r : left) adopted.Adopt(r.block, r.slot, r.dirty);
+    Plan from_empty, carried;
+    for (uint64_t t = 0; t < again.num_steps(); ++t) {
+      fresh.Append(again.step(t), again.writes(t));
+      adopted.Append(again.step(t), again.writes(t));
+    }
+    fresh.Finish(), adopted.Finish();
+    while (fresh.Ready()) ASSERT_TRUE(fresh.PlanNext(from_empty).ok());
+    while (adopted.Ready()) ASSERT_TRUE(adopted.PlanNext(carried).ok());
+    ExpectValidPlan(again, carried, 40, 2, false, left);
+    EXPECT_EQ(carried.step_loads(0).size(), 0u) << "pass 1's last step is resident";
+    EXPECT_LT(carried.loads.size(), from_empty.loads.size());
+    EXPECT_EQ(from_empty.step_loads(0).size(), DistinctOf(again.step(0)).size());
   }
 }
 

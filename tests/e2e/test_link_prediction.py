@@ -60,17 +60,40 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, graph, tmp_path, threa
     for mode, storage in {"mem": {"mode": "in_memory", "resident": 4},
                           "ooc": {"mode": "out_of_core", "resident": 4, "slots": 5, "run_ahead": 3}}.items():
         cfg = write_config(tmp_path / f"{mode}.yaml", graph, tmp_path / mode, **storage)
+        # Two epochs: the partition buffer carries over the boundary (dirty partitions included).
         out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
-                  "--set", f"train.ordering={ordering}", *sets)
+                  "--set", f"train.ordering={ordering}", "--set", "train.epochs=2", *sets)
         assert out.returncode == 0, out.stderr
         runs[mode] = out.stdout
     assert "4 of 16 partitions resident" in runs["ooc"]
     loads = [l for l in runs["ooc"].splitlines() if "partition loads" in l][0]
     assert "partition loads 0," not in loads, "the out-of-core run never swapped a partition"
     assert table_bytes(tmp_path / "mem") == table_bytes(tmp_path / "ooc")
-    rel = [(tmp_path / m / "checkpoints").glob("epoch-1-step-0/relations.pt") for m in ("mem", "ooc")]
+    rel = [(tmp_path / m / "checkpoints").glob("epoch-2-step-0/relations.pt") for m in ("mem", "ooc")]
     a, b = [next(iter(r)).read_bytes() for r in rel]
     assert a == b
+
+
+def test_the_partition_buffer_carries_over_epoch_boundaries(sluice_bin, graph, tmp_path):
+    """Each epoch's ordering begins with the partitions the previous one ended with and the
+    planner adopts them, so an epoch whose first steps stay in its first buffer state loads no
+    partition there (the first epoch fills the buffer: 4 loads)."""
+    cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "run", mode="out_of_core", resident=4, slots=5)
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=3", "--set", "train.max_steps=2")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "run/summary.json").read_text())["prefetcher"]
+    assert summary["epoch_start_loads"] == [4, 0, 0], summary
+    assert "partitions loaded in each epoch's first 100 steps: 4, 0, 0" in out.stdout
+    # Without carry_over every epoch starts from an empty buffer, as before.
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=3", "--set", "train.max_steps=2",
+              "--set", "storage.carry_over=false", "--set", f"run_dir={tmp_path / 'cold'}")
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "cold/summary.json").read_text())["prefetcher"]["epoch_start_loads"] == [4, 4, 4]
+    # Whole epochs: the second and third load fewer partitions in their first steps than the first.
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=3", "--set", f"run_dir={tmp_path / 'whole'}")
+    assert out.returncode == 0, out.stderr
+    loads = json.loads((tmp_path / "whole/summary.json").read_text())["prefetcher"]["epoch_start_loads"]
+    assert len(loads) == 3 and max(loads[1:]) < loads[0], loads
 
 
 def test_schedule_changes_the_model(sluice_bin, graph, tmp_path):

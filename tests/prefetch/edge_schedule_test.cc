@@ -104,5 +104,71 @@ TEST_F(EdgeScheduleTest, AnIdBeyondTheGraphIsCorruption) {
   EXPECT_EQ(bad.code(), StatusCode::kCorruption) << bad.ToString();
 }
 
+// 64 nodes in 8 partitions of 8; two edges in every bucket (i, j), in bucket order.
+Status WriteEightPartitions(const std::string& dir) {
+  Manifest m;
+  m.num_nodes = 64;
+  m.edges["train"] = 128;
+  m.partition_bounds = {0, 8, 16, 24, 32, 40, 48, 56, 64};
+  SLUICE_ASSIGN_OR_RETURN(DatasetWriter w, DatasetWriter::Begin(dir, m));
+  std::vector<int32_t> src, dst;
+  std::vector<int64_t> buckets = {0};
+  for (int32_t i = 0; i < 8; ++i) {
+    for (int32_t j = 0; j < 8; ++j) {
+      src.insert(src.end(), {8 * i, 8 * i + 1});
+      dst.insert(dst.end(), {8 * j + 2, 8 * j + 3});
+      buckets.push_back(static_cast<int64_t>(src.size()));
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(w.AddArray<int32_t>("edges.train.src", "s.bin", DType::kInt32, {128}, src));
+  SLUICE_RETURN_IF_ERROR(w.AddArray<int32_t>("edges.train.dst", "d.bin", DType::kInt32, {128}, dst));
+  SLUICE_RETURN_IF_ERROR(w.AddArray<int64_t>("edges.train.buckets", "b.bin", DType::kInt64, {65}, buckets));
+  return w.Commit();
+}
+
+std::vector<BlockId> Sorted(std::vector<BlockId> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(EdgeScheduleChainTest, EachEpochBeginsWithThePartitionsThePreviousEndedWith) {
+  TempDir dir;
+  ASSERT_TRUE(WriteEightPartitions(dir.File("g")).ok());
+  auto ds = Dataset::Open(dir.File("g"));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  for (OrderingKind kind : {OrderingKind::kSplit, OrderingKind::kBeta, OrderingKind::kRandomized}) {
+    for (uint64_t max_steps : {0, 5}) {
+      EdgeSchedule schedule;
+      EdgeScheduleOptions options;
+      options.batch = 3;
+      options.ordering = kind;
+      options.max_steps = max_steps;
+      options.io.backend = BackendKind::kPread;
+      ASSERT_TRUE(schedule.Open(*ds, {0, 8, 16, 24, 32, 40, 48, 56, 64}, options).ok());
+      schedule.set_resident(3);
+      std::vector<BlockId> last;
+      for (uint64_t epoch = 0; epoch < 5; ++epoch) {
+        std::vector<EdgeState> states;
+        const std::vector<EdgeStep> steps = schedule.EpochSteps(epoch, states);
+        if (max_steps > 0) {
+          ASSERT_EQ(steps.size(), max_steps);
+        }
+        ASSERT_GE(steps.size(), max_steps > 0 ? 1 : states.size());
+        if (max_steps == 0) {  // every edge once
+          uint64_t edges = 0;
+          for (const EdgeState& st : states) edges += st.edges;
+          EXPECT_EQ(edges, 128u);
+        }
+        if (epoch > 0) {  // it holds every partition the previous epoch ended with
+          const std::vector<BlockId> first = Sorted(states[steps.front().state].blocks);
+          EXPECT_TRUE(std::includes(first.begin(), first.end(), last.begin(), last.end()))
+              << EnumName(kind) << " epoch " << epoch << " max_steps " << max_steps;
+        }
+        last = Sorted(states[steps.back().state].blocks);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice

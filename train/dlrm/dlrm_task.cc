@@ -339,6 +339,7 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, St
     }
   }
   SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+  if (first == 0 && !in_memory_) epoch_start_loads_.push_back(p->head_loads());
   return EpochOutcome{};
 }
 

@@ -147,6 +147,7 @@ class DlrmTask : public Task {
   TimeSplit time_;
   StageTime read_time_, plan_time_, io_time_;
   uint64_t rows_loaded_ = 0, rows_written_ = 0;
+  std::vector<uint64_t> epoch_start_loads_;  // per epoch trained from its start
   uint64_t io_requests_ = 0, io_bytes_ = 0;  // the prefetcher's disk requests (loads, write-backs)
 };
 

@@ -344,6 +344,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "read_s", read_time_.busy_s), s.Set("prefetcher", "plan_s", plan_time_.busy_s);
   s.Set("prefetcher", "io_s", io_time_.busy_s), s.Set("prefetcher", "io_wait_s", io_time_.wait_s);
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
+  SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);

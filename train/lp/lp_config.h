@@ -169,6 +169,7 @@ struct LpStorageConfig {
   int slots = 0;     // cache slots (partitions in memory); 0 = from the budget
   PlannerKind planner = PlannerKind::kOracle;
   int run_ahead = 8;  // steps of io issued before compute reaches them
+  bool carry_over = true;  // the partition buffer carries over epoch boundaries
 
   template <class V>
   void VisitFields(V& v) {
@@ -182,6 +183,10 @@ struct LpStorageConfig {
     v.Field("planner", planner, "cache planner: oracle, lru, none",
             OneOfEnum({PlannerKind::kOracle, PlannerKind::kLru, PlannerKind::kNone}));
     v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 100000));
+    v.Field("carry_over", carry_over,
+            "the partition schedule's buffer carries over epoch boundaries: each epoch's ordering "
+            "begins with the partitions the previous one ended with, which stay resident (false: "
+            "every epoch starts from an empty buffer with an ordering of its own)");
   }
 };
 

@@ -30,7 +30,7 @@ class LpEpoch {
   uint64_t EdgesBefore() const;
   Result<LinkBatch*> Ready(uint64_t s);
   Result<bool> Done(uint64_t s, double loss, StepSink& sink);
-  Status Finish(bool stopped);
+  Status Finish();
 
   LpEpochContext& ctx_;
   const uint64_t epoch_, first_;
@@ -134,11 +134,11 @@ Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
     SLUICE_ASSIGN_OR_RETURN(const double loss, ctx_.stepper.Train(*batch, block_base_, epoch_, s));
     SLUICE_ASSIGN_OR_RETURN(const bool stop, Done(s, loss, sink));
     if (stop) {
-      SLUICE_RETURN_IF_ERROR(Finish(/*stopped=*/true));
+      SLUICE_RETURN_IF_ERROR(Finish());
       return EpochOutcome{true, s + 1};
     }
   }
-  SLUICE_RETURN_IF_ERROR(Finish(/*stopped=*/false));
+  SLUICE_RETURN_IF_ERROR(Finish());
   return EpochOutcome{};
 }
 
@@ -165,11 +165,11 @@ Result<EpochOutcome> LpEpoch::RunOnDevice(StepSink& sink) {
   }
   const bool stopped = *end < steps_.size();
   if (stopped) ctx_.device_rows->Reset();  // a staged step is dropped
-  SLUICE_RETURN_IF_ERROR(Finish(stopped));
+  SLUICE_RETURN_IF_ERROR(Finish());
   return stopped ? EpochOutcome{true, *end} : EpochOutcome{};
 }
 
-Status LpEpoch::Finish(bool stopped) {
+Status LpEpoch::Finish() {
   SLUICE_RETURN_IF_ERROR(pipe_->Stop());
   LpEpochStats& st = ctx_.stats;
   st.wait_s += pipe_->compute_wait_s();
@@ -185,8 +185,11 @@ Status LpEpoch::Finish(bool stopped) {
   st.plan_stats.write_backs += ps.write_backs;
   st.plan.busy_s += pf->plan_time().busy_s, st.plan.wait_s += pf->plan_time().wait_s;
   st.io.busy_s += pf->io_time().busy_s, st.io.wait_s += pf->io_time().wait_s;
-  if (stopped) return Status::Ok();
-  // The next epoch's planner starts from an empty cache.
+  if (first_ == 0) st.epoch_start_loads.push_back(pf->head_loads());
+  // The partitions stay resident (dirty ones too): the next epoch's planner adopts them, and
+  // its ordering begins with this epoch's last buffer state (EdgeSchedule::EpochSteps). Without
+  // carry_over the next epoch starts from an empty cache.
+  if (ctx_.config.storage.carry_over) return Status::Ok();
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(ctx_.config.io));
   return ctx_.cache->DropAll(*io);
 }

@@ -5,6 +5,7 @@
 // and runs their io up to run_ahead steps ahead; compute trains (train/lp/lp_step.h).
 
 #include <cstdint>
+#include <vector>
 
 #include "cache/block_cache.h"
 #include "cache/planner.h"
@@ -23,6 +24,7 @@ struct LpEpochStats {
   double wait_s = 0;  // compute waiting for the pipeline (samples, edges, io)
   StageTime sampler, edges, plan, io;
   PlanStats plan_stats;
+  std::vector<uint64_t> epoch_start_loads;  // per epoch trained from its start: kPassHeadSteps' loads
   double device_wall_s = 0;  // wall time of the epochs on a device
 };
 

@@ -168,6 +168,8 @@ Status LpTask::Open(Purpose purpose) {
     so.shuffle = cfg_.train.schedule == Schedule::kShuffle;
     so.ordering = cfg_.train.ordering;
     so.seed = cfg_.train.seed;
+    so.max_steps = cfg_.train.max_steps;
+    so.chain = cfg_.storage.carry_over;
     so.io = cfg_.io;
     SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
     sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), BatchOptions());
@@ -487,6 +489,7 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "io_wait_s", e.io.wait_s);
   s.Set("prefetcher", "partition_loads", e.plan_stats.loads);
   s.Set("prefetcher", "write_backs", e.plan_stats.write_backs);
+  if (!in_memory_) SummarizeEpochStartLoads(s, "prefetcher", "partitions", e.epoch_start_loads);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", plan_.slots);
