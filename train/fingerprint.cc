@@ -1,6 +1,10 @@
 #include "train/fingerprint.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 
 #include "storage/dataset.h"
 #include "storage/file.h"
@@ -16,6 +20,50 @@ bool InConfigFingerprint(std::string_view path) {
 std::string Crc32Hex(std::string_view text) {
   char out[9];
   std::snprintf(out, sizeof out, "%08x", Crc32(0, text.data(), text.size()));
+  return out;
+}
+
+namespace {
+
+// A scalar as typed (a number in its shortest exact form: 0.05, not 0.050000000000000003); a
+// list or map in YAML's flow style.
+std::string ShortValue(const YAML::Node& n) {
+  if (n.IsScalar()) {
+    const std::string text = n.Scalar();
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (!text.empty() && *end == '\0' && text.find_first_of("eE.") != std::string::npos) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.15g", v);
+      if (std::strtod(buf, nullptr) == v) return buf;
+    }
+    return text;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+}  // namespace
+
+std::string FingerprintLines(const std::string& config_yaml) {
+  std::string out;
+  std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& n,
+                                                                         const std::string& path) {
+    if (n.IsMap()) {
+      for (const auto& kv : n) {
+        const std::string key = kv.first.as<std::string>();
+        walk(kv.second, path.empty() ? key : path + "." + key);
+      }
+    } else if (InConfigFingerprint(path)) {
+      out += path + ": " + ShortValue(n) + "\n";
+    }
+  };
+  try {
+    walk(YAML::Load(config_yaml), "");
+  } catch (const YAML::Exception& e) {
+    out += std::string("unreadable config: ") + e.what() + "\n";
+  }
   return out;
 }
 

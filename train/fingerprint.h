@@ -26,6 +26,10 @@ bool InConfigFingerprint(std::string_view path);
 // CRC-32 of `text`, as 8 hex digits.
 std::string Crc32Hex(std::string_view text);
 
+// The fingerprinted keys of a config's YAML (as Task::ConfigYaml prints it), one "path: value"
+// line each, in the YAML's order: what ranks of one run must agree on (train/dist.h).
+std::string FingerprintLines(const std::string& config_yaml);
+
 // The fingerprint of a manifest file's bytes.
 Result<std::string> DatasetFingerprint(const std::string& dataset_dir);
 

@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "train/device_config.h"
+#include "train/dist_config.h"
 #include "train/run_settings.h"
 
 namespace sluice {
@@ -53,6 +54,7 @@ void VisitRunFields(V& v, Config& c) {
   v.Section("threads", c.threads, "thread plan");
   v.Section("io", c.io, "io layer");
   v.Section("device", c.device, "the compute device");
+  v.Section("dist", c.dist, "runs across processes (docs/distributed.md)");
 }
 
 template <class Config>
@@ -70,6 +72,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.patience = c.eval.patience;
   s.seed = c.train.seed;
   s.threads = c.threads;
+  s.dist = c.dist;
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/thread_plan.h"
+#include "train/dist_config.h"
 
 namespace sluice {
 
@@ -23,6 +24,7 @@ struct RunSettings {
   int patience = 0;    // stop after N validations without a better score (0: never)
   uint64_t seed = 1;
   ThreadConfig threads;
+  DistConfig dist;
 };
 
 }  // namespace sluice

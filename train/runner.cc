@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "storage/file.h"
+#include "train/dist.h"
 #include "train/fingerprint.h"
 #include "train/interrupt.h"
 #include "train/progress.h"
@@ -549,10 +551,31 @@ Status Runner::Finish() {
 
 }  // namespace
 
+// A run across processes: the ranks join and agree on the config and the dataset; training
+// them data-parallel is not built yet.
+Status TrainDistributed(Task& task, const DistPlace& place) {
+  const RunSettings& s = task.settings();
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<DistGroup> group, DistGroup::Join(place, s.dist));
+  std::printf("rank %d of %d joined at %s\n", place.rank, place.world_size, place.master().c_str());
+  std::fflush(stdout);
+  SLUICE_RETURN_IF_ERROR(group->Agree("config", FingerprintLines(task.ConfigYaml()) +
+                                                    "fingerprint: " + task.ConfigFingerprint() + "\n"));
+  SLUICE_ASSIGN_OR_RETURN(const std::string dataset_fp, DatasetFingerprint(s.dataset));
+  SLUICE_RETURN_IF_ERROR(group->Agree("dataset", "manifest fingerprint: " + dataset_fp + "\n"));
+  SLUICE_RETURN_IF_ERROR(group->Barrier());
+  return FailedPrecondition("the " + std::to_string(place.world_size) + " ranks joined at " + place.master() +
+                            " and agree on the config and the dataset, but data-parallel training is "
+                            "not built yet (docs/distributed.md): train in one process");
+}
+
 Status Train(Task& task, const TrainOptions& options) {
   if (options.resume && options.overwrite) {
     return InvalidArgument("train: --resume and --overwrite exclude each other");
   }
+  SLUICE_ASSIGN_OR_RETURN(const DistPlace place,
+                          ResolveDistPlace(options.world_size, options.rank, options.master,
+                                           [](const char* name) { return std::getenv(name); }));
+  if (place.distributed()) return TrainDistributed(task, place);
   Runner runner(task, options);
   return runner.Run();
 }

@@ -42,6 +42,8 @@ struct Args {
   bool print_config = false, resume = false, overwrite = false, verify = false;
   PredictRequest predict;
   int k = 10;
+  int world_size = 0, rank = -1;  // unset: the environment's (train/dist.h)
+  std::string master;
 };
 
 int RunVersion() {
@@ -92,6 +94,9 @@ int RunTrain(const Args& a) {
   TrainOptions options;
   options.resume = a.resume;
   options.overwrite = a.overwrite;
+  options.world_size = a.world_size;
+  options.rank = a.rank;
+  options.master = a.master;
   // Test hook: behave as if interrupted (Ctrl-C) after this many steps.
   if (const char* stop = std::getenv("SLUICE_STOP_AFTER_STEPS")) options.stop_after_steps = std::atoll(stop);
   Status s = run->Train(options);
@@ -150,6 +155,14 @@ void AddTrain(CLI::App& app, Args& a) {
       ->allow_extra_args(false);
   train->add_flag("--print-config", a.print_config, "print the effective config and exit");
   train->add_flag("--resume", a.resume, "continue from the run directory's latest checkpoint");
+  train->add_option("--world-size", a.world_size,
+                    "processes in the run (default: WORLD_SIZE, else 1; docs/distributed.md)")
+      ->check(CLI::Range(1, 1000000));
+  train->add_option("--rank", a.rank, "this process's rank, 0 to world size - 1 (default: RANK)")
+      ->check(CLI::Range(0, 1000000));
+  train->add_option("--master", a.master,
+                    "the rendezvous: rank 0's ADDR[:PORT] (default: MASTER_ADDR and MASTER_PORT, else "
+                    "127.0.0.1:29500)");
   train->add_flag("--overwrite", a.overwrite,
                   "discard the run directory's checkpoints, tables, metrics and summary, and "
                   "start over (without it, a run directory that holds checkpoints is refused)");

@@ -49,6 +49,12 @@ struct TrainOptions {
   bool resume = false;            // continue from the run directory's latest checkpoint
   bool overwrite = false;         // discard the run directory's checkpoints and start over
   int64_t stop_after_steps = -1;  // tests: stop as if interrupted after this many steps
+  // Runs across processes (docs/distributed.md): this process's rank, the world size and the
+  // master's ADDR[:PORT]; unset (0, -1, ""): from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+  // (as torchrun sets them), else one process.
+  int world_size = 0;
+  int rank = -1;
+  std::string master;
 };
 
 // One evaluation's result.

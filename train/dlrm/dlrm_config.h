@@ -170,6 +170,7 @@ struct DlrmConfig {
   DlrmStorageConfig storage;
   ThreadConfig threads;
   DeviceConfig device;
+  DistConfig dist;
   IoConfig io;
 
   template <class V>

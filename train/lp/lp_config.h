@@ -209,6 +209,7 @@ struct LpConfig {
   LpStorageConfig storage;
   ThreadConfig threads;
   DeviceConfig device;
+  DistConfig dist;
   IoConfig io;
 
   template <class V>

@@ -370,7 +370,9 @@ Status LpTask::SetUpStorage() {
 
 std::map<std::string, std::string> LpTask::Conditions() const {
   if (cfg_.train.schedule != Schedule::kPartitions) return {};
-  return {{"resident partitions", std::to_string(plan_.resident)}};
+  // carry_over renames each epoch's ordering: it shapes the trajectory as the resident count does.
+  return {{"resident partitions", std::to_string(plan_.resident)},
+          {"storage.carry_over", cfg_.storage.carry_over ? "true" : "false"}};
 }
 
 std::string LpTask::Describe() const {

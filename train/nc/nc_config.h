@@ -237,6 +237,7 @@ struct NcConfig {
   NcStorageConfig storage;
   ThreadConfig threads;
   DeviceConfig device;
+  DistConfig dist;
   IoConfig io;
 
   template <class V>

@@ -1,0 +1,73 @@
+#include "train/dist.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "train/fingerprint.h"
+
+namespace sluice {
+namespace {
+
+EnvReader Env(std::map<std::string, std::string> vars) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [held](const char* name) -> const char* {
+    auto it = held->find(name);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(DistPlaceTest, FlagsWinOverTheEnvironmentWhichWinsOverOneProcess) {
+  auto one = ResolveDistPlace(0, -1, "", Env({}));
+  ASSERT_TRUE(one.ok());
+  EXPECT_FALSE(one->distributed());
+  auto env = ResolveDistPlace(0, -1, "", Env({{"WORLD_SIZE", "3"}, {"RANK", "2"}, {"MASTER_ADDR", "10.1.2.3"},
+                                               {"MASTER_PORT", "4000"}}));
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->world_size, 3);
+  EXPECT_EQ(env->rank, 2);
+  EXPECT_EQ(env->master(), "10.1.2.3:4000");
+  auto flags = ResolveDistPlace(4, 1, "host:5000", Env({{"WORLD_SIZE", "3"}, {"RANK", "2"}}));
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(flags->world_size, 4);
+  EXPECT_EQ(flags->rank, 1);
+  EXPECT_EQ(flags->master(), "host:5000");
+  auto default_port = ResolveDistPlace(2, 0, "host", Env({}));
+  ASSERT_TRUE(default_port.ok());
+  EXPECT_EQ(default_port->master(), "host:29500");
+}
+
+TEST(DistPlaceTest, AnImpossiblePlaceSaysWhichValueCameFromWhere) {
+  auto outside = ResolveDistPlace(2, 2, "", Env({}));
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("rank 2 (--rank) is outside a world of 2 (--world-size)"),
+            std::string::npos) << outside.status().message();
+  auto no_rank = ResolveDistPlace(3, -1, "", Env({}));
+  ASSERT_FALSE(no_rank.ok());
+  EXPECT_NE(no_rank.status().message().find("no rank"), std::string::npos);
+  auto bad_env = ResolveDistPlace(0, -1, "", Env({{"WORLD_SIZE", "two"}, {"RANK", "0"}}));
+  ASSERT_FALSE(bad_env.ok());
+  EXPECT_NE(bad_env.status().message().find("WORLD_SIZE is 'two'"), std::string::npos);
+  auto bad_port = ResolveDistPlace(2, 0, "", Env({{"MASTER_PORT", "70000"}}));
+  ASSERT_FALSE(bad_port.ok());
+  EXPECT_NE(bad_port.status().message().find("port 70000"), std::string::npos) << bad_port.status().message();
+}
+
+TEST(DistAgreementTest, TheFirstDifferingKeyIsNamedWithBothValues) {
+  EXPECT_EQ(FirstDifference("task: a\ntrain.lr: 0.05\n", "rank 1", "task: a\ntrain.lr: 0.1\n", "rank 0"),
+            "train.lr is 0.05 on rank 1, 0.1 on rank 0");
+  EXPECT_EQ(FirstDifference("x\n", "rank 2", "y\n", "rank 0"), "'x' on rank 2, 'y' on rank 0");
+  EXPECT_EQ(FirstDifference("a: 1\n", "rank 1", "a: 1\nb: 2\n", "rank 0"), "'(end)' on rank 1, 'b: 2' on rank 0");
+}
+
+TEST(DistAgreementTest, FingerprintLinesHoldTheFingerprintedKeysOnly) {
+  const std::string lines = FingerprintLines(
+      "task: recommendation\ndataset: d\nrun_dir: r\nmodel:\n  dim: 16\n  bottom: [512, 256]\n"
+      "train:\n  epochs: 3\n  lr: 0.05\nstorage:\n  budget: 1GiB\n");
+  EXPECT_EQ(lines, "task: recommendation\nmodel.dim: 16\nmodel.bottom: [512, 256]\ntrain.lr: 0.05\n");
+}
+
+}  // namespace
+}  // namespace sluice

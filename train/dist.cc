@@ -1,0 +1,247 @@
+#include "train/dist.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace sluice {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+Millis ToMillis(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000)); }
+
+std::string Seconds(double s) {
+  std::ostringstream out;
+  out << s << " s";
+  return out.str();
+}
+
+// "1", "1, 2" (ranks in ascending order).
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+Result<int> ParseInt(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 0 || v > 1'000'000) {
+    return InvalidArgument(what + " is '" + text + "': not a number from 0 to 1000000");
+  }
+  return static_cast<int>(v);
+}
+
+std::string JoinedKey(int rank) { return "sluice/joined/" + std::to_string(rank); }
+
+}  // namespace
+
+Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& master, const EnvReader& env) {
+  DistPlace p;
+  std::string ws_from = "--world-size", rank_from = "--rank", master_from = "--master";
+  if (world_size <= 0) {
+    ws_from = "WORLD_SIZE";
+    const char* v = env("WORLD_SIZE");
+    if (v == nullptr) return p;  // one process
+    SLUICE_ASSIGN_OR_RETURN(world_size, ParseInt(v, "WORLD_SIZE"));
+  }
+  if (rank < 0) {
+    rank_from = "RANK";
+    const char* v = env("RANK");
+    if (v == nullptr) {
+      if (world_size == 1) return p;
+      return InvalidArgument("world size " + std::to_string(world_size) + " (" + ws_from +
+                             ") but no rank: pass --rank R or set RANK");
+    }
+    SLUICE_ASSIGN_OR_RETURN(rank, ParseInt(v, "RANK"));
+  }
+  if (world_size < 1) return InvalidArgument(ws_from + " is 0: the world size is at least 1");
+  if (rank >= world_size) {
+    return InvalidArgument("rank " + std::to_string(rank) + " (" + rank_from + ") is outside a world of " +
+                           std::to_string(world_size) + " (" + ws_from + "): ranks are 0 to " +
+                           std::to_string(world_size - 1));
+  }
+  p.world_size = world_size;
+  p.rank = rank;
+  std::string addr = master, port;
+  if (addr.empty()) {
+    master_from = "MASTER_ADDR/MASTER_PORT";
+    const char* a = env("MASTER_ADDR");
+    const char* pt = env("MASTER_PORT");
+    addr = a != nullptr ? a : p.master_addr;
+    port = pt != nullptr ? pt : std::to_string(p.master_port);
+  } else if (const size_t colon = addr.rfind(':'); colon != std::string::npos) {
+    port = addr.substr(colon + 1);
+    addr = addr.substr(0, colon);
+  } else {
+    port = std::to_string(p.master_port);
+  }
+  if (addr.empty()) return InvalidArgument(master_from + ": the master's address is empty");
+  SLUICE_ASSIGN_OR_RETURN(const int port_number, ParseInt(port, master_from + "'s port"));
+  if (port_number < 1 || port_number > 65535) {
+    return InvalidArgument(master_from + ": port " + port + " is outside 1-65535");
+  }
+  p.master_addr = addr;
+  p.master_port = port_number;
+  return p;
+}
+
+bool HaveGloo() {
+#ifdef USE_C10D_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
+struct DistGroup::Impl {
+  DistPlace place;
+  DistConfig config;
+  c10::intrusive_ptr<c10d::Store> store;
+#ifdef USE_C10D_GLOO
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+#endif
+};
+
+DistGroup::DistGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistGroup::~DistGroup() = default;
+int DistGroup::rank() const { return impl_->place.rank; }
+int DistGroup::world_size() const { return impl_->place.world_size; }
+
+Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const DistConfig& config) {
+  if (!HaveGloo()) {
+    return FailedPrecondition("world size " + std::to_string(place.world_size) + ": this sluice was built "
+                              "without Gloo process groups (install libgloo-dev and rebuild)");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->place = place;
+  impl->config = config;
+  const std::string who = "rank " + std::to_string(place.rank) + " of " + std::to_string(place.world_size);
+  const auto start = SteadyClock::now();
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(place.master_port);
+    o.isServer = place.rank == 0;
+    o.numWorkers = static_cast<size_t>(place.world_size);
+    o.waitWorkers = false;  // the joined keys below say who is missing
+    o.timeout = ToMillis(config.rendezvous_timeout);
+    impl->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, o);
+  } catch (const std::exception& e) {
+    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    return Unavailable(who + ": " + (place.rank == 0 ? "could not serve the rendezvous at "
+                                                      : "could not reach the master at ") +
+                       place.master() + " within " + Seconds(config.rendezvous_timeout) + " (" + first + ")");
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < place.world_size; ++r) keys.push_back(JoinedKey(r));
+  try {
+    impl->store->set(JoinedKey(place.rank), std::vector<uint8_t>{1});
+    const double left = std::max(0.1, config.rendezvous_timeout - SecondsSince(start));
+    impl->store->wait(keys, ToMillis(left));
+  } catch (const std::exception&) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < place.world_size; ++r) {
+        if (!impl->store->check({JoinedKey(r)})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+      return Unavailable(who + ": lost the master at " + place.master() + " during the rendezvous");
+    }
+    return Unavailable(std::string(missing.size() == 1 ? "rank " : "ranks ") + RankList(missing) + " of " +
+                       std::to_string(place.world_size) + " did not join within " +
+                       Seconds(config.rendezvous_timeout) + " at " + place.master() + " (seen from " + who + ")");
+  }
+#ifdef USE_C10D_GLOO
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->timeout = ToMillis(config.op_timeout);
+    options->devices.push_back(config.interface.empty()
+                                   ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                   : c10d::ProcessGroupGloo::createDeviceForInterface(config.interface));
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/gloo", impl->store);
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, place.rank, place.world_size, options);
+  } catch (const std::exception& e) {
+    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    return Unavailable(who + ": the Gloo process group" +
+                       (config.interface.empty() ? std::string() : " on interface " + config.interface) +
+                       " failed: " + first);
+  }
+#endif
+  return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl)));
+}
+
+Status DistGroup::Agree(const std::string& what, const std::string& value) {
+  const DistPlace& p = impl_->place;
+  auto key = [&](int r) { return "sluice/agree/" + what + "/" + std::to_string(r); };
+  std::vector<std::string> values(static_cast<size_t>(p.world_size));
+  try {
+    impl_->store->set(key(p.rank), std::vector<uint8_t>(value.begin(), value.end()));
+    std::vector<std::string> keys;
+    for (int r = 0; r < p.world_size; ++r) keys.push_back(key(r));
+    impl_->store->wait(keys, ToMillis(impl_->config.op_timeout));
+    for (int r = 0; r < p.world_size; ++r) {
+      const std::vector<uint8_t> v = impl_->store->get(key(r));
+      values[static_cast<size_t>(r)].assign(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    return Unavailable("rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) +
+                       ": comparing the ranks' " + what + " failed within " + Seconds(impl_->config.op_timeout) +
+                       " (" + first + ")");
+  }
+  std::vector<int> differ;
+  for (int r = 1; r < p.world_size; ++r) {
+    if (values[static_cast<size_t>(r)] != values[0]) differ.push_back(r);
+  }
+  if (differ.empty()) return Status::Ok();
+  const std::string first = std::to_string(differ[0]);
+  return FailedPrecondition(std::string(differ.size() == 1 ? "rank " : "ranks ") + RankList(differ) +
+                            " differ" + (differ.size() == 1 ? "s" : "") + " from rank 0 in their " + what + ": " +
+                            FirstDifference(values[static_cast<size_t>(differ[0])], "rank " + first, values[0],
+                                            "rank 0"));
+}
+
+Status DistGroup::Barrier() {
+#ifdef USE_C10D_GLOO
+  try {
+    impl_->group->barrier()->wait();
+  } catch (const std::exception& e) {
+    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": a barrier failed (another rank died or stalled past dist.op_timeout): " + first);
+  }
+#endif
+  return Status::Ok();
+}
+
+std::string FirstDifference(const std::string& a, const std::string& a_name, const std::string& b,
+                            const std::string& b_name) {
+  std::istringstream as(a), bs(b);
+  std::string la, lb;
+  while (true) {
+    const bool ha = static_cast<bool>(std::getline(as, la));
+    const bool hb = static_cast<bool>(std::getline(bs, lb));
+    if (!ha && !hb) return "they differ";
+    if (ha && hb && la == lb) continue;
+    const size_t ca = ha ? la.find(": ") : std::string::npos, cb = hb ? lb.find(": ") : std::string::npos;
+    if (ca != std::string::npos && cb != std::string::npos && la.substr(0, ca) == lb.substr(0, cb)) {
+      return la.substr(0, ca) + " is " + la.substr(ca + 2) + " on " + a_name + ", " + lb.substr(cb + 2) +
+             " on " + b_name;
+    }
+    return "'" + (ha ? la : std::string("(end)")) + "' on " + a_name + ", '" + (hb ? lb : std::string("(end)")) +
+           "' on " + b_name;
+  }
+}
+
+}  // namespace sluice

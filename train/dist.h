@@ -1,0 +1,75 @@
+#pragma once
+// Runs across processes through PyTorch's c10d (docs/distributed.md): where a process stands in
+// the run (its rank, the world size, the master's address), the rendezvous through c10d's
+// TCPStore, a Gloo process group, and the ranks' agreement on what they train.
+//
+// Built so far: the place from the command line or the variables torchrun sets, the rendezvous
+// with its timeout (every rank names the ranks that did not join), the agreement check (every
+// rank publishes its config and dataset fingerprints; a mismatch stops all of them with one line
+// naming the ranks and the first key that differs), a barrier. Data-parallel training on top
+// of it is not built yet: `sluice train` with a world size above 1 stops after the agreement.
+//
+// c10d's C++ API differs between libtorch 1.13 and 2.x; dist.cc uses what both have (TCPStore
+// with TCPStoreOptions, ProcessGroupGloo with its Options and devices, Work::wait).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "train/dist_config.h"
+
+namespace sluice {
+
+struct DistPlace {
+  int world_size = 1;
+  int rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool distributed() const { return world_size > 1; }
+  std::string master() const { return master_addr + ":" + std::to_string(master_port); }
+};
+
+// From the command line (world_size 0, rank -1, master "": not given), else from the variables
+// torchrun sets (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), else one process. `env` reads a
+// variable (null when unset). An impossible place (rank outside the world, a port out of range,
+// a world size without a rank) is an error saying which value came from where.
+using EnvReader = std::function<const char*(const char*)>;
+Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& master, const EnvReader& env);
+
+// Whether this build has Gloo process groups (libgloo-dev and USE_C10D_GLOO).
+bool HaveGloo();
+
+class DistGroup {
+ public:
+  // Joins the run: rank 0 serves the store at the master's address, every rank connects and
+  // announces itself, and all wait up to config.rendezvous_timeout for the others ("rank 1 of 3
+  // did not join within 120 s at 10.0.0.1:29500"); then the Gloo process group on
+  // config.interface with config.op_timeout.
+  static Result<std::unique_ptr<DistGroup>> Join(const DistPlace& place, const DistConfig& config);
+  ~DistGroup();
+  DistGroup(const DistGroup&) = delete;
+  DistGroup& operator=(const DistGroup&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  // Every rank publishes `value` as its `what` (e.g. "config": "key: value" lines) and compares
+  // every other rank's with rank 0's. A mismatch, on every rank: "ranks 1, 2 differ from rank 0
+  // in their config: train.lr is 0.05 on rank 1, 0.1 on rank 0".
+  Status Agree(const std::string& what, const std::string& value);
+  // Waits for every rank (op_timeout).
+  Status Barrier();
+
+ private:
+  struct Impl;
+  explicit DistGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The first line of `a` that differs from `b`'s, as "<key> is <a's value> on <a_name>, <b's> on
+// <b_name>" for "key: value" lines (the whole lines otherwise).
+std::string FirstDifference(const std::string& a, const std::string& a_name, const std::string& b,
+                            const std::string& b_name);
+
+}  // namespace sluice
