@@ -114,10 +114,11 @@ uint64_t RowsIn(const RowPlanInput& in, uint64_t bytes, uint64_t window_rows) {
   return lo;
 }
 
-// Reading ahead (row file, oracle only: the horizon is the oracle's knowledge stretched): its
-// share holds the rows read ahead, the horizon's row lists and the bitmap of cached rows.
+// Reading ahead (row file; with either planner: the horizon lists the coming steps' rows from the
+// sample file, whatever the cache plans): its share holds the rows read ahead, the horizon's row
+// lists and the bitmap of cached rows.
 void PlanPreload(const RowPlanInput& in, uint64_t rows_memory, RowMemoryPlan& p) {
-  const bool allowed = !in.rocksdb && !in.raw_ids && in.oracle && in.preload_share > 0 &&
+  const bool allowed = !in.rocksdb && !in.raw_ids && in.preload_share > 0 &&
                        in.total_rows < (uint64_t{1} << 32);
   if (!allowed) return;
   const uint64_t fixed = RowPreloader::HorizonBytes(in.preload_horizon, p.step_rows) + in.total_rows / 8;

@@ -64,18 +64,20 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
                           "preload-direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0.25, preload_horizon=6),
                           "direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
-                          "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700)}.items():
+                          "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700),
+                          "lru-preload": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700,
+                                              preload_share=0.25, preload_horizon=6)}.items():
         cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
         out = run(sluice_bin, "train", str(cfg), "--set", f"threads.total={threads}",
                   "--set", f"threads.compute={threads}")
         assert out.returncode == 0, out.stderr
         tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
-    for name in ("rowfile", "preload", "preload-direct", "direct", "rocksdb", "lru"):
+    for name in ("rowfile", "preload", "preload-direct", "direct", "rocksdb", "lru", "lru-preload"):
         cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
         assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
         assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
         assert dense[name] == dense["mem"]
-    for name in ("preload", "preload-direct"):
+    for name in ("preload", "preload-direct", "lru-preload"):
         taken = re.search(r"read-ahead: \d+ region passes read (\d+) rows .*; loads took (\d+)", stdout[name])
         assert taken and int(taken.group(2)) > 1000, f"{name}: loads took no rows read ahead: {stdout[name]}"
     passes = re.search(r"sweeps \((\d+) with a read-ahead pass\)", stdout["preload"])

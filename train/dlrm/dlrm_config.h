@@ -145,8 +145,8 @@ struct DlrmStorageConfig {
     v.Field("write_back_rows", write_back_rows,
             "rows in the write-back buffer (experiments); 0 = from write_back_share");
     v.Field("preload_share", preload_share,
-            "share of the rows' memory that holds rows read ahead of the oracle's window, region by "
-            "region (rowfile backend, oracle planner; 0, the default: loads read each missing row at once; "
+            "share of the rows' memory that holds rows read ahead of the cache's loads, region by "
+            "region (rowfile backend, either planner; 0, the default: loads read each missing row at once; "
             "try 0.25 when the run's summary shows thousands of disk reads per step)",
             InRange(0.0, 0.9));
     v.Field("preload_horizon", preload_horizon,
