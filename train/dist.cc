@@ -45,6 +45,12 @@ Result<int> ParseInt(const std::string& text, const std::string& what) {
 
 std::string JoinedKey(int rank) { return "sluice/joined/" + std::to_string(rank); }
 
+// The first line of a c10d exception's message (the rest is a C++ stack trace).
+std::string FirstLine(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
 }  // namespace
 
 Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& master, const EnvReader& env) {
@@ -138,10 +144,9 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
     o.timeout = ToMillis(config.rendezvous_timeout);
     impl->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, o);
   } catch (const std::exception& e) {
-    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     return Unavailable(who + ": " + (place.rank == 0 ? "could not serve the rendezvous at "
                                                       : "could not reach the master at ") +
-                       place.master() + " within " + Seconds(config.rendezvous_timeout) + " (" + first + ")");
+                       place.master() + " within " + Seconds(config.rendezvous_timeout) + " (" + FirstLine(e) + ")");
   }
   std::vector<std::string> keys;
   for (int r = 0; r < place.world_size; ++r) keys.push_back(JoinedKey(r));
@@ -172,10 +177,9 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/gloo", impl->store);
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, place.rank, place.world_size, options);
   } catch (const std::exception& e) {
-    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     return Unavailable(who + ": the Gloo process group" +
                        (config.interface.empty() ? std::string() : " on interface " + config.interface) +
-                       " failed: " + first);
+                       " failed: " + FirstLine(e));
   }
 #endif
   return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl)));
@@ -195,10 +199,9 @@ Status DistGroup::Agree(const std::string& what, const std::string& value) {
       values[static_cast<size_t>(r)].assign(v.begin(), v.end());
     }
   } catch (const std::exception& e) {
-    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     return Unavailable("rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) +
                        ": comparing the ranks' " + what + " failed within " + Seconds(impl_->config.op_timeout) +
-                       " (" + first + ")");
+                       " (" + FirstLine(e) + ")");
   }
   std::vector<int> differ;
   for (int r = 1; r < p.world_size; ++r) {
@@ -217,9 +220,8 @@ Status DistGroup::Barrier() {
   try {
     impl_->group->barrier()->wait();
   } catch (const std::exception& e) {
-    const std::string first = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
-                       ": a barrier failed (another rank died or stalled past dist.op_timeout): " + first);
+                       ": a barrier failed (another rank died or stalled past dist.op_timeout): " + FirstLine(e));
   }
 #endif
   return Status::Ok();
