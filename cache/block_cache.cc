@@ -135,7 +135,10 @@ Status BlockCache::TransferDirect(IoSession& io, const std::vector<Move>& writes
                      {}};
   };
   requests_.clear();
-  for (const Move& m : writes) requests_.push_back(request(m, IoKind::kWrite));
+  for (const Move& m : writes) {
+    requests_.push_back(request(m, IoKind::kWrite));
+    table_->MarkWritten(requests_.back().offset_bytes, requests_.back().length_bytes);
+  }
   if (options_.write_back_before_load) {
     if (!requests_.empty()) {
       // A crash between two write-backs leaves the table half old, half new.

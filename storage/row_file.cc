@@ -65,7 +65,8 @@ uint64_t RowFile::FileBytes(uint32_t row_bytes, uint64_t num_rows) {
 }
 
 RowFile::RowFile(File file, uint32_t row_bytes, uint64_t num_rows, const RowFileOptions& options)
-    : file_(std::move(file)), row_bytes_(row_bytes), num_rows_(num_rows), options_(options) {
+    : file_(std::move(file)), row_bytes_(row_bytes), num_rows_(num_rows), options_(options),
+      dirty_(FileBytes(row_bytes, num_rows)) {
   // Any single row, wherever it falls, must fit in one extent: an unaligned row may straddle
   // one more page than its aligned size.
   const uint64_t min_merge = AlignUp(row_bytes, kDirectAlignBytes) +
@@ -292,6 +293,7 @@ Status RowFile::WriteExtents(IoSession& io, Fill fill, uint64_t data_begin, uint
                              bool by_rows) {
   const auto& sorted = io.sorted();
   const auto& extents = io.extents();
+  for (const IoSession::Extent& e : extents) dirty_.Mark(e.offset_bytes, e.length_bytes);
   const uint64_t rows_end_bytes = uint64_t{row_bytes_} * num_rows_;
   // An extent whose every data byte is being written needs no read first. Bytes past the last
   // row (the file's alignment padding) carry nothing.
@@ -388,6 +390,9 @@ Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, c
     }
     return next >= e_end;
   };
+  for (const IoSession::Extent& e : extents) {
+    if (writes_in(e)) dirty_.Mark(e.offset_bytes, e.length_bytes);
+  }
   auto patch = [&](const IoSession::Extent& e, std::byte* buffer) {
     for (uint32_t k = e.first; k < e.end; ++k) {
       if (sorted[k].second >= nw) continue;

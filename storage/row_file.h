@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 
+#include "storage/dirty_pages.h"
 #include "storage/file.h"
 #include "storage/io_session.h"
 
@@ -78,6 +79,10 @@ class RowFile {
   // The underlying file, for callers that do aligned whole-extent io themselves (the block
   // cache's direct path). They must not race RowFile's own writes of the same extents.
   const File& file() const { return file_; }
+  // The pages written since the last DirtyPages::Take (every write marks its extents before it
+  // is issued); callers that write through file() mark theirs with MarkWritten.
+  DirtyPages& dirty() { return dirty_; }
+  void MarkWritten(uint64_t offset_bytes, uint64_t length_bytes) { dirty_.Mark(offset_bytes, length_bytes); }
 
  private:
   // 32, not more: a call holds all stripes it touches at once, and ThreadSanitizer tracks at
@@ -117,6 +122,7 @@ class RowFile {
   RowFileOptions options_;
   bool array_ = false;  // unpadded (OpenArray): read-only, may end inside its last extent
   mutable std::array<std::shared_mutex, kStripes> stripes_;
+  DirtyPages dirty_;
 };
 
 }  // namespace sluice

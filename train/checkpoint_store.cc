@@ -144,11 +144,75 @@ Status CheckpointWriter::WriteString(const std::string& name, const std::string&
                               reinterpret_cast<const std::byte*>(text.data()), text.size()));
 }
 
-Status CheckpointWriter::CopyIn(const std::string& source, const std::string& name) {
-  Result<FileDigest> d = CopyFileDurable(source, PathOf(name));
+Status CheckpointWriter::CopyIn(const std::string& source, const std::string& name, DirtyPages* dirty) {
+  if (dirty == nullptr || inc_ == nullptr) {
+    Result<FileDigest> d = CopyFileDurable(source, PathOf(name));
+    if (!d.ok()) return d.status().WithContext("checkpoint: copy " + source);
+    files_.push_back({name, d->bytes, d->crc32});
+    return Status::Ok();
+  }
+  Result<ChunkedDigest> d = CopyTable(source, name, *dirty);
   if (!d.ok()) return d.status().WithContext("checkpoint: copy " + source);
-  files_.push_back({name, d->bytes, d->crc32});
+  files_.push_back({name, d->bytes, d->Whole()});
   return Status::Ok();
+}
+
+Result<ChunkedDigest> CheckpointWriter::CopyTable(const std::string& source, const std::string& name,
+                                                  DirtyPages& dirty) {
+  CopyHistory& h = (*inc_->histories)[name];
+  if (h.map_id != dirty.id()) h = CopyHistory{dirty.id(), {}};
+  // The record goes in before the copy: should the copy fail, the pages it took stay counted.
+  h.records.push_back({inc_->checkpoint, dirty.Take(), std::nullopt});
+  constexpr size_t kKept = 8;  // older copies are never the candidate again
+  if (h.records.size() > kKept) h.records.erase(h.records.begin());
+  CheckpointCopyStats& stats = *inc_->stats;
+  stats.table_bytes += dirty.file_bytes();
+  std::optional<ChunkedDigest> done;
+  if (inc_->enabled && !inc_->candidate.empty()) {
+    std::vector<uint64_t> since = h.records.back().dirty;
+    for (size_t i = h.records.size() - 1; i-- > 0;) {
+      const CopyHistory::Record& r = h.records[i];
+      if (r.checkpoint == inc_->candidate && r.digest) {
+        done = Recycle(source, name, *r.digest, since);
+        break;
+      }
+      OrInto(since, r.dirty);
+    }
+  }
+  if (!done) {
+    SLUICE_ASSIGN_OR_RETURN(ChunkedDigest d, CopyFileChunked(source, PathOf(name)));
+    ++stats.full, stats.bytes_written += d.bytes;
+    done = std::move(d);
+  }
+  h.records.back().digest = done;
+  return *done;
+}
+
+std::optional<ChunkedDigest> CheckpointWriter::Recycle(const std::string& source, const std::string& name,
+                                                       const ChunkedDigest& base,
+                                                       const std::vector<uint64_t>& since) {
+  Result<std::string> retired = Retire();
+  if (!retired.ok()) return std::nullopt;
+  std::error_code ec;
+  fs::rename(*retired + "/" + name, PathOf(name), ec);
+  if (ec) return std::nullopt;
+  uint64_t written = 0;
+  Result<ChunkedDigest> d = PatchFile(source, PathOf(name), base, since, written);
+  if (!d.ok()) return std::nullopt;  // the full copy that follows overwrites it
+  ++inc_->stats->incremental, inc_->stats->bytes_written += written;
+  return *std::move(d);
+}
+
+Result<std::string> CheckpointWriter::Retire() {
+  if (!inc_->retired.empty()) return inc_->retired;
+  const std::string from = inc_->store_dir + "/" + inc_->candidate, to = from + ".retired.tmp";
+  std::error_code ec;
+  fs::remove_all(to, ec);
+  fs::rename(from, to, ec);
+  if (ec) return IoError("rename " + from + " to " + to + ": " + ec.message());
+  SLUICE_RETURN_IF_ERROR(SyncDirectory(inc_->store_dir));
+  inc_->retired = to;
+  return to;
 }
 
 Status CheckpointWriter::Record(const std::string& name) {
@@ -272,9 +336,9 @@ Result<CheckpointReader> CheckpointStore::Open(const std::string& name) const {
   return CheckpointReader(name, dir, std::move(state));
 }
 
-Status CheckpointStore::WriteTemporary(const std::string& temp, CheckpointState& state,
+Status CheckpointStore::WriteTemporary(CheckpointWriter& writer, CheckpointState& state,
                                        const std::function<Status(CheckpointWriter&)>& write_files) {
-  CheckpointWriter writer(temp);
+  const std::string& temp = writer.dir();
   SLUICE_RETURN_IF_ERROR(write_files(writer));
   CrashPoint("checkpoint");
   state.files = writer.files();
@@ -296,12 +360,17 @@ Status CheckpointStore::Write(const std::string& name, CheckpointState state,
   fs::remove_all(temp, ec);
   fs::create_directories(temp, ec);
   if (ec) return IoError("checkpoint: create " + temp + ": " + ec.message());
+  IncrementalCopies inc{incremental_, dir_, name, RetireCandidate(name), "", &histories_, &copy_stats_};
+  CheckpointWriter writer(temp, &inc);
   // A failed write (a full disk, say) removes its partial copy, so the space comes back and
-  // the previous checkpoints stay as they were.
-  if (Status st = WriteTemporary(temp, state, write_files); !st.ok()) {
+  // the previous checkpoints stay as they were (but the one it was replacing, once taken).
+  if (Status st = WriteTemporary(writer, state, write_files); !st.ok()) {
     fs::remove_all(temp, ec);
-    return Status(st.code(), st.message() + " (checkpoint " + name +
-                                 " not written; the earlier checkpoints are intact)");
+    if (!inc.retired.empty()) fs::remove_all(inc.retired, ec);
+    return Status(st.code(), st.message() + " (checkpoint " + name + " not written; " +
+                                 (inc.retired.empty() ? "the earlier checkpoints are intact)"
+                                                      : inc.candidate + ", which it was replacing, is "
+                                                        "gone; the others are intact)"));
   }
   CrashPoint("rename");
   fs::remove_all(final_dir, ec);  // the same point written again (a resumed run)
@@ -310,7 +379,28 @@ Status CheckpointStore::Write(const std::string& name, CheckpointState state,
   SLUICE_RETURN_IF_ERROR(SyncDirectory(dir_));
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(dir_ + "/latest", name + "\n"));
   if (mark_best) SLUICE_RETURN_IF_ERROR(WriteFileAtomic(dir_ + "/best", name + "\n"));
+  if (!inc.retired.empty()) {
+    fs::remove_all(inc.retired, ec);
+    if (ec) return IoError("checkpoint: remove " + inc.retired + ": " + ec.message());
+  }
   return Retain();
+}
+
+std::string CheckpointStore::RetireCandidate(const std::string& name) const {
+  const auto key = ParseName(name);
+  if (!key) return "";
+  std::vector<std::string> all = List();
+  std::erase(all, name);
+  // After the write, the two newest of all + name are kept.
+  const size_t removed = all.size() + 1 >= 2 ? all.size() + 1 - 2 : 0;  // of all + name, oldest first
+  const std::optional<std::string> best = Best();
+  std::string candidate;
+  for (size_t i = 0; i < all.size(); ++i) {
+    // all[i]'s place among all + name: i, or i + 1 once past name.
+    const size_t place = i + (ParseName(all[i]) > key ? 1 : 0);
+    if (place < removed && (!best || *best != all[i])) candidate = all[i];
+  }
+  return candidate;
 }
 
 Status CheckpointStore::Retain() const {

@@ -12,6 +12,14 @@
 // step) and `best` are kept, every other one is removed. A crash at any point leaves the
 // previous checkpoints intact; a leftover *.tmp is removed by the next trainer.
 //
+// Incremental table copies (CheckpointWriter::CopyIn with the table's DirtyPages): retention
+// is about to remove the oldest checkpoint it does not keep (not the newest, not `best`); when
+// this run wrote that checkpoint's copy of the table and tracked every page written since, its
+// directory is renamed to <name>.retired.tmp (so it is no longer a checkpoint), its copy moves
+// into the new checkpoint and only the pages written since are rewritten, its CRC-32 combined
+// from per-chunk CRCs. A crash while that happens loses only the checkpoint being replaced;
+// the newest and `best` stay intact. Any other case copies the whole table.
+//
 // Reading (CheckpointStore::Open): state.json is parsed (an older format is refused in one
 // line), and every recorded file is checked for its size and CRC-32 before anything uses it;
 // a missing, truncated or damaged file is one line naming it.
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "storage/dirty_pages.h"
 
 namespace sluice {
 
@@ -62,18 +71,49 @@ struct CheckpointState {
 // "epoch-3-step-0"
 std::string CheckpointName(uint64_t epoch, uint64_t step);
 
+// What the store knows about one table's copies in this run's checkpoints.
+struct CopyHistory {
+  struct Record {
+    std::string checkpoint;                // the checkpoint this copy went to
+    std::vector<uint64_t> dirty;           // pages written between the previous record and this
+    std::optional<ChunkedDigest> digest;   // the copy's, once it is complete
+  };
+  uint64_t map_id = 0;  // the DirtyPages these records came from
+  std::vector<Record> records;  // oldest first
+};
+
+// Table copies made by a store's writers.
+struct CheckpointCopyStats {
+  uint64_t full = 0, incremental = 0;  // copies of each kind
+  uint64_t table_bytes = 0;            // the copied tables' sizes, summed
+  uint64_t bytes_written = 0;          // bytes written for them
+};
+
+// What a store gives a writer for incremental copies.
+struct IncrementalCopies {
+  bool enabled = true;
+  std::string store_dir;
+  std::string checkpoint;  // the one being written
+  std::string candidate;   // the one retention removes next ("": none); its copies may be reused
+  std::string retired;     // the candidate's directory once renamed (<candidate>.retired.tmp)
+  std::map<std::string, CopyHistory>* histories = nullptr;  // by file name
+  CheckpointCopyStats* stats = nullptr;
+};
+
 // Writes one checkpoint's files into its temporary directory.
 class CheckpointWriter {
  public:
-  explicit CheckpointWriter(std::string dir) : dir_(std::move(dir)) {}
+  explicit CheckpointWriter(std::string dir, IncrementalCopies* incremental = nullptr)
+      : dir_(std::move(dir)), inc_(incremental) {}
   // The temporary directory the files go to.
   const std::string& dir() const { return dir_; }
   std::string PathOf(const std::string& name) const { return dir_ + "/" + name; }
 
   Status WriteBytes(const std::string& name, std::span<const std::byte> bytes);
   Status WriteString(const std::string& name, const std::string& text);
-  // Copies the file at `source` in as `name`.
-  Status CopyIn(const std::string& source, const std::string& name);
+  // Copies the file at `source` in as `name`. With `dirty` (the pages written to `source`; taken
+  // here), the copy may be incremental (see the top of this file).
+  Status CopyIn(const std::string& source, const std::string& name, DirtyPages* dirty = nullptr);
   // Records what another writer put under PathOf(name) (a file, or a directory whose files are
   // all recorded, e.g. a RocksDB checkpoint): each is read for its CRC-32 and fsynced.
   Status Record(const std::string& name);
@@ -81,7 +121,18 @@ class CheckpointWriter {
   const std::vector<CheckpointFile>& files() const { return files_; }
 
  private:
+  // Copies `source` as `name` through the store's history; a full copy when no earlier copy
+  // can be brought up to date.
+  Result<ChunkedDigest> CopyTable(const std::string& source, const std::string& name, DirtyPages& dirty);
+  // Brings the candidate's copy of `name` to `to` up to date with `since`; nullopt when it
+  // cannot (then nothing of the candidate was touched, or it is retired and `to` may be stale).
+  std::optional<ChunkedDigest> Recycle(const std::string& source, const std::string& name,
+                                       const ChunkedDigest& base, const std::vector<uint64_t>& since);
+  // Renames the candidate's directory to its retired name (once); its path.
+  Result<std::string> Retire();
+
   std::string dir_;
+  IncrementalCopies* inc_;
   std::vector<CheckpointFile> files_;
 };
 
@@ -125,6 +176,9 @@ class CheckpointStore {
   // files; state.files is filled here. mark_best also points `best` at it. Then retention runs.
   Status Write(const std::string& name, CheckpointState state,
                const std::function<Status(CheckpointWriter&)>& write_files, bool mark_best);
+  // false: every table copy is whole (checkpoint_incremental: false).
+  void set_incremental(bool on) { incremental_ = on; }
+  const CheckpointCopyStats& copy_stats() const { return copy_stats_; }
 
   // The first entry of the directory that is neither a complete checkpoint, a pointer file
   // (latest, best) nor a temporary; empty when there is none.
@@ -136,12 +190,18 @@ class CheckpointStore {
 
  private:
   // The checkpoint's files and state.json under `temp`, synced.
-  static Status WriteTemporary(const std::string& temp, CheckpointState& state,
+  static Status WriteTemporary(CheckpointWriter& writer, CheckpointState& state,
                                const std::function<Status(CheckpointWriter&)>& write_files);
+  // The checkpoint that retention removes once `name` is written, whichever is best then
+  // (not the newest, not the current best); "" when none.
+  std::string RetireCandidate(const std::string& name) const;
   Status Retain() const;
   Status Verify(const std::string& dir, const CheckpointState& state) const;
 
   std::string dir_;  // <run_dir>/checkpoints
+  bool incremental_ = true;
+  std::map<std::string, CopyHistory> histories_;
+  CheckpointCopyStats copy_stats_;
 };
 
 }  // namespace sluice

@@ -6,7 +6,7 @@
 // and `features.*` key and every `train.*` key except `train.epochs` and `train.max_minutes`
 // (a run may be given more epochs or time). It leaves out where and how the run executes:
 // `dataset` (the dataset is fingerprinted by its manifest instead, so a moved dataset still
-// resumes), `run_dir`, `progress`, `checkpoint_every`,
+// resumes), `run_dir`, `progress`, `checkpoint_every`, `checkpoint_incremental`,
 // `eval.*`, `storage.*`, `io.*` and `threads.*`. A resume with other `threads.*` is accepted
 // with a warning: bitwise equality with an uninterrupted run no longer holds (see the runner).
 //

@@ -29,6 +29,15 @@ struct EnumNames<DenseOptimizer> {
       {DenseOptimizer::kAdagrad, "adagrad"}};
 };
 
+// checkpoint_every: -1, 0, a fraction in (0, 1), or a whole number of epochs.
+inline std::string CheckpointEveryCheck(const double& v) {
+  if (v == -1 || (v >= 0 && v < 1) || (v >= 1 && v <= 100000 && v == static_cast<double>(static_cast<int64_t>(v)))) {
+    return {};
+  }
+  return "must be -1 (never), 0 (at the end), a fraction of an epoch below 1, or a whole number "
+         "of epochs up to 100000, got " + ShortestValue(v);
+}
+
 // train.max_minutes, the same key in every task's train section.
 template <class V>
 void MaxMinutesField(V& v, double& max_minutes) {
@@ -42,8 +51,12 @@ void VisitRunFields(V& v, Config& c) {
   v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");
   v.Field("run_dir", c.run_dir, "run directory: tables, checkpoints, metrics, summary");
   v.Field("checkpoint_every", c.checkpoint_every,
-          "checkpoint every N epochs (0: at the end only; -1: never, for benchmarks: the run "
-          "cannot be resumed, evaluated or exported)", InRange(-1, 100000));
+          "checkpoint every N epochs, or within epochs at a fraction below 1 (0.1: every tenth "
+          "of an epoch and at its end); 0: at the end only; -1: never (for benchmarks: the run "
+          "cannot be resumed, evaluated or exported)", CheckpointEveryCheck);
+  v.Field("checkpoint_incremental", c.checkpoint_incremental,
+          "a checkpoint rewrites only the table pages written since the checkpoint it replaces "
+          "(docs/training.md); false: it copies the whole table");
   v.Field("progress", c.progress, "print a progress bar on stderr");
   v.Field("step_log", c.step_log,
           "write RUN/steps.tsv: every step's epoch, step, wall seconds, units and mean loss");
@@ -66,6 +79,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.epochs = c.train.epochs;
   s.max_minutes = c.train.max_minutes;
   s.checkpoint_every = c.checkpoint_every;
+  s.checkpoint_incremental = c.checkpoint_incremental;
   s.progress = c.progress;
   s.step_log = c.step_log;
   s.eval_every = c.eval.every;

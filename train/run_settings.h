@@ -17,7 +17,10 @@ struct RunSettings {
   std::string run_dir;
   int epochs = 1;
   double max_minutes = 0;    // training time budget (0: none)
-  int checkpoint_every = 1;  // epochs (0: only at the end; -1: never)
+  // Epochs between checkpoints: a whole number, or a fraction below 1 (a checkpoint every that
+  // share of an epoch's units); 0: only at the end; -1: never.
+  double checkpoint_every = 1;
+  bool checkpoint_incremental = true;  // table copies rewrite only the pages written since
   bool progress = true;
   bool step_log = false;  // RUN/steps.tsv, a line per step
   int eval_every = 1;  // validate every N epochs (0: never)

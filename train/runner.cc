@@ -142,11 +142,21 @@ Status CheckCheckpointFits(const CheckpointReader& r, const std::string& task,
   return Status::Ok();
 }
 
+// " (tables: 3 of 4 copies incremental, 1.2 GB written for 32 GB)", or "" without table copies.
+std::string CopySummary(const CheckpointCopyStats& c) {
+  if (c.full + c.incremental == 0) return "";
+  return " (tables: " + std::to_string(c.incremental) + " of " + std::to_string(c.full + c.incremental) +
+         " copies incremental, " + FormatBytes(c.bytes_written) + " written for " +
+         FormatBytes(c.table_bytes) + ")";
+}
+
 class Runner : public StepSink {
  public:
   Runner(Task& task, const TrainOptions& options)
       : task_(task), s_(task.settings()), options_(options), store_(s_.run_dir),
-        progress_(s_.progress, task.unit(), s_.epochs) {}
+        progress_(s_.progress, task.unit(), s_.epochs) {
+    store_.set_incremental(s_.checkpoint_incremental);
+  }
 
   Status Run();
   // Everything before the first step: the run directory, the task, the checkpoint to resume.
@@ -192,6 +202,10 @@ class Runner : public StepSink {
   bool holds_lock_ = false;  // this process took the run directory's lock
   double overhead_s_ = 0;  // the last epoch's validation and checkpoint seconds
   uint64_t units_ = 0, epochs_trained_ = 0;
+  uint64_t epoch_units_ = 0;  // of the epoch being trained, skipped steps' included
+  uint64_t next_within_ = 0;  // checkpoint_every below 1: the units of the next checkpoint
+  bool within_due_ = false;   // StepDone stopped the epoch for a checkpoint within it
+  std::string checkpoints_;  // this run's checkpoints as JSON objects, comma-separated
   double train_s_ = 0, checkpoint_s_ = 0, eval_s_ = 0;
   Clock::time_point step_start_ = Clock::now();
   struct FileCloser {
@@ -343,6 +357,13 @@ Result<std::optional<CheckpointReader>> Runner::OpenRun() {
 void Runner::EpochStart(uint64_t units_before) {
   progress_.BeginEpoch(epoch_, task_.EpochUnits(), units_before);
   step_start_ = Clock::now();
+  epoch_units_ = units_before;
+  next_within_ = 0;
+  if (s_.checkpoint_every > 0 && s_.checkpoint_every < 1) {
+    const uint64_t every = std::max<uint64_t>(
+        1, static_cast<uint64_t>(s_.checkpoint_every * static_cast<double>(task_.EpochUnits())));
+    next_within_ = (units_before / every + 1) * every;
+  }
 }
 
 // One line per step (epoch, step, seconds since the previous step ended, units, mean loss),
@@ -377,7 +398,9 @@ bool Runner::StepDone(uint64_t units, double loss_sum, bool last) {
         (latest_.empty() ? "no checkpoint written by this run" : "last checkpoint " + latest_) +
         "); lower the learning rates or check the data for extreme values");
   }
-  return !diverged_.ok() || StopRequested();
+  epoch_units_ += units;
+  if (next_within_ > 0 && !last && epoch_units_ >= next_within_) within_due_ = true;
+  return !diverged_.ok() || StopRequested() || within_due_;
 }
 
 bool Runner::StopRequested() const {
@@ -397,19 +420,29 @@ Status Runner::RunEpochs() {
 }
 
 Status Runner::RunEpoch(uint64_t epoch, bool& done) {
-  const uint64_t first = epoch == start_epoch_ ? start_step_ : 0;
+  uint64_t first = epoch == start_epoch_ ? start_step_ : 0;
   epoch_ = epoch, step_ = first;
-  const uint64_t units_before = units_;
   const auto epoch_start = Clock::now();
+  const double checkpoint_before = checkpoint_s_;
   progress_.BeginEpoch(epoch, task_.EpochUnits(), 0);
-  SLUICE_ASSIGN_OR_RETURN(EpochOutcome out, task_.TrainEpoch(epoch, first, *this));
-  SLUICE_RETURN_IF_ERROR(diverged_);
-  const double epoch_s = SecondsSince(epoch_start);
+  uint64_t units = 0;
+  double loss_sum = 0;
+  EpochOutcome out;
+  // checkpoint_every below 1: the epoch stops at each checkpoint within it and goes on from
+  // the step after, as a resumed run would.
+  for (;;) {
+    within_due_ = false;
+    SLUICE_ASSIGN_OR_RETURN(out, task_.TrainEpoch(epoch, first, *this));
+    SLUICE_RETURN_IF_ERROR(diverged_);
+    units += progress_.trained(), loss_sum += progress_.loss_sum();
+    if (!out.stopped || !within_due_ || StopRequested()) break;
+    SLUICE_RETURN_IF_ERROR(Checkpoint(epoch, out.next_step, false));
+    first = out.next_step;
+  }
+  const double epoch_s = SecondsSince(epoch_start) - (checkpoint_s_ - checkpoint_before);
   train_s_ += epoch_s;
   if (step_log_) std::fflush(step_log_.get());
-  const double loss_sum = progress_.loss_sum();
-  const uint64_t units = progress_.trained();
-  units_ = units_before + units;
+  units_ += units;
   if (out.stopped) {
     SLUICE_RETURN_IF_ERROR(Checkpoint(epoch, out.next_step, false));
     std::printf("interrupted in epoch %llu: checkpoint %s written; `--resume` continues\n",
@@ -438,7 +471,9 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
   const bool more = !last && !stop;
   const bool interrupt = more && StopRequested();
-  const bool cadence = s_.checkpoint_every > 0 && (epoch + 1) % s_.checkpoint_every == 0;
+  const bool within = s_.checkpoint_every > 0 && s_.checkpoint_every < 1;  // and at every end
+  const bool cadence = within || (s_.checkpoint_every >= 1 &&
+                                  (epoch + 1) % static_cast<uint64_t>(s_.checkpoint_every) == 0);
   if (latest_ != CheckpointName(epoch + 1, 0) && (!more || interrupt || cadence)) {
     SLUICE_RETURN_IF_ERROR(Checkpoint(epoch + 1, 0, false));
   }
@@ -489,6 +524,7 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   if (s_.checkpoint_every < 0) return Status::Ok();  // never (benchmarks)
   const auto start = Clock::now();
   const std::string name = CheckpointName(epoch, step);
+  const uint64_t written_before = store_.copy_stats().bytes_written;
   if (best) best_name_ = name;
   CheckpointState st;
   st.task = s_.task;
@@ -499,7 +535,17 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   SLUICE_RETURN_IF_ERROR(store_.Write(
       name, st, [this](CheckpointWriter& w) { return task_.Save(w); }, best));
   latest_ = name;
-  checkpoint_s_ += SecondsSince(start);
+  const double seconds = SecondsSince(start);
+  checkpoint_s_ += seconds;
+  const uint64_t written = store_.copy_stats().bytes_written - written_before;
+  JsonObject each;
+  each.Add("name", name).Add("s", seconds).Add("table_bytes_written", written);
+  checkpoints_ += (checkpoints_.empty() ? "" : ", ") + each.str();
+  if (step > 0) {  // within an epoch: its line would otherwise say nothing until the epoch ends
+    std::printf("checkpoint %s: %.2f s, %s of tables written\n", name.c_str(), seconds,
+                FormatBytes(written).c_str());
+    std::fflush(stdout);
+  }
   return Status::Ok();
 }
 
@@ -511,8 +557,14 @@ Status Runner::Finish() {
   sum.Line("trained " + std::to_string(units_) + " " + unit + " in " + FormatSeconds(train_s_) +
            " s (" + FormatCount(rate) + " " + unit + "/s)");
   task_.Summarize(sum);
-  sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s, evaluation " +
-           FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(SecondsSince(start_)) + " s");
+  sum.Line("checkpoints " + FormatSeconds(checkpoint_s_) + " s" + CopySummary(store_.copy_stats()) +
+           ", evaluation " + FormatSeconds(eval_s_) + " s, wall " + FormatSeconds(SecondsSince(start_)) + " s");
+  const CheckpointCopyStats& copies = store_.copy_stats();
+  sum.Set("checkpoints", "table_copies_full", copies.full);
+  sum.Set("checkpoints", "table_copies_incremental", copies.incremental);
+  sum.Set("checkpoints", "table_bytes", copies.table_bytes);
+  sum.Set("checkpoints", "table_bytes_written", copies.bytes_written);
+  sum.SetRaw("checkpoints", "each", "[" + checkpoints_ + "]");
   if (!best_name_.empty()) {
     char score[32];
     std::snprintf(score, sizeof score, "%.4f", best_score_);

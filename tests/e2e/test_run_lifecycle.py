@@ -202,6 +202,47 @@ def test_a_signal_finishes_the_step_checkpoints_and_resumes_exactly(sluice_bin, 
 
 
 @pytest.mark.parametrize("task", TASKS)
+def test_checkpoints_within_epochs_are_incremental_and_change_nothing(sluice_bin, datasets, tmp_path, task):
+    """checkpoint_every 0.25: the epoch stops at each quarter, checkpoints and goes on, ending at
+    the same model as checkpoints at epoch ends only; most table copies are the checkpoint that
+    retention drops brought up to date, each equal to the table it copied (the last one to the
+    run's table, a mid-epoch one by resuming from it to the same model)."""
+    ds, _ = datasets[task]
+    cfg = write_config(task, tmp_path / "c.yaml", ds, tmp_path / "whole")
+    assert run(sluice_bin, "train", str(cfg)).returncode == 0
+    part = tmp_path / "part"
+    out = run(sluice_bin, "train", str(cfg), "--set", f"run_dir={part}", "--set", "checkpoint_every=0.25")
+    assert out.returncode == 0, out.stderr
+    copies = json.loads((part / "summary.json").read_text())["checkpoints"]
+    assert copies["table_copies_full"] + copies["table_copies_incremental"] == 8, copies
+    assert copies["table_copies_incremental"] >= 5 and copies["table_bytes_written"] <= copies["table_bytes"]
+    assert "copies incremental" in out.stdout
+    whole = model_bytes(sluice_bin, task, tmp_path / "whole")
+    assert model_bytes(sluice_bin, task, part) == whole
+    table = "nodes.bin" if task == "lp" else "rows.bin"
+    kept = sorted(p.name for p in (part / "checkpoints").iterdir() if p.is_dir())
+    assert len(kept) == 2 and kept[1] == "epoch-2-step-0" and kept[0].startswith("epoch-1-step-"), kept
+    assert (part / "checkpoints/epoch-2-step-0" / table).read_bytes() == (part / "tables" / table).read_bytes()
+    # Resume from the mid-epoch checkpoint (an incremental copy): the same model again.
+    import shutil
+    shutil.rmtree(part / "checkpoints/epoch-2-step-0")
+    shutil.rmtree(part / "export-check")
+    (part / "checkpoints/latest").write_text(kept[0] + "\n")
+    res = run(sluice_bin, "train", str(cfg), "--set", f"run_dir={part}", "--resume")
+    assert res.returncode == 0, res.stderr
+    assert model_bytes(sluice_bin, task, part) == whole
+
+
+def test_checkpoint_every_takes_fractions_and_whole_epochs_only(sluice_bin, datasets, tmp_path):
+    ds, _ = datasets["lp"]
+    cfg = write_config("lp", tmp_path / "c.yaml", ds, tmp_path / "r")
+    out = run(sluice_bin, "train", str(cfg), "--set", "checkpoint_every=1.5")
+    assert out.returncode == 2, out.stderr
+    assert "checkpoint_every" in one_line(out) and "whole number of epochs" in one_line(out)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_damaged_checkpoint_files_are_one_line_naming_them(sluice_bin, datasets, tmp_path, task):
     """A truncated dense file (it used to print libtorch's 19-line stack naming no file) or one
     flipped bit in a table (it used to be resumed silently) is one line naming the file, for

@@ -161,7 +161,8 @@ struct DlrmConfig {
   std::string task = "recommendation";
   std::string dataset;
   std::string run_dir = "runs/dlrm";
-  int checkpoint_every = 1;  // epochs (0: only at the end)
+  double checkpoint_every = 1;  // epochs (see VisitRunFields)
+  bool checkpoint_incremental = true;
   bool progress = true;
   bool step_log = false;
   DlrmModelConfig model;

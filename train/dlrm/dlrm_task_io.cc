@@ -209,7 +209,7 @@ Status DlrmTask::Save(CheckpointWriter& writer) {
     SLUICE_RETURN_IF_ERROR(kv_->Checkpoint(writer.PathOf(tables)));
     SLUICE_RETURN_IF_ERROR(writer.Record(tables));
   } else {
-    SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), tables));
+    SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), tables, &row_file_->dirty()));
   }
   SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", net_));
   return SaveTorch(writer, "dense_optimizer.pt", *opt_);

@@ -200,7 +200,8 @@ struct LpConfig {
   std::string task = "link_prediction";
   std::string dataset;
   std::string run_dir = "runs/lp";
-  int checkpoint_every = 1;  // epochs (0: only at the end)
+  double checkpoint_every = 1;  // epochs (see VisitRunFields)
+  bool checkpoint_incremental = true;
   bool progress = true;
   bool step_log = false;
   LpModelConfig model;

@@ -425,7 +425,7 @@ Status LpTask::SyncTable() {
 
 Status LpTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTable());
-  SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin"));
+  SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin", in_memory_ ? nullptr : &table_->dirty()));
   if (LinkModel* builtin = stepper_->builtin()) {
     SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", builtin->relations().detach().to(torch::kCPU).clone()));
   } else {

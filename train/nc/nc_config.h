@@ -227,7 +227,8 @@ struct NcConfig {
   std::string task = "node_classification";
   std::string dataset;
   std::string run_dir = "runs/nc";
-  int checkpoint_every = 1;
+  double checkpoint_every = 1;  // epochs (see VisitRunFields)
+  bool checkpoint_incremental = true;
   bool progress = true;
   bool step_log = false;
   NcModelConfig model;

@@ -40,7 +40,7 @@ Status NcTask::Save(CheckpointWriter& writer) {
       SLUICE_RETURN_IF_ERROR(WriteDenseRows(*memory_, writer.PathOf("nodes.bin"), num_nodes_));
       SLUICE_RETURN_IF_ERROR(writer.Record("nodes.bin"));
     } else {
-      SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), "nodes.bin"));
+      SLUICE_RETURN_IF_ERROR(writer.CopyIn(row_file_->path(), "nodes.bin", &row_file_->dirty()));
     }
   }
   SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", net_));
