@@ -59,6 +59,7 @@ def main() -> int:
             table = next(pathlib.Path(run_dir, "tables").glob("*.bin"))
             results[label].append({"train_s": s["train_s"], "each": each, "incremental": c["table_copies_incremental"],
                                    "table": table})
+            shutil.rmtree(run_dir / "checkpoints")  # room for the next run (an 8 GB table has 2-3 copies)
             print(f"round {r + 1} {label}: {len(each)} checkpoints, "
                   + ", ".join(f"{e['s']:.1f}" for e in each) + " s", flush=True)
         a, b = (results[k][-1]["table"] for k, _ in kinds)

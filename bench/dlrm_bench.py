@@ -58,6 +58,9 @@ def parse_summary(summary: dict) -> dict:
     """The figures the tables print, from summary.json (no cache section in memory)."""
     s = {"rss": summary["peak_rss_bytes"], "cache_rows": 0,
          "buffer_rows": summary["memory"]["write_back_buffer_rows"]}
+    look = summary.get("lookahead")
+    if look and look.get("chosen"):
+        s["choice"] = look["planner"] + (" + read-ahead" if look["read_ahead"] else "")
     cache = summary.get("cache")
     if cache:
         steps = max(1, cache["steps"])
@@ -94,10 +97,11 @@ def bench_planted(args, tmp):
                                                   "storage.preload_share=0.25"]),
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
+               ("row file, auto (the cost model's choice)", ["storage.backend=rowfile", "storage.planner=auto"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
-    keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "rocksdb"]
+    keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "auto", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):
@@ -119,7 +123,8 @@ def bench_planted(args, tmp):
             rows, summary = train(args.bin, ROOT / "configs/clicks_planted.yaml", run_dir, base + sets)
             rate[name].append(rows[-1]["samples_per_s"])
             info[name] = parse_summary(summary)
-            print(f"round {r + 1}: {name}: {rows[-1]['samples_per_s']:,.0f} samples/s", file=sys.stderr)
+            chose = f" (chose {info[name]['choice']})" if "choice" in info[name] else ""
+            print(f"round {r + 1}: {name}: {rows[-1]['samples_per_s']:,.0f} samples/s{chose}", file=sys.stderr)
             subprocess.run(["rm", "-rf", str(run_dir)])
     budget = bytes_of(args.budget.replace("MiB", " MiB").replace("GiB", " GiB"))
     table = manifest["record"]["sparse"] * table_rows * 72  # (16 + 1 linear + 1 state) floats per row
@@ -137,7 +142,8 @@ def bench_planted(args, tmp):
         cache = (f"{s['cache_rows']:,.0f} | {s['buffer_rows']:,.0f} | {s['distinct']:,.0f} | {s['hit']:.1f}% | "
                  f"{s['loads']:,.0f} | {s['reads']:,.0f} | {s['writes']:,.0f} | {s['requests']:,.0f} | "
                  f"{s['mb']:.2f}") if "hit" in s else "- | - | - | - | - | - | - | - | -"
-        print(f"| {name} | {m:,.0f} | {m / mem:.2f} | {cache} | {s['rss'] / 2**20:,.0f} MiB |")
+        label = f"{name}: {s['choice']}" if "choice" in s else name
+        print(f"| {label} | {m:,.0f} | {m / mem:.2f} | {cache} | {s['rss'] / 2**20:,.0f} MiB |")
 
 
 def bench_torch(args, tmp):

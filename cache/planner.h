@@ -29,13 +29,16 @@
 
 namespace sluice {
 
-enum class PlannerKind { kOracle, kLru, kStatic, kNone };
+// kAuto is a config value only (recommendation): resolved to oracle or LRU at start-up
+// (prefetch/lookahead_choice.h); no planner is built of that kind.
+enum class PlannerKind { kOracle, kLru, kStatic, kNone, kAuto };
 template <>
 struct EnumNames<PlannerKind> {
   static constexpr std::pair<PlannerKind, const char*> kNames[] = {{PlannerKind::kOracle, "oracle"},
                                                                   {PlannerKind::kLru, "lru"},
                                                                   {PlannerKind::kStatic, "static"},
-                                                                  {PlannerKind::kNone, "none"}};
+                                                                  {PlannerKind::kNone, "none"},
+                                                                  {PlannerKind::kAuto, "auto"}};
 };
 const char* PlannerKindName(PlannerKind kind);
 

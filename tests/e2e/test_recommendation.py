@@ -39,7 +39,7 @@ def write_config(path: pathlib.Path, dataset: pathlib.Path, run_dir: pathlib.Pat
 
 
 # A cache far smaller than the tables (6 x 4096 rows): rows are evicted and reloaded constantly.
-OOC = {"mode": "out_of_core", "cache_rows": 5000, "window": 2, "run_ahead": 2}
+OOC = {"mode": "out_of_core", "cache_rows": 5000, "window": 2, "run_ahead": 2, "planner": "oracle"}
 
 
 def export(sluice_bin, run_dir: pathlib.Path) -> dict[str, bytes]:
@@ -65,6 +65,8 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
                           "direct": dict(OOC, backend="rowfile", write_back_share=0, preload_share=0),
                           "rocksdb": dict(OOC, backend="rocksdb"),
                           "lru": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700),
+                          "auto": dict(OOC, backend="rowfile", planner="auto", write_back_rows=700,
+                                       preload_horizon=6),
                           "lru-preload": dict(OOC, backend="rowfile", planner="lru", write_back_rows=700,
                                               preload_share=0.25, preload_horizon=6)}.items():
         cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
@@ -72,7 +74,7 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
                   "--set", f"threads.compute={threads}")
         assert out.returncode == 0, out.stderr
         tables[name], dense[name], stdout[name] = export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out.stdout
-    for name in ("rowfile", "preload", "preload-direct", "direct", "rocksdb", "lru", "lru-preload"):
+    for name in ("rowfile", "preload", "preload-direct", "direct", "rocksdb", "lru", "lru-preload", "auto"):
         cache = [l for l in stdout[name].splitlines() if "cache:" in l][0]
         assert "write-backs 0" not in cache, f"{name}: no row was ever evicted: {cache}"
         assert tables[name] == tables["mem"], f"{name} differs from the in-memory run"
@@ -88,6 +90,11 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
         assert sweeps and int(sweeps.group(1)) > 20, f"{name}: the write-back buffer was not swept: {stdout[name]}"
     assert "write-back buffer:" not in stdout["direct"]
     assert len(tables["mem"]) == 6
+    chosen = re.search(r"lookahead: (oracle without read-ahead|read-ahead with LRU): predicted io per step "
+                       r"[\d.]+ ms .* against [\d.]+ ms .*\(auto, [\d.]+ s at start-up\)", stdout["auto"])
+    assert chosen, stdout["auto"]
+    assert ("read-ahead:" in stdout["auto"]) == (chosen.group(1) == "read-ahead with LRU")
+    assert "lookahead: oracle (configured)" in stdout["rowfile"]
 
 
 def test_seed_changes_the_model(sluice_bin, clicks, tmp_path):

@@ -115,7 +115,7 @@ struct DlrmStorageConfig {
   TableBackend backend = TableBackend::kRowFile;
   Bytes budget{1ull << 30};
   uint64_t cache_rows = 0;  // 0 = from the budget
-  PlannerKind planner = PlannerKind::kOracle;
+  PlannerKind planner = PlannerKind::kAuto;
   int window = 16;
   int run_ahead = 2;
   Bytes rocksdb_cache{32ull << 20};
@@ -132,8 +132,10 @@ struct DlrmStorageConfig {
     v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
     v.Field("cache_rows", cache_rows, "rows in the cache (experiments); 0 = as many as the budget holds");
-    v.Field("planner", planner, "cache planner: oracle (lookahead) or lru",
-            OneOfEnum({PlannerKind::kOracle, PlannerKind::kLru}));
+    v.Field("planner", planner,
+            "cache planner: auto (oracle, or LRU with read-ahead, as a cost model measured at "
+            "start-up predicts the cheaper; the summary says why), oracle (lookahead) or lru",
+            OneOfEnum({PlannerKind::kAuto, PlannerKind::kOracle, PlannerKind::kLru}));
     v.Field("window", window, "oracle lookahead in steps", InRange(0, 100000));
     v.Field("run_ahead", run_ahead, "steps of io issued ahead of compute", InRange(0, 1000));
     v.Field("rocksdb_cache", rocksdb_cache, "RocksDB block cache (counted in the budget)");
@@ -147,7 +149,8 @@ struct DlrmStorageConfig {
     v.Field("preload_share", preload_share,
             "share of the rows' memory that holds rows read ahead of the cache's loads, region by "
             "region (rowfile backend, either planner; 0, the default: loads read each missing row at once; "
-            "try 0.25 when the run's summary shows thousands of disk reads per step)",
+            "try 0.25 when the run's summary shows thousands of disk reads per step; with planner "
+            "auto: the share read-ahead gets when chosen, 0 meaning 0.25)",
             InRange(0.0, 0.9));
     v.Field("preload_horizon", preload_horizon,
             "steps ahead whose rows are read ahead; every region of the row file is read once per "

@@ -11,6 +11,7 @@
 
 #include "cache/row_cache.h"
 #include "common/aligned_buffer.h"
+#include "prefetch/lookahead_choice.h"
 #include "prefetch/memory_plan.h"
 #include "prefetch/record_source.h"
 #include "prefetch/row_backings.h"
@@ -76,6 +77,12 @@ class DlrmTask : public Task {
   Status SetUpInMemory(const std::string& rows_from);
   Result<RowPlanInput> PlanInput();
   Status OpenBacking(bool fresh, const std::string& rows_from);
+  // storage.planner: auto: the cost model's choice of planner and read-ahead, written into `in`
+  // (prefetch/lookahead_choice.h); creates the row file it probes.
+  Status ChoosePlanner(bool fresh, const std::string& rows_from, RowPlanInput& in);
+  // The first steps' distinct rows, for the cost model.
+  // (Those in the 1-in-sample_every sample of rows: prefetch/lookahead_choice.h.)
+  Result<std::vector<std::vector<RowKey>>> FirstStepsRows(uint64_t steps, uint32_t sample_every);
   std::string DescribePlan() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
@@ -130,6 +137,11 @@ class DlrmTask : public Task {
   std::vector<int64_t> inverse_;              // the step's uses, widened for the seam
   uint32_t run_ahead_ = 0;
   std::string memory_plan_;
+  PlannerKind planner_ = PlannerKind::kOracle;  // storage.planner, auto resolved
+  std::string lookahead_;                       // why (the summary's lookahead line)
+  std::optional<LookaheadChoice> choice_;       // auto's figures
+  double choice_s_ = 0;                         // and the time it took
+  bool created_table_ = false;                  // ChoosePlanner made the fresh row file
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
   // Model.
   std::shared_ptr<Model> net_;

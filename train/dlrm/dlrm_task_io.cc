@@ -1,5 +1,8 @@
 // The DLRM task's storage set-up, checkpoints, export and summary (see dlrm_task_impl.h).
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -62,7 +65,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.max_rows = tables_->raw_ids() ? ids : in.total_rows;
   in.raw_ids = tables_->raw_ids();
   in.rocksdb = rocksdb_;
-  in.oracle = sc.planner == PlannerKind::kOracle;
+  in.oracle = sc.planner != PlannerKind::kLru;  // auto: ChoosePlanner decides
   in.window = static_cast<uint32_t>(sc.window);
   // On a device step t + 1 is made ready before step t has computed: its plan must not evict
   // step t's rows (run-ahead at least 1).
@@ -83,6 +86,9 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   if (in_memory_) return SetUpInMemory(rows_from);
   fs::create_directories(tables_dir_);
   SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
+  planner_ = cfg_.storage.planner;
+  lookahead_ = std::string(EnumName(planner_)) + (in.preload_share > 0 ? " with read-ahead" : "") + " (configured)";
+  if (planner_ == PlannerKind::kAuto) SLUICE_RETURN_IF_ERROR(ChoosePlanner(fresh, rows_from, in));
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
   run_ahead_ = plan_.run_ahead;
   RowCacheOptions co;
@@ -114,7 +120,7 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   std::string path = tables_dir_ + "/rows.bin";
   if (reading) {
     path = rows_from + "/rows.bin";
-  } else if (fresh || !fs::exists(path)) {
+  } else if ((fresh && !created_table_) || !fs::exists(path)) {
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(),
                                                 Init(), cfg_.io));
   }
@@ -124,6 +130,69 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &tables_->offsets(), Init(),
                                               /*all_written=*/!fresh || reading,
                                               plan_.staging_rows);
+  return Status::Ok();
+}
+
+Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps, uint32_t sample_every) {
+  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
+  std::vector<std::vector<RowKey>> out;
+  RowBatch b;
+  RowDeduper dedupe;
+  for (uint64_t t = 0; t < std::min(source.steps(), steps); ++t) {
+    SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
+    if (!more) break;
+    dedupe.Dedupe(b);
+    auto& rows = out.emplace_back();
+    for (const RowKey& k : b.unique) {
+      if (InRowSample(k, sample_every)) rows.push_back(k);
+    }
+  }
+  return out;
+}
+
+Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlanInput& in) {
+  const bool applies = !rocksdb_ && !tables_->raw_ids() && rows_from.empty() && acc_ == nullptr;
+  const double share = cfg_.storage.preload_share > 0 ? cfg_.storage.preload_share : 0.25;
+  RowPlanInput plain = in, ahead = in;
+  plain.oracle = ahead.oracle = false, plain.preload_share = 0, ahead.preload_share = share;
+  Result<RowMemoryPlan> p = PlanRowMemory(plain), a = PlanRowMemory(ahead);
+  if (!applies || !p.ok() || !a.ok() || a->preload_rows == 0 || p->cache_rows >= in.total_rows) {
+    planner_ = PlannerKind::kOracle, in.oracle = true, in.preload_share = 0;
+    lookahead_ = "oracle without read-ahead (auto: " +
+                 std::string(!applies ? "read-ahead needs the row file of dense tables on the host"
+                             : p.ok() && p->cache_rows >= in.total_rows ? "the cache holds every row"
+                                                                        : "no memory for read-ahead") + ")";
+    return Status::Ok();
+  }
+  const std::string path = tables_dir_ + "/rows.bin";
+  if (fresh || !fs::exists(path)) {
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
+    created_table_ = true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  LookaheadInput li;
+  // A sample of about 20,000 cached rows keeps their reuse (SHARDS) over the first 512 steps.
+  li.sample_every = static_cast<uint32_t>(std::clamp<uint64_t>(p->cache_rows / 20000, 1, 64));
+  li.fresh = fresh;
+  SLUICE_ASSIGN_OR_RETURN(li.steps, FirstStepsRows(512, li.sample_every));
+  li.cache_rows_plain = p->cache_rows, li.staged_rows_plain = p->staging_rows;
+  li.cache_rows_read_ahead = a->cache_rows, li.staged_rows_read_ahead = a->staging_rows;
+  li.read_ahead_rows = a->preload_rows;
+  li.horizon = static_cast<uint32_t>(cfg_.storage.preload_horizon);
+  li.table_bytes = RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows());
+  {
+    SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, cfg_.io.direct));
+    SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+    SLUICE_ASSIGN_OR_RETURN(li.disk, ProbeDisk(*io, file, li.table_bytes, 0.3));
+  }
+  choice_ = ChooseLookahead(li);
+  choice_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  planner_ = choice_->planner;
+  in.oracle = planner_ == PlannerKind::kOracle;
+  in.preload_share = choice_->read_ahead ? share : 0;
+  char took[64];
+  std::snprintf(took, sizeof took, " (auto, %.1f s at start-up)", choice_s_);
+  lookahead_ = choice_->reason + took;
   return Status::Ok();
 }
 
@@ -146,7 +215,7 @@ std::string DlrmTask::DescribePlan() const {
   s += "runtime " + FormatBytes(runtime) + ", dense model " + FormatBytes(net_->StateBytes()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
                         : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
-       FormatBytes(p.pipeline_bytes) + ", " + EnumName(cfg_.storage.planner) + " window " +
+       FormatBytes(p.pipeline_bytes) + ", " + EnumName(planner_) + " window " +
        std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
   if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);
   s += table_bytes ? ", tables " + FormatBytes(table_bytes) + " on disk (" +
@@ -345,6 +414,23 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "io_s", io_time_.busy_s), s.Set("prefetcher", "io_wait_s", io_time_.wait_s);
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
   SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
+  if (!in_memory_) {
+    s.Line("  lookahead: " + lookahead_);
+    s.Set("lookahead", "planner", std::string(EnumName(planner_)));
+    s.Set("lookahead", "read_ahead", plan_.preload_rows > 0);
+    s.Set("lookahead", "chosen", cfg_.storage.planner == PlannerKind::kAuto);
+    if (choice_) {
+      s.Set("lookahead", "predicted_random_s", choice_->random_s);
+      s.Set("lookahead", "predicted_read_ahead_s", choice_->read_ahead_s);
+      s.Set("lookahead", "simulated_reads_per_step", choice_->reads_plain);
+      s.Set("lookahead", "simulated_reads_per_step_read_ahead", choice_->reads_read_ahead);
+      s.Set("lookahead", "read_ahead_rows", choice_->read_ahead_rows);
+      s.Set("lookahead", "disk_random_reads_per_s", choice_->disk.random_reads_per_s);
+      s.Set("lookahead", "disk_bytes_per_s", choice_->disk.sequential_bytes_per_s);
+      s.Set("lookahead", "probe_s", choice_->disk.seconds);
+      s.Set("lookahead", "choice_s", choice_s_);
+    }
+  }
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);

@@ -206,7 +206,8 @@ struct NcStorageConfig {
             "runs while the previous group computes)", InRange(0, 1000));
     v.Field("planner", planner,
             "oracle (lookahead over the window), lru, static (the highest in-degree rows pinned, "
-            "the rest read per step) or none (read-through)");
+            "the rest read per step) or none (read-through)",
+            OneOfEnum({PlannerKind::kOracle, PlannerKind::kLru, PlannerKind::kStatic, PlannerKind::kNone}));
     v.Field("io_group", io_group,
             "steps whose feature reads run as one sorted sweep (rows io_group_gap apart read "
             "together); 1: each step's misses on their own", InRange(1, 256));

@@ -1,0 +1,116 @@
+#include "prefetch/lookahead_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <list>
+#include <unordered_map>
+
+#include "common/units.h"
+
+namespace sluice {
+namespace {
+
+struct KeyHash {
+  size_t operator()(const RowKey& k) const { return std::hash<uint64_t>()(k.id * 0x9E3779B97F4A7C15ull ^ k.table); }
+};
+
+std::string Ms(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f ms", s * 1e3);
+  return text;
+}
+
+// 15,412
+std::string Count(double x) {
+  std::string digits = std::to_string(static_cast<uint64_t>(std::max(0.0, x) + 0.5)), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+bool InRowSample(const RowKey& key, uint32_t every) {
+  return every <= 1 || (KeyHash()(key) >> 20) % every == 0;
+}
+
+double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t capacity, uint64_t staged,
+                        bool fresh) {
+  if (steps.empty()) return 0;
+  std::unordered_map<RowKey, bool, KeyHash> seen;  // rows evicted before (true) or only used
+  std::list<RowKey> order;  // most recent first
+  std::unordered_map<RowKey, std::list<RowKey>::iterator, KeyHash> where;
+  std::deque<RowKey> fifo;  // evicted rows, oldest first (a row may appear again once reloaded)
+  std::unordered_map<RowKey, uint32_t, KeyHash> in_fifo;  // row -> its entries in fifo
+  const size_t counted_from = steps.size() / 2;
+  uint64_t reads = 0;
+  for (size_t t = 0; t < steps.size(); ++t) {
+    for (const RowKey& k : steps[t]) {
+      auto it = where.find(k);
+      if (it != where.end()) {
+        order.splice(order.begin(), order, it->second);
+        continue;
+      }
+      auto staged_it = in_fifo.find(k);
+      const bool from_buffer = staged_it != in_fifo.end();
+      if (from_buffer && --staged_it->second == 0) in_fifo.erase(staged_it);
+      auto s = seen.try_emplace(k, false).first;
+      const bool stored = s->second || !fresh;  // the file holds a value to read
+      if (t >= counted_from && !from_buffer && stored) ++reads;
+      order.push_front(k);
+      where[k] = order.begin();
+    }
+    // The step's rows stay; older ones go once the cache is full, into the buffer.
+    while (order.size() > std::max<uint64_t>(capacity, steps[t].size())) {
+      const RowKey old = order.back();
+      where.erase(old);
+      order.pop_back();
+      seen[old] = true;
+      if (staged == 0) continue;
+      fifo.push_back(old);
+      ++in_fifo[old];
+      while (fifo.size() > staged) {
+        auto f = in_fifo.find(fifo.front());
+        if (f != in_fifo.end() && --f->second == 0) in_fifo.erase(f);
+        fifo.pop_front();
+      }
+    }
+  }
+  return static_cast<double>(reads) / static_cast<double>(steps.size() - counted_from);
+}
+
+LookaheadChoice ChooseLookahead(const LookaheadInput& in) {
+  LookaheadChoice c;
+  c.disk = in.disk;
+  c.read_ahead_rows = in.read_ahead_rows;
+  const uint32_t every = std::max<uint32_t>(in.sample_every, 1);
+  auto reads = [&](uint64_t cache, uint64_t staged) {
+    return every * SimulateLruReads(in.steps, cache / every, staged / every, in.fresh);
+  };
+  c.reads_plain = reads(in.cache_rows_plain, in.staged_rows_plain);
+  c.reads_read_ahead = reads(in.cache_rows_read_ahead, in.staged_rows_read_ahead);
+  const double iops = std::max(in.disk.random_reads_per_s, 1.0);
+  const double bw = std::max(in.disk.sequential_bytes_per_s, 1.0);
+  const double horizon = std::max<double>(in.horizon, 1);
+  c.random_s = c.reads_plain / iops;
+  // Each region is read once per horizon, so a row read ahead waits half a horizon on average
+  // before its step takes it: read-ahead holds reads x horizon / 2 rows, or covers that share.
+  const double uncovered =
+      std::max(0.0, c.reads_read_ahead - static_cast<double>(in.read_ahead_rows) / (horizon / 2));
+  c.read_ahead_s = static_cast<double>(in.table_bytes) / horizon / bw + uncovered / iops;
+  c.read_ahead = in.read_ahead_rows > 0 && c.read_ahead_s < c.random_s;
+  c.planner = c.read_ahead ? PlannerKind::kLru : PlannerKind::kOracle;
+  const std::string random = Ms(c.random_s) + " of random reads (" + Count(c.reads_plain) +
+                             " disk reads a step at " + Count(iops) + " reads/s)";
+  const std::string sweeps = Ms(c.read_ahead_s) + " of read-ahead (" +
+                             FormatBytes(in.table_bytes) + " swept every " + std::to_string(in.horizon) +
+                             " steps at " + FormatBytes(static_cast<uint64_t>(bw)) + "/s)";
+  c.reason = c.read_ahead ? "read-ahead with LRU: predicted io per step " + sweeps + " against " + random
+                          : "oracle without read-ahead: predicted io per step " + random + " against " + sweeps;
+  return c;
+}
+
+}  // namespace sluice

@@ -1,0 +1,62 @@
+#include "storage/disk_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "common/aligned_buffer.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Issues rounds of requests (one per slot) until `seconds` pass; returns requests done and time.
+template <typename Offset>
+Result<std::pair<uint64_t, double>> Drive(IoSession& io, const File& file, uint32_t length, uint32_t depth,
+                                          double seconds, Offset offset) {
+  AlignedBuffer buffer(uint64_t{length} * depth, kDirectAlignBytes);
+  std::vector<IoRequest> requests(depth);
+  uint64_t done = 0;
+  const auto start = Clock::now();
+  do {
+    for (uint32_t i = 0; i < depth; ++i) {
+      requests[i] = IoRequest{IoKind::kRead, &file, offset(done + i), length,
+                              buffer.data() + uint64_t{i} * length, {}};
+    }
+    SLUICE_RETURN_IF_ERROR(io.executor().Execute(requests));
+    done += depth;
+  } while (Since(start) < seconds);
+  return std::make_pair(done, Since(start));
+}
+
+}  // namespace
+
+Result<DiskProbe> ProbeDisk(IoSession& io, const File& file, uint64_t file_bytes, double seconds) {
+  if (file_bytes < kDirectAlignBytes) {
+    return InvalidArgument("disk probe of " + file.path() + ": the file is smaller than one page");
+  }
+  const auto start = Clock::now();
+  const uint64_t pages = file_bytes / kDirectAlignBytes;
+  std::mt19937_64 rng(0x5eed);
+  SLUICE_ASSIGN_OR_RETURN(auto random,
+                          Drive(io, file, kDirectAlignBytes, io.queue_depth(), seconds / 2, [&](uint64_t) {
+                            return rng() % pages * kDirectAlignBytes;
+                          }));
+  constexpr uint64_t kChunk = 1 << 20;
+  const uint64_t chunks = std::max<uint64_t>(1, file_bytes / kChunk);
+  const uint32_t length = file_bytes >= kChunk ? kChunk : static_cast<uint32_t>(pages * kDirectAlignBytes);
+  SLUICE_ASSIGN_OR_RETURN(auto sequential,
+                          Drive(io, file, length, std::min<uint32_t>(4, io.queue_depth()), seconds / 2,
+                                [&](uint64_t i) { return i % chunks * kChunk; }));
+  DiskProbe p;
+  p.random_reads_per_s = static_cast<double>(random.first) / std::max(random.second, 1e-9);
+  p.sequential_bytes_per_s = static_cast<double>(sequential.first * length) / std::max(sequential.second, 1e-9);
+  p.seconds = Since(start);
+  return p;
+}
+
+}  // namespace sluice

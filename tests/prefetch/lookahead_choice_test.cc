@@ -1,0 +1,104 @@
+#include "prefetch/lookahead_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "storage/disk_probe.h"
+#include "storage/file.h"
+#include "tests/storage/test_util.h"
+
+namespace sluice {
+namespace {
+
+RowKey K(uint64_t id) { return RowKey{id, 0}; }
+
+TEST(LookaheadChoiceTest, LruSimulationCountsTheSecondHalfsReads) {
+  // Capacity 2: step 1 loads 3 (2 goes), step 2 loads 2 and 4.
+  const std::vector<std::vector<RowKey>> steps = {{K(1), K(2)}, {K(1), K(3)}, {K(2), K(4)}};
+  EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 2, 0), 1.5);
+  // With a buffer of one evicted row, 2 comes back from it: no read.
+  EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 2, 1), 1.0);
+  // Everything fits: only rows new to the cache are read.
+  EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 10, 0), 1.0);  // 3 and 4, each once
+  // Rows of another table are other rows.
+  const std::vector<std::vector<RowKey>> tables = {{RowKey{1, 0}}, {RowKey{1, 1}}};
+  EXPECT_DOUBLE_EQ(SimulateLruReads(tables, 10, 0), 1.0);
+}
+
+TEST(LookaheadChoiceTest, AFreshTableReadsOnlyRowsWrittenBack) {
+  const std::vector<std::vector<RowKey>> steps = {{K(1), K(2)}, {K(3)}, {K(1)}};
+  // Capacity 2: step 1 evicts 1 (3 is new: made from the seed), step 2 reads 1 back.
+  EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 2, 0, /*fresh=*/true), 0.5);
+  EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 2, 0, /*fresh=*/false), 1.0);
+}
+
+TEST(LookaheadChoiceTest, TheRowSampleKeepsAboutOneInEvery) {
+  uint64_t kept = 0;
+  for (uint64_t id = 0; id < 16000; ++id) kept += InRowSample(RowKey{id, static_cast<uint32_t>(id % 26)}, 16);
+  EXPECT_GT(kept, 700u);
+  EXPECT_LT(kept, 1300u);
+  EXPECT_TRUE(InRowSample(K(5), 1));
+}
+
+LookaheadInput Input(double reads_per_s, double bytes_per_s) {
+  LookaheadInput in;
+  for (uint64_t t = 0; t < 40; ++t) {  // 1000 new rows a step: every row a load
+    std::vector<RowKey> rows;
+    for (uint64_t i = 0; i < 1000; ++i) rows.push_back(K(t * 1000 + i));
+    in.steps.push_back(rows);
+  }
+  in.cache_rows_plain = 4000, in.cache_rows_read_ahead = 3000, in.read_ahead_rows = 100000;
+  in.fresh = false;  // every row stored: each load a read
+  in.horizon = 32;
+  in.table_bytes = 64ull << 20;  // 2 MiB a step swept
+  in.disk.random_reads_per_s = reads_per_s, in.disk.sequential_bytes_per_s = bytes_per_s;
+  return in;
+}
+
+TEST(LookaheadChoiceTest, SlowRandomReadsChooseReadAheadWithLru) {
+  const LookaheadChoice c = ChooseLookahead(Input(10000, 1e9));  // 100 ms against 2 ms
+  EXPECT_TRUE(c.read_ahead);
+  EXPECT_EQ(c.planner, PlannerKind::kLru);
+  EXPECT_DOUBLE_EQ(c.reads_plain, 1000);
+  EXPECT_NEAR(c.random_s, 0.1, 1e-9);
+  EXPECT_NEAR(c.read_ahead_s, (64 << 20) / 32 / 1e9, 1e-9);
+  EXPECT_NE(c.reason.find("read-ahead with LRU"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("1,000 disk reads a step at 10,000 reads/s"), std::string::npos) << c.reason;
+}
+
+TEST(LookaheadChoiceTest, FastRandomReadsOrASlowSweepKeepTheOracle) {
+  const LookaheadChoice fast = ChooseLookahead(Input(1e7, 1e9));  // 0.1 ms against 2 ms
+  EXPECT_FALSE(fast.read_ahead);
+  EXPECT_EQ(fast.planner, PlannerKind::kOracle);
+  EXPECT_NE(fast.reason.find("oracle without read-ahead"), std::string::npos) << fast.reason;
+  EXPECT_FALSE(ChooseLookahead(Input(10000, 1e7)).read_ahead);  // 210 ms of sweeps a step
+  LookaheadInput none = Input(10000, 1e9);
+  none.read_ahead_rows = 0;
+  EXPECT_FALSE(ChooseLookahead(none).read_ahead);
+}
+
+TEST(LookaheadChoiceTest, LoadsReadAheadCannotHoldStayRandomReads) {
+  LookaheadInput in = Input(10000, 1e9);
+  in.read_ahead_rows = 1000 * 32 / 4;  // half of the half horizon's reads it should hold
+  const LookaheadChoice c = ChooseLookahead(in);
+  EXPECT_NEAR(c.read_ahead_s, (64 << 20) / 32 / 1e9 + 500.0 / 10000, 1e-9);
+}
+
+TEST(DiskProbeTest, MeasuresRandomAndSequentialReads) {
+  testing::TempDir dir;
+  std::vector<std::byte> bytes(8 << 20, std::byte{7});
+  ASSERT_TRUE(WriteFileDurable(dir.File("t"), bytes).ok());
+  auto file = File::Open(dir.File("t"), OpenMode::kRead, true);
+  ASSERT_TRUE(file.ok());
+  auto io = testing::Session(BackendKind::kAuto);
+  auto p = ProbeDisk(*io, *file, bytes.size(), 0.1);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_GT(p->random_reads_per_s, 100);
+  EXPECT_GT(p->sequential_bytes_per_s, 1e6);
+  EXPECT_GE(p->seconds, 0.1);
+  EXPECT_FALSE(ProbeDisk(*io, *file, 100, 0.1).ok());
+}
+
+}  // namespace
+}  // namespace sluice
