@@ -367,16 +367,11 @@ Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, c
   StripeLock lock(stripes_, io.extents(), /*exclusive=*/true);
   const auto& extents = io.extents();
   const uint64_t rows_end_bytes = uint64_t{row_bytes_} * num_rows_;
-  // Whether an extent holds a read row; whether written rows cover every data byte of it.
-  auto reads_in = [&](const IoSession::Extent& e) {
+  // Whether an extent holds a written (else a read) row; whether written rows cover every data
+  // byte of it.
+  auto holds = [&](const IoSession::Extent& e, bool written) {
     for (uint32_t k = e.first; k < e.end; ++k) {
-      if (sorted[k].second >= nw) return true;
-    }
-    return false;
-  };
-  auto writes_in = [&](const IoSession::Extent& e) {
-    for (uint32_t k = e.first; k < e.end; ++k) {
-      if (sorted[k].second < nw) return true;
+      if ((sorted[k].second < nw) == written) return true;
     }
     return false;
   };
@@ -391,7 +386,7 @@ Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, c
     return next >= e_end;
   };
   for (const IoSession::Extent& e : extents) {
-    if (writes_in(e)) dirty_.Mark(e.offset_bytes, e.length_bytes);
+    if (holds(e, true)) dirty_.Mark(e.offset_bytes, e.length_bytes);
   }
   auto patch = [&](const IoSession::Extent& e, std::byte* buffer) {
     for (uint32_t k = e.first; k < e.end; ++k) {
@@ -405,7 +400,7 @@ Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, c
     const IoSession::Extent& e = extents[index];
     IoRequest& r = io.slot_request(slot);
     r = IoRequest{IoKind::kRead, &file_, e.offset_bytes, e.length_bytes, io.slot_buffer(slot), {}};
-    if (!reads_in(e) && covered(e)) {  // written whole: no read first
+    if (!holds(e, false) && covered(e)) {  // written whole: no read first
       patch(e, r.buffer);
       r.kind = IoKind::kWrite;
     }
@@ -419,7 +414,7 @@ Status RowFile::UpdateRows(IoSession& io, std::span<const uint64_t> write_ids, c
       const Span s = Clip(sorted[k].first, e);
       std::memcpy(out + (sorted[k].second - nw) * row_bytes_ + s.row_offset, r.buffer + s.extent_offset, s.length);
     }
-    if (!writes_in(e)) return IoNext::kDone;
+    if (!holds(e, true)) return IoNext::kDone;
     patch(e, r.buffer);  // read-modify-write: patch, then write back
     r.kind = IoKind::kWrite;
     return IoNext::kResubmit;
