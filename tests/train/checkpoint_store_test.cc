@@ -267,15 +267,16 @@ class IncrementalCopyTest : public CheckpointStoreTest {
       return w.WriteString("dense.pt", "dense " + std::to_string(epoch));
     }, best);
   }
-  // The checkpoint opens (every CRC verified) and its table equals the live one.
-  void ExpectTable(CheckpointStore& store, uint64_t epoch) {
+  // Whether the checkpoint opens (every CRC verified) and its table equals the live one.
+  bool SameTable(CheckpointStore& store, uint64_t epoch) {
     auto r = store.Open(CheckpointName(epoch, 0));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return false;
     std::ifstream in(r->dir() + "/nodes.bin", std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_EQ(bytes.size(), kBytes);
-    EXPECT_EQ(std::memcmp(bytes.data(), table_.data(), kBytes), 0) << "epoch " << epoch;
+    return bytes.size() == kBytes && std::memcmp(bytes.data(), table_.data(), kBytes) == 0;
   }
+  void ExpectTable(CheckpointStore& store, uint64_t epoch) { EXPECT_TRUE(SameTable(store, epoch)) << epoch; }
   std::string live_;
   std::vector<std::byte> table_;
   std::unique_ptr<DirtyPages> dirty_ = std::make_unique<DirtyPages>(kBytes);
@@ -309,11 +310,7 @@ TEST_F(IncrementalCopyTest, AnUnmarkedChangeIsMissedWhichIsWhyEveryWriterMarks) 
   ASSERT_TRUE(WriteAt(store, 2).ok());
   Change(5, /*mark=*/false);
   ASSERT_TRUE(WriteAt(store, 3).ok());
-  auto r = store.Open("epoch-3-step-0");
-  ASSERT_TRUE(r.ok());  // consistent with its own CRC, but stale
-  std::ifstream in(r->dir() + "/nodes.bin", std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(std::memcmp(bytes.data(), table_.data(), kBytes), 0);
+  EXPECT_FALSE(SameTable(store, 3));  // it opens (consistent with its own CRC), but is stale
 }
 
 TEST_F(IncrementalCopyTest, BestIsNeverTakenAndOffMeansWholeCopies) {
