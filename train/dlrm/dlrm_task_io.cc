@@ -444,7 +444,8 @@ void DlrmTask::Summarize(RunSummary& s) const {
   SummarizeDisk(s, "loads and write-backs", io_requests_, io_bytes_, steps);
   if (rf != nullptr && rf->preload_stats().passes > 0) SummarizePreload(rf->preload_stats(), steps, s);
   const double reads_per_step = static_cast<double>(backing_->rows_read()) / steps;
-  if (rf != nullptr && plan_.preload_rows == 0 && reads_per_step >= 1000) {
+  // (planner auto weighed read-ahead already: its line says why not)
+  if (rf != nullptr && plan_.preload_rows == 0 && reads_per_step >= 1000 && !choice_) {
     s.Line("hint: " + FormatCount(reads_per_step) + " random disk reads per step; "
            "storage.preload_share=0.25 reads the rows ahead region by region instead "
            "(docs/recommendation.md)");
