@@ -198,20 +198,9 @@ Result<RecordSource> DlrmTask::Source(const std::string& split, uint64_t max_rec
 }
 
 Result<uint64_t> DlrmTask::SampleDistinctRowsPerStep() {
-  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
-  RowBatch b;
-  std::vector<RowKey> keys;
+  SLUICE_ASSIGN_OR_RETURN(auto steps, FirstStepsRows(8, /*sample_every=*/1));
   uint64_t most = 0;
-  for (uint64_t t = 0; t < std::min<uint64_t>(source.steps(), 8); ++t) {
-    SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
-    if (!more) break;
-    keys = b.keys;
-    std::sort(keys.begin(), keys.end(), [](const RowKey& x, const RowKey& y) {
-      return x.table != y.table ? x.table < y.table : x.id < y.id;
-    });
-    const auto distinct = static_cast<uint64_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
-    most = std::max(most, distinct);
-  }
+  for (const auto& rows : steps) most = std::max<uint64_t>(most, rows.size());
   return most;
 }
 
