@@ -101,6 +101,107 @@ void DealBuckets(uint32_t p, bool split, std::mt19937_64& rng, PartitionOrder& o
   }
 }
 
+// The rolling ordering (see the header). Pairs are unordered, the diagonal included; a state
+// trains every untrained pair among its partitions.
+class Rolling {
+ public:
+  Rolling(uint32_t p, uint32_t c, std::mt19937_64& rng)
+      : p_(p), perm_(p), trained_(uint64_t{p} * p, false), came_in_(p, 0), last_resident_(p, 0) {
+    std::iota(perm_.begin(), perm_.end(), 0u);
+    std::shuffle(perm_.begin(), perm_.end(), rng);
+    resident_.assign(perm_.begin(), perm_.begin() + c);
+    left_ = uint64_t{p} * (p + 1) / 2;
+  }
+
+  PartitionOrder Make() {
+    PartitionOrder out;
+    Emit(out);
+    while (left_ > 0) {
+      if (!SwapOne(out)) BringInUntrainedPair(out);
+      Emit(out);
+    }
+    return out;
+  }
+
+ private:
+  bool Untrained(uint32_t a, uint32_t b) const {
+    return !trained_[uint64_t{std::min(a, b)} * p_ + std::max(a, b)];
+  }
+  bool Resident(uint32_t x) const {
+    return std::find(resident_.begin(), resident_.end(), x) != resident_.end();
+  }
+  void Load(size_t slot, uint32_t x, PartitionOrder& out) {
+    resident_[slot] = x;
+    came_in_[x] = clock_;
+    ++out.swaps;
+  }
+
+  void Emit(PartitionOrder& out) {
+    BufferState state;
+    state.resident = resident_;
+    for (uint32_t a : resident_) {
+      last_resident_[a] = clock_;
+      for (uint32_t b : resident_) {
+        const uint64_t k = uint64_t{std::min(a, b)} * p_ + std::max(a, b);
+        if (!trained_[k]) trained_[k] = true, --left_;
+      }
+    }
+    out.states.push_back(std::move(state));
+    ++clock_;
+  }
+
+  // The swap that trains the most new pairs; among those, the one evicting the partition that
+  // came in longest ago, then bringing in the one absent longest. False when none trains any.
+  bool SwapOne(PartitionOrder& out) {
+    uint64_t best_gain = 0, best_age = 0;
+    size_t best_slot = 0;
+    uint32_t best_in = 0;
+    for (size_t slot = 0; slot < resident_.size(); ++slot) {
+      for (uint32_t x : perm_) {
+        if (Resident(x)) continue;
+        uint64_t gain = Untrained(x, x) ? 1 : 0;
+        for (size_t o = 0; o < resident_.size(); ++o) gain += o != slot && Untrained(x, resident_[o]);
+        const uint64_t age = (clock_ - came_in_[resident_[slot]]) * (uint64_t{p_} + 1) +
+                             (clock_ - last_resident_[x]);
+        if (gain > best_gain || (gain == best_gain && gain > 0 && age > best_age)) {
+          best_gain = gain, best_age = age, best_slot = slot, best_in = x;
+        }
+      }
+    }
+    if (best_gain == 0) return false;
+    Load(best_slot, best_in, out);
+    return true;
+  }
+
+  // No single swap trains a new pair: the first untrained pair (in the seeded permutation's
+  // order) comes in, in place of the partitions that came in longest ago.
+  void BringInUntrainedPair(PartitionOrder& out) {
+    for (uint32_t a : perm_) {
+      for (uint32_t b : perm_) {
+        if (!Untrained(a, b)) continue;
+        for (uint32_t x : {a, b}) {
+          if (Resident(x)) continue;
+          size_t oldest = resident_.size();
+          for (size_t slot = 0; slot < resident_.size(); ++slot) {
+            const uint32_t r = resident_[slot];
+            if (r == a || r == b) continue;
+            if (oldest == resident_.size() || came_in_[r] < came_in_[resident_[oldest]]) oldest = slot;
+          }
+          Load(oldest, x, out);
+        }
+        return;
+      }
+    }
+  }
+
+  uint32_t p_;
+  std::vector<uint32_t> perm_;
+  std::vector<bool> trained_;
+  std::vector<uint64_t> came_in_, last_resident_;  // per partition: clock of the event
+  std::vector<uint32_t> resident_;
+  uint64_t left_ = 0, clock_ = 1;
+};
+
 }  // namespace
 
 uint64_t SwapLowerBound(uint32_t p, uint32_t c) {
@@ -121,6 +222,11 @@ Result<PartitionOrder> MakePartitionOrder(uint32_t p, uint32_t c, OrderingKind k
   std::vector<uint32_t> order(p);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937_64 rng(seed);
+  if (kind == OrderingKind::kRolling) {
+    PartitionOrder out = Rolling(p, c, rng).Make();
+    DealBuckets(p, true, rng, out);
+    return out;
+  }
   if (kind != OrderingKind::kBeta) std::shuffle(order.begin(), order.end(), rng);
   Builder builder(p, order, kind != OrderingKind::kBeta, seed ^ 0x9e3779b97f4a7c15ull);
   PartitionOrder out;

@@ -18,6 +18,17 @@
 //               the first. Same swaps; a bucket's edges meet a different set of resident
 //               partitions (so of negatives) from epoch to epoch, and the states' sizes even
 //               out (the first state no longer takes every bucket among its c partitions).
+//   rolling:    one partition swapped per state, chosen greedily: the swap that brings the
+//               most untrained partition pairs together, the partition that came in longest
+//               ago leaving and the one absent longest coming in on ties (when no single
+//               swap trains a new pair, the first untrained pair comes in). Buckets dealt as
+//               split. The orderings above hold c-1 partitions fixed while the rest sweep
+//               past: those c-1 train all their buckets with later partitions in one run of
+//               states and are absent for the rest of the epoch; rolling brings every
+//               partition back throughout the epoch, the nearest a buffer of c partitions
+//               gets to the global shuffle's mixing. It costs swaps above the lower bound
+//               (16 partitions, 4 resident: about 44 an epoch against 38) and closes most of
+//               the quality gap (docs/link_prediction.md).
 //
 // Lower bound on swaps (a counting argument, as in the Marius paper, Mohoney et al., OSDI
 // 2021): there are p(p-1)/2 unordered pairs of distinct partitions to bring together; the
@@ -45,12 +56,13 @@ struct PartitionOrder {
   uint64_t swaps = 0;  // partition loads after the initial fill
 };
 
-enum class OrderingKind { kBeta, kRandomized, kSpread, kSplit };
+enum class OrderingKind { kBeta, kRandomized, kSpread, kSplit, kRolling };
 template <>
 struct EnumNames<OrderingKind> {
   static constexpr std::pair<OrderingKind, const char*> kNames[] = {
       {OrderingKind::kBeta, "beta"}, {OrderingKind::kRandomized, "randomized"},
-      {OrderingKind::kSpread, "spread"}, {OrderingKind::kSplit, "split"}};
+      {OrderingKind::kSpread, "spread"}, {OrderingKind::kSplit, "split"},
+      {OrderingKind::kRolling, "rolling"}};
 };
 
 // Requires 1 <= p and 2 <= c (c > p is clamped to p).

@@ -33,7 +33,7 @@ namespace sluice {
 struct EdgeScheduleOptions {
   uint64_t batch = 1000;       // edges per step
   bool shuffle = false;        // the global shuffle (else the partition schedule)
-  OrderingKind ordering = OrderingKind::kSplit;
+  OrderingKind ordering = OrderingKind::kRolling;
   uint64_t seed = 1;
   uint64_t max_steps = 0;      // an epoch trains its first max_steps steps (0: all)
   bool chain = true;           // each epoch's ordering begins where the previous one ended

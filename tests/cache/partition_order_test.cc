@@ -51,7 +51,7 @@ TEST(PartitionOrderTest, BetaTrainsEveryBucketWithBothPartitionsResident) {
     for (uint32_t c : {2u, 3u, 4u, 8u}) {
       for (OrderingKind kind :
            {OrderingKind::kBeta, OrderingKind::kRandomized, OrderingKind::kSpread,
-            OrderingKind::kSplit}) {
+            OrderingKind::kSplit, OrderingKind::kRolling}) {
         auto order = MakePartitionOrder(p, c, kind, 7);
         ASSERT_TRUE(order.ok());
         ExpectCoversEveryBucketOnce(order.value(), p, c);
@@ -140,8 +140,49 @@ TEST(PartitionOrderTest, SplitSharesEveryBucketAmongAllStatesThatHoldIt) {
   EXPECT_NE(split->states[1].pieces, other->states[1].pieces);
 }
 
+// The longest run of consecutive states some partition is absent from (the epoch's start and
+// end included), over the states' count.
+double LongestAbsence(const PartitionOrder& order, uint32_t p) {
+  uint64_t longest = 0;
+  for (uint32_t x = 0; x < p; ++x) {
+    uint64_t run = 0;
+    for (const BufferState& st : order.states) {
+      run = std::count(st.resident.begin(), st.resident.end(), x) ? 0 : run + 1;
+      longest = std::max(longest, run);
+    }
+  }
+  return static_cast<double>(longest) / static_cast<double>(order.states.size());
+}
+
+TEST(PartitionOrderTest, RollingBringsEveryPartitionBackThroughTheEpoch) {
+  for (auto [p, c] : {std::pair{16u, 4u}, {8u, 2u}, {12u, 3u}, {16u, 8u}, {32u, 8u}, {64u, 16u}}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      auto rolling = MakePartitionOrder(p, c, OrderingKind::kRolling, seed);
+      auto split = MakePartitionOrder(p, c, OrderingKind::kSplit, seed);
+      ASSERT_TRUE(rolling.ok() && split.ok());
+      // The sweep orderings leave their first fixed group out of the rest of the epoch (more
+      // than half of it); rolling brings every partition back sooner.
+      const double away = LongestAbsence(*rolling, p);
+      EXPECT_GT(LongestAbsence(*split, p), 0.54) << p << "/" << c;
+      EXPECT_LT(away, 0.55) << p << "/" << c << " seed " << seed;
+      EXPECT_LT(away, LongestAbsence(*split, p) - 0.08) << p << "/" << c << " seed " << seed;
+      // At least one partition per state; the price is swaps above the lower bound (most at
+      // large c: 64/16 takes about 1.7x).
+      EXPECT_GE(rolling->swaps + 1, rolling->states.size());
+      EXPECT_LE(static_cast<double>(rolling->swaps), 1.75 * static_cast<double>(SwapLowerBound(p, c)))
+          << p << "/" << c;
+      auto again = MakePartitionOrder(p, c, OrderingKind::kRolling, seed);
+      ASSERT_EQ(again->states.size(), rolling->states.size());
+      for (size_t s = 0; s < again->states.size(); ++s) {
+        EXPECT_EQ(again->states[s].resident, rolling->states[s].resident);
+      }
+    }
+  }
+}
+
 TEST(PartitionOrderTest, StartingWithRenamesPartitionsAndKeepsTheOrdering) {
-  for (OrderingKind kind : {OrderingKind::kBeta, OrderingKind::kSplit, OrderingKind::kSpread}) {
+  for (OrderingKind kind : {OrderingKind::kBeta, OrderingKind::kSplit, OrderingKind::kSpread,
+                            OrderingKind::kRolling}) {
     auto order = MakePartitionOrder(9, 3, kind, 4);
     ASSERT_TRUE(order.ok());
     // The previous epoch ended with {2, 5, 8}, and before that state it used 4.

@@ -94,7 +94,7 @@ struct LpTrainConfig {
   Regularizer regularizer = Regularizer::kNone;
   double regularization = 0.0;
   Schedule schedule = Schedule::kPartitions;
-  OrderingKind ordering = OrderingKind::kSplit;
+  OrderingKind ordering = OrderingKind::kRolling;
   uint64_t seed = 1;
 
   template <class V>
@@ -134,8 +134,10 @@ struct LpTrainConfig {
     v.Field("ordering", ordering,
             "bucket ordering of the partition schedule: beta (fixed), randomized (a new "
             "partition order each epoch), spread (randomized, each bucket in a random one of "
-            "the buffer states that hold its partitions) or split (randomized, each bucket's "
-            "edges shared out among all of those states)");
+            "the buffer states that hold its partitions), split (randomized, each bucket's "
+            "edges shared out among all of those states) or rolling (one partition swapped per "
+            "state, the longest resident leaving, so every partition comes back throughout the "
+            "epoch; buckets shared out as split)");
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
   }
 };
