@@ -152,17 +152,25 @@ class Rolling {
 
   // The swap that trains the most new pairs; among those, the one evicting the partition that
   // came in longest ago, then bringing in the one absent longest. False when none trains any.
+  // O(p * c): a newcomer's pairs with every resident are counted once, less the evicted one's.
   bool SwapOne(PartitionOrder& out) {
+    std::vector<bool> resident(p_, false);
+    for (uint32_t r : resident_) resident[r] = true;
+    std::vector<uint64_t> with_all(p_, 0);  // untrained pairs with itself and every resident
+    for (uint32_t x : perm_) {
+      if (resident[x]) continue;
+      with_all[x] = Untrained(x, x) ? 1 : 0;
+      for (uint32_t r : resident_) with_all[x] += Untrained(x, r);
+    }
     uint64_t best_gain = 0, best_age = 0;
     size_t best_slot = 0;
     uint32_t best_in = 0;
     for (size_t slot = 0; slot < resident_.size(); ++slot) {
+      const uint32_t leaving = resident_[slot];
       for (uint32_t x : perm_) {
-        if (Resident(x)) continue;
-        uint64_t gain = Untrained(x, x) ? 1 : 0;
-        for (size_t o = 0; o < resident_.size(); ++o) gain += o != slot && Untrained(x, resident_[o]);
-        const uint64_t age = (clock_ - came_in_[resident_[slot]]) * (uint64_t{p_} + 1) +
-                             (clock_ - last_resident_[x]);
+        if (resident[x]) continue;
+        const uint64_t gain = with_all[x] - (Untrained(x, leaving) ? 1 : 0);
+        const uint64_t age = (clock_ - came_in_[leaving]) * (uint64_t{p_} + 1) + (clock_ - last_resident_[x]);
         if (gain > best_gain || (gain == best_gain && gain > 0 && age > best_age)) {
           best_gain = gain, best_age = age, best_slot = slot, best_in = x;
         }

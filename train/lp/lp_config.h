@@ -137,7 +137,8 @@ struct LpTrainConfig {
             "the buffer states that hold its partitions), split (randomized, each bucket's "
             "edges shared out among all of those states) or rolling (one partition swapped per "
             "state, the longest resident leaving, so every partition comes back throughout the "
-            "epoch; buckets shared out as split)");
+            "epoch; buckets shared out as split; more swaps than split, about 2x the bound at 32 "
+            "resident and more)");
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
   }
 };
