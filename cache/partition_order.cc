@@ -124,9 +124,8 @@ class Rolling {
   }
 
  private:
-  bool Untrained(uint32_t a, uint32_t b) const {
-    return !trained_[uint64_t{std::min(a, b)} * p_ + std::max(a, b)];
-  }
+  uint64_t Pair(uint32_t a, uint32_t b) const { return uint64_t{std::min(a, b)} * p_ + std::max(a, b); }
+  bool Untrained(uint32_t a, uint32_t b) const { return !trained_[Pair(a, b)]; }
   bool Resident(uint32_t x) const {
     return std::find(resident_.begin(), resident_.end(), x) != resident_.end();
   }
@@ -142,8 +141,7 @@ class Rolling {
     for (uint32_t a : resident_) {
       last_resident_[a] = clock_;
       for (uint32_t b : resident_) {
-        const uint64_t k = uint64_t{std::min(a, b)} * p_ + std::max(a, b);
-        if (!trained_[k]) trained_[k] = true, --left_;
+        if (Untrained(a, b)) trained_[Pair(a, b)] = true, --left_;
       }
     }
     out.states.push_back(std::move(state));

@@ -27,7 +27,7 @@
 //               states and are absent for the rest of the epoch; rolling brings every
 //               partition back throughout the epoch, the nearest a buffer of c partitions
 //               gets to the global shuffle's mixing. It costs swaps above the lower bound
-//               (16 partitions, 4 resident: about 44 an epoch against 38) and closes most of
+//               (16 partitions, 4 resident: 44-50 an epoch against 38; about 2x at 32 resident and more) and closes most of
 //               the quality gap (docs/link_prediction.md).
 //
 // Lower bound on swaps (a counting argument, as in the Marius paper, Mohoney et al., OSDI
