@@ -285,7 +285,8 @@ PY
       (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data-nc-$phase.log" 2>&1; touch build/gpu-data/.done-nc) &
     fi
     if [[ ! -f build/gpu-data/.done-lp ]]; then
-      (G20M32=1 SKIP_FB=1 bash "$me" data > "$out/data-lp-$phase.log" 2>&1; touch build/gpu-data/.done-lp) &
+      (G20M32=1 SKIP_FB=1 SKIP_CLICKS=$([[ $phase == tests ]] && echo 1 || echo 0) bash "$me" data \
+        > "$out/data-lp-$phase.log" 2>&1; touch build/gpu-data/.done-lp) &
     fi
     if [[ ! -x "$build/train/sluice" ]]; then
       el facts; bash "$me" facts
@@ -298,24 +299,31 @@ PY
     eval "$(print_env)"
     export SLUICE_BUILD_DIR=$build SLUICE_DATASETS=$root/.gpu/datasets
     if [[ $phase == tests ]]; then
-      el disk; timeout 20 bash "$me" disk || true
+      [[ "${SKIP_DISK:-0}" == 1 ]] || { el disk; timeout 20 bash "$me" disk || true; }
       el ctest; (cd "$build" && timeout 60 ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 60) \
         > "$out/ctest.log" 2>&1 || true
       grep -E "tests passed|tests failed|\*\*\*|Failed|Not Run" "$out/ctest.log" | head -20 || true
       xdist=(); "$SLUICE_PYTHON" -c 'import xdist' 2>/dev/null && xdist=(-n "${JOBS:-16}") || echo "no pytest-xdist"
       # -v: each test's outcome is in the log as it finishes, so a stopped run still names its failures.
-      el pytest; timeout "$(left 70)" "$SLUICE_PYTHON" -m pytest -v -rs -p no:cacheprovider "${xdist[@]}" \
+      el pytest; timeout "$(left "${PYTEST_SHARE:-70}")" "$SLUICE_PYTHON" -m pytest -v -rs -p no:cacheprovider "${xdist[@]}" \
         -m "not slow" tests --ignore=tests/e2e/test_library.py --ignore=tests/e2e/test_docs.py \
         > "$out/pytest.log" 2>&1 || true
       { grep -E "(FAILED|ERROR) " "$out/pytest.log" || true; } | head -20
       echo "$(grep -c " PASSED " "$out/pytest.log" || true) passed so far"; tail -2 "$out/pytest.log"
       el waiting for the graph; while [[ ! -f build/gpu-data/.done-nc ]] && (( $(date +%s) - t0 < limit * 70 / 100 )); do sleep 2; done
       ls build/gpu-data
-      el bench nc; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
-        --pyg-export-bin "$build/bench/nc_blocks_export" --bin "$build/train/sluice" --tmp "$root/build" \
+      pyg=(--pyg-export-bin "$build/bench/nc_blocks_export"); [[ "${NO_PYG:-0}" == 1 ]] && pyg=()
+      el bench nc; timeout "$(left "${NC_SHARE:-99}")" "$SLUICE_PYTHON" bench/gpu_bench.py --nc build/gpu-data/nc4m \
+        "${pyg[@]}" --bin "$build/train/sluice" --tmp "$root/build" \
         --nc-epochs 2 --nc-configs "${NC_CONFIGS:-host-cpu,gpu-static,gpu,ooc}" > "$out/bench-nc.md" 2> "$out/bench-nc.err" || true
       cat "$out/bench-nc.md"; tail -12 "$out/bench-nc.err"
       while [[ ! -f build/gpu-data/.done-lp ]] && (( $(date +%s) - t0 < limit )); do sleep 2; done  # for `close bench`
+      if [[ "${G20M_SCALE:-0}" == 1 ]]; then  # the 20M-edge graph 4x in this call too (the rest of it)
+        el bench g20m-scale; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale build/gpu-data/g20m32 \
+          --bin "$build/train/sluice" --tmp "$root/build" --warmup 20 --g20m-steps "${G20M_STEPS:-300}" \
+          > "$out/bench-g20m.md" 2> "$out/bench-g20m.err" || true
+        cat "$out/bench-g20m.md"; tail -6 "$out/bench-g20m.err"
+      fi
     else
       el waiting for the data; while [[ ! -f build/gpu-data/.done-lp || ! -f build/gpu-data/.done-nc ]] \
         && (( $(date +%s) - t0 < limit * 40 / 100 )); do sleep 2; done
