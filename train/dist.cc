@@ -2,7 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef SLUICE_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
@@ -104,7 +104,7 @@ Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& 
 }
 
 bool HaveGloo() {
-#ifdef USE_C10D_GLOO
+#ifdef SLUICE_HAVE_GLOO
   return true;
 #else
   return false;
@@ -115,7 +115,7 @@ struct DistGroup::Impl {
   DistPlace place;
   DistConfig config;
   c10::intrusive_ptr<c10d::Store> store;
-#ifdef USE_C10D_GLOO
+#ifdef SLUICE_HAVE_GLOO
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 #endif
 };
@@ -167,7 +167,7 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
                        std::to_string(place.world_size) + " did not join within " +
                        Seconds(config.rendezvous_timeout) + " at " + place.master() + " (seen from " + who + ")");
   }
-#ifdef USE_C10D_GLOO
+#ifdef SLUICE_HAVE_GLOO
   try {
     auto options = c10d::ProcessGroupGloo::Options::create();
     options->timeout = ToMillis(config.op_timeout);
@@ -216,7 +216,7 @@ Status DistGroup::Agree(const std::string& what, const std::string& value) {
 }
 
 Status DistGroup::Barrier() {
-#ifdef USE_C10D_GLOO
+#ifdef SLUICE_HAVE_GLOO
   try {
     impl_->group->barrier()->wait();
   } catch (const std::exception& e) {

@@ -38,7 +38,8 @@ struct DistPlace {
 using EnvReader = std::function<const char*(const char*)>;
 Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& master, const EnvReader& env);
 
-// Whether this build has Gloo process groups (libgloo-dev and USE_C10D_GLOO).
+// Whether this build has Gloo process groups (the Gloo headers found: SLUICE_HAVE_GLOO; a CUDA
+// PyTorch defines USE_C10D_GLOO without shipping them).
 bool HaveGloo();
 
 class DistGroup {
