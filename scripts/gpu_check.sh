@@ -38,6 +38,9 @@
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
 #
+# At most 8 files come back from a call: the one-call verbs keep their data and configure logs
+# out of $OUT.
+#
 # Every call there must carry .gpu (the debs and the sysroot the build links against): a call
 # without it finds its libraries gone.
 #
@@ -282,16 +285,16 @@ PY
     # Two generators side by side: node classification's graph (and FB15k-237), then the click
     # log and the 20M-edge graph; each leaves a mark when done.
     if [[ ! -f build/gpu-data/.done-nc ]]; then
-      (NC=1 SKIP_CLICKS=1 bash "$me" data > "$out/data-nc-$phase.log" 2>&1; touch build/gpu-data/.done-nc) &
+      (NC=1 SKIP_CLICKS=1 bash "$me" data > build/gpu-data/data-nc.log 2>&1; touch build/gpu-data/.done-nc) &
     fi
     if [[ ! -f build/gpu-data/.done-lp ]]; then
       (G20M32=1 SKIP_FB=1 SKIP_CLICKS=$([[ $phase == tests ]] && echo 1 || echo 0) bash "$me" data \
-        > "$out/data-lp-$phase.log" 2>&1; touch build/gpu-data/.done-lp) &
+        > build/gpu-data/data-lp.log 2>&1; touch build/gpu-data/.done-lp) &
     fi
     if [[ ! -x "$build/train/sluice" ]]; then
       el facts; bash "$me" facts
       el sysroot; bash "$me" sysroot
-      el configure; bash "$me" configure > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+      el configure; bash "$me" configure > build/configure.log 2>&1 || { tail -40 build/configure.log; exit 1; }
     fi
     el build; timeout "$(left 45)" bash "$me" build -k 0 > "$out/build-$phase.log" 2>&1 || {
       grep -E "error|FAILED" "$out/build-$phase.log" | head -60 || true; }
@@ -310,6 +313,14 @@ PY
         > "$out/pytest.log" 2>&1 || true
       { grep -E "(FAILED|ERROR) " "$out/pytest.log" || true; } | head -20
       echo "$(grep -c " PASSED " "$out/pytest.log" || true) passed so far"; tail -2 "$out/pytest.log"
+      # A run stopped by its box prints no tracebacks: the first three failures again, one at a
+      # time, with theirs.
+      mapfile -t failed < <(grep -oE "(FAILED|ERROR) tests/[^ ]+" "$out/pytest.log" | awk '{print $2}' | sort -u | head -3)
+      if (( ${#failed[@]} )); then
+        el rerunning the first failures; timeout "$(left "${RERUN_SHARE:-62}")" "$SLUICE_PYTHON" -m pytest -q \
+          --tb=short -p no:cacheprovider "${failed[@]}" > "$out/pytest-failed.log" 2>&1 || true
+        grep -E "^E |Error|error:" "$out/pytest-failed.log" | head -30 || true
+      fi
       el waiting for the graph; while [[ ! -f build/gpu-data/.done-nc ]] && (( $(date +%s) - t0 < limit * 70 / 100 )); do sleep 2; done
       ls build/gpu-data
       pyg=(--pyg-export-bin "$build/bench/nc_blocks_export"); [[ "${NO_PYG:-0}" == 1 ]] && pyg=()

@@ -20,6 +20,7 @@
 #include "sluice/run.h"
 #include "sluice/status.h"
 #include "sluice/version.h"
+#include "train/dist.h"
 #include "train/storage_demo.h"
 #include "train/torch_runtime.h"
 
@@ -52,6 +53,9 @@ int RunVersion() {
   ApplyTorchThreads(plan);
   std::printf("sluice %s\n%s\n%s\n%s\n", kVersion, TorchRuntimeSummary().c_str(),
               plan.ToString().c_str(), DeviceSummary().c_str());
+  std::printf("distributed: %s\n", HaveGloo() ? "c10d rendezvous, Gloo process groups"
+                                               : "none: built without the Gloo headers (libgloo-dev); runs "
+                                                 "across processes are refused");
   return 0;
 }
 

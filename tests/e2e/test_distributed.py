@@ -32,6 +32,26 @@ def config(tmp_path_factory) -> pathlib.Path:
     return cfg
 
 
+@pytest.fixture(scope="module")
+def gloo(sluice_bin) -> None:
+    """The tests whose ranks join need Gloo process groups: a CUDA PyTorch's libtorch has them
+    compiled in but ships no Gloo headers, and such a build refuses runs across processes."""
+    out = run(sluice_bin, "version")
+    assert out.returncode == 0, out.stderr
+    if "Gloo process groups" not in out.stdout:
+        pytest.skip("this sluice was built without Gloo process groups (sluice version)")
+
+
+def test_a_build_without_gloo_refuses_in_one_line(sluice_bin, config):
+    out = run(sluice_bin, "version")
+    if "Gloo process groups" in out.stdout:
+        pytest.skip("this sluice has Gloo process groups")
+    assert "distributed: none: built without the Gloo headers" in out.stdout, out.stdout
+    out = run(sluice_bin, "train", str(config), "--world-size", "2", "--rank", "0", "--master", "127.0.0.1:1")
+    assert out.returncode != 0
+    assert "built without Gloo process groups" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,7 +72,7 @@ def finish(procs, timeout=60):
     return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
 
 
-def test_ranks_join_and_agree_then_stop_as_data_parallel_training_is_not_built(sluice_bin, config):
+def test_ranks_join_and_agree_then_stop_as_data_parallel_training_is_not_built(sluice_bin, config, gloo):
     port = free_port()
     results = finish([start(sluice_bin, config, r, 3, port) for r in (2, 0, 1)])
     for rc, out, err in results:
@@ -62,7 +82,7 @@ def test_ranks_join_and_agree_then_stop_as_data_parallel_training_is_not_built(s
         assert "not built yet" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_torchrun_variables_place_the_processes(sluice_bin, config):
+def test_torchrun_variables_place_the_processes(sluice_bin, config, gloo):
     port = str(free_port())
     procs = [start(sluice_bin, config, r, 2, 0, flags=False,
                    env={"WORLD_SIZE": "2", "RANK": str(r), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
@@ -72,7 +92,7 @@ def test_torchrun_variables_place_the_processes(sluice_bin, config):
         assert "agree on the config" in err, err
 
 
-def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin, config):
+def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin, config, gloo):
     port = free_port()
     results = finish([start(sluice_bin, config, 0, 3, port), start(sluice_bin, config, 1, 3, port),
                       start(sluice_bin, config, 2, 3, port, "train.lr=0.05")])
@@ -87,7 +107,7 @@ def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin,
         assert "agree on the config" in err, err
 
 
-def test_a_rank_that_never_comes_is_named_within_the_rendezvous_timeout(sluice_bin, config):
+def test_a_rank_that_never_comes_is_named_within_the_rendezvous_timeout(sluice_bin, config, gloo):
     port = free_port()
     t0 = time.monotonic()
     (rc, out, err), = finish([start(sluice_bin, config, 0, 3, port, "dist.rendezvous_timeout=2")], timeout=60)
