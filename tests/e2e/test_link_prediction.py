@@ -197,6 +197,17 @@ def test_eval_export_predict(sluice_bin, graph, tmp_path):
     assert ev.stderr.count("\n") == 1
 
 
+def test_a_plan_without_a_spare_slot_says_so(sluice_bin, graph, tmp_path):
+    # Every slot resident: a swap cannot load ahead. The plan line says so and what would help;
+    # with a spare slot it says nothing.
+    for slots, resident, says in ((2, 2, True), (3, 2, False)):
+        cfg = write_config(tmp_path / f"s{slots}.yaml", graph, tmp_path / f"s{slots}", mode="out_of_core",
+                           slots=slots, resident=resident)
+        out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=1", "--set", "eval.every=0")
+        assert out.returncode == 0, out.stderr
+        assert ("no spare slot: each swap waits for the leaving partition's last step" in out.stdout) == says, out.stdout
+
+
 def edges_of(dataset: pathlib.Path, split: str) -> np.ndarray:
     """A split's (src, rel, dst) in the dataset's own node ids, [m, 3]."""
     files = __import__("json").loads((dataset / "manifest.json").read_text())["files"]

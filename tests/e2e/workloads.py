@@ -90,6 +90,22 @@ class _TorchObject:
     def __setstate__(self, state):
         self.state = state
 
+    @staticmethod
+    def of(state):
+        o = _TorchObject()
+        o.state = state
+        return o
+
+
+class _Global(str):
+    """A global an archive names: its name, and called, the call (name and arguments)."""
+
+    def __new__(cls, module: str, name: str):
+        return super().__new__(cls, name if module == "torch" else f"{module}.{name}")
+
+    def __call__(self, *args):
+        return _TorchObject.of((str(self), args))
+
 
 class _ArchiveUnpickler(pickle.Unpickler):
     """Unpickles a libtorch archive's data.pkl without torch: tensors become (storage bytes,
@@ -104,11 +120,17 @@ class _ArchiveUnpickler(pickle.Unpickler):
             return _TorchObject
         if module == "torch._utils" and name.startswith("_rebuild_tensor"):
             return lambda storage, offset, size, stride, *rest: ("tensor", storage, offset, tuple(size), tuple(stride))
+        if module == "torch._utils" and name.startswith("_rebuild_parameter"):
+            return lambda data, *rest: data
+        if module == "torch.jit._pickle":  # type tags and typed lists wrap a value: the value
+            return lambda value, *rest: value
         if module == "torch":
-            return name
+            return _Global(module, name)  # a storage type's name (persistent ids), or a call
         if module == "collections" and name == "OrderedDict":
             return collections.OrderedDict
-        raise pickle.UnpicklingError(f"unexpected global {module}.{name}")
+        # Another libtorch version's archive may name other globals: kept as what they are, so
+        # two archives still compare by their contents.
+        return _Global(module, name)
 
     def persistent_load(self, pid):
         return ("storage", pid[1], self.storages[pid[2]])
@@ -152,7 +174,8 @@ def torch_archive(data: bytes) -> bytes:
         storages = {n[len(prefix):]: z.read(n) for n in z.namelist() if n.startswith(prefix)}
         tree = _ArchiveUnpickler(z.read(pkl), storages).load()
     found: list[str] = []
-    groups = tree.state.get("param_groups") if isinstance(tree, _TorchObject) else None
+    state = tree.state if isinstance(tree, _TorchObject) else None
+    groups = state.get("param_groups") if isinstance(state, dict) else None
     _pointers(groups, found)
     _pointers(tree, found)
     names = {p: f"param{i}" for i, p in enumerate(found)}

@@ -402,7 +402,12 @@ std::string LpTask::MemoryPlan() const {
          FormatBytes(plan_.reserved_bytes) + " + " + std::to_string(plan_.slots) +
          " partition slots of " + FormatBytes(layout_.block_bytes()) + "; node table " +
          FormatBytes(table_bytes()) + " on disk; " + std::to_string(plan_.resident) + " of " +
-         std::to_string(partitions()) + " partitions resident per buffer state" + predicted;
+         std::to_string(partitions()) + " partitions resident per buffer state" + predicted +
+         (plan_.slots > plan_.resident
+              ? std::string()
+              : "; no spare slot: each swap waits for the leaving partition's last step (a budget of " +
+                    FormatBytes(cfg_.storage.budget.value + layout_.block_bytes()) +
+                    ", or twice the partitions, lets loads overlap training)");
 }
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
