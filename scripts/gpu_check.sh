@@ -168,11 +168,13 @@ PY
     mkdir -p "$data"
     [[ -d "$data/clicks8" || "${SKIP_CLICKS:-0}" == 1 ]] || "$py" scripts/sluice_prep.py gen-clicks --samples 2000000 --sparse 8 \
       --dense 13 --vocab 25000000 --seed 1 --test-frac 0.01 --out "$data/clicks8" >/dev/null
-    # configs/marius_g20m.yaml's graph (~80 s): G20M=1 with its 16 partitions, G20M32=1 with 32
-    # (bench --g20m-scale: the table 4x the budgets)
-    for parts in 16 32; do
-      [[ $parts == 16 && "${G20M:-0}" == 1 ]] || [[ $parts == 32 && "${G20M32:-0}" == 1 ]] || continue
-      name=g20m; [[ $parts == 32 ]] && name=g20m32
+    # configs/marius_g20m.yaml's graph (~80 s): G20M=1 with its 16 partitions, G20M32=1 with 32,
+    # G20M64=1 with 64 (bench --g20m-scale: the table 4x the budgets; at d=768 a budget of a
+    # quarter of the table holds 2 slots of 32 partitions, both resident, or 4 of 64, one spare)
+    for parts in 16 32 64; do
+      [[ $parts == 16 && "${G20M:-0}" == 1 ]] || [[ $parts == 32 && "${G20M32:-0}" == 1 ]] ||
+        [[ $parts == 64 && "${G20M64:-0}" == 1 ]] || continue
+      name=g20m; [[ $parts != 16 ]] && name=g20m$parts
       [[ -d "$data/$name" ]] && continue
       [[ -f "$data/g20m.tsv" ]] || "$py" scripts/sluice_prep.py gen-graph --out "$data/g20m.tsv" --nodes 2000000 \
         --edges 20000000 --seed 1 >/dev/null
@@ -288,7 +290,7 @@ PY
       (NC=1 SKIP_CLICKS=1 bash "$me" data > build/gpu-data/data-nc.log 2>&1; touch build/gpu-data/.done-nc) &
     fi
     if [[ ! -f build/gpu-data/.done-lp ]]; then
-      (G20M32=1 SKIP_FB=1 SKIP_CLICKS=$([[ $phase == tests ]] && echo 1 || echo 0) bash "$me" data \
+      (env "G20M${G20M_PARTS:-64}=1" SKIP_FB=1 SKIP_CLICKS=$([[ $phase == tests ]] && echo 1 || echo 0) bash "$me" data \
         > build/gpu-data/data-lp.log 2>&1; touch build/gpu-data/.done-lp) &
     fi
     if [[ ! -x "$build/train/sluice" ]]; then
@@ -330,7 +332,7 @@ PY
       cat "$out/bench-nc.md"; tail -12 "$out/bench-nc.err"
       while [[ ! -f build/gpu-data/.done-lp ]] && (( $(date +%s) - t0 < limit )); do sleep 2; done  # for `close bench`
       if [[ "${G20M_SCALE:-0}" == 1 ]]; then  # the 20M-edge graph 4x in this call too (the rest of it)
-        el bench g20m-scale; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale build/gpu-data/g20m32 \
+        el bench g20m-scale; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale build/gpu-data/g20m${G20M_PARTS:-64} \
           --bin "$build/train/sluice" --tmp "$root/build" --warmup 20 --g20m-steps "${G20M_STEPS:-300}" \
           > "$out/bench-g20m.md" 2> "$out/bench-g20m.err" || true
         cat "$out/bench-g20m.md"; tail -6 "$out/bench-g20m.err"
@@ -344,7 +346,7 @@ PY
           --bin "$build/train/sluice" --tmp "$root/build" > "$out/bench-fb15k.md" 2> "$out/bench-fb15k.err" || true
         cat "$out/bench-fb15k.md"; tail -6 "$out/bench-fb15k.err"
       fi
-      el bench g20m-scale; timeout "$(left 60)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale $d/g20m32 \
+      el bench g20m-scale; timeout "$(left 60)" "$SLUICE_PYTHON" bench/gpu_bench.py --g20m-scale $d/g20m${G20M_PARTS:-64} \
         --bin "$build/train/sluice" --tmp "$root/build" --warmup 20 > "$out/bench-g20m.md" 2> "$out/bench-g20m.err" || true
       cat "$out/bench-g20m.md"; tail -6 "$out/bench-g20m.err"
       # `close tests` leaves the click log out (its one-call variant has no DLRM row).
