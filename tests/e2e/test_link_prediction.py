@@ -206,6 +206,11 @@ def test_a_plan_without_a_spare_slot_says_so(sluice_bin, graph, tmp_path):
         out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=1", "--set", "eval.every=0")
         assert out.returncode == 0, out.stderr
         assert ("no spare slot: each swap waits for the leaving partition's last step" in out.stdout) == says, out.stdout
+        # 2 of 16 resident: partitions stay away long; 4x the partitions is the advice.
+        assert "few partitions resident: each stays away long" in out.stdout and "64 partitions" in out.stdout
+    cfg = write_config(tmp_path / "s5.yaml", graph, tmp_path / "s5", mode="out_of_core", slots=5, resident=4)
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=1", "--set", "eval.every=0")
+    assert out.returncode == 0 and "few partitions resident" not in out.stdout, out.stdout
 
 
 def edges_of(dataset: pathlib.Path, split: str) -> np.ndarray:
