@@ -392,6 +392,24 @@ std::string LpTask::Describe() const {
   return text;
 }
 
+// What the partition buffer's plan costs, said where it matters: no spare slot (each swap waits
+// for the leaving partition's last step) and few partitions resident of many (each stays away
+// long between visits, which costs quality: docs/link_prediction.md, "The partition schedule's
+// quality gap"). `one_slot_more`: the budget that would hold a spare slot.
+std::string PartitionPlanAdvice(uint32_t slots, uint32_t resident, uint32_t partitions, uint64_t one_slot_more) {
+  std::string advice;
+  if (slots <= resident) {
+    advice += "; no spare slot: each swap waits for the leaving partition's last step (a budget of " +
+              FormatBytes(one_slot_more) + ", or twice the partitions, lets loads overlap training)";
+  }
+  if (resident < 4 && partitions > 2 * resident) {
+    advice += "; few partitions resident: each stays away long between visits, which costs quality "
+              "(FB15k-237: 0.006 MRR at 2 of 8, none at 8 of 32 in the same memory); " +
+              std::to_string(4 * partitions) + " partitions in the same budget close that";
+  }
+  return advice;
+}
+
 std::string LpTask::MemoryPlan() const {
   const std::string predicted = "; predicted peak " + FormatBytes(plan_.predicted_bytes);
   if (in_memory_) {
@@ -403,18 +421,8 @@ std::string LpTask::MemoryPlan() const {
          " partition slots of " + FormatBytes(layout_.block_bytes()) + "; node table " +
          FormatBytes(table_bytes()) + " on disk; " + std::to_string(plan_.resident) + " of " +
          std::to_string(partitions()) + " partitions resident per buffer state" + predicted +
-         (plan_.slots > plan_.resident
-              ? std::string()
-              : "; no spare slot: each swap waits for the leaving partition's last step (a budget of " +
-                    FormatBytes(cfg_.storage.budget.value + layout_.block_bytes()) +
-                    ", or twice the partitions, lets loads overlap training)") +
-         // Few partitions resident of many: each stays away long between visits, which costs
-         // quality (docs/link_prediction.md, "The partition schedule's quality gap").
-         (plan_.resident >= 4 || partitions() <= 2 * plan_.resident
-              ? std::string()
-              : "; few partitions resident: each stays away long between visits, which costs "
-                "quality (FB15k-237: 0.006 MRR at 2 of 8, none at 8 of 32 in the same memory); " +
-                    std::to_string(4 * partitions()) + " partitions in the same budget close that");
+         PartitionPlanAdvice(plan_.slots, plan_.resident, partitions(),
+                             cfg_.storage.budget.value + layout_.block_bytes());
 }
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
