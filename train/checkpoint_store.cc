@@ -74,6 +74,12 @@ Result<CheckpointState> ParseYaml(const YAML::Node& root) {
   s.best_score = best.IsNull() ? std::numeric_limits<double>::quiet_NaN() : best.as<double>();
   s.best_checkpoint = root["best_checkpoint"].as<std::string>();
   s.since_best = root["since_best"].as<uint32_t>();
+  // Absent in checkpoints written before train.lr_decay: no decay yet.
+  if (const YAML::Node scale = root["lr_scale"]) s.lr_scale = scale.as<double>();
+  if (const YAML::Node since = root["since_decay"]) s.since_decay = since.as<uint32_t>();
+  if (!(s.lr_scale > 0 && s.lr_scale <= 1)) {
+    return Corruption("lr_scale: " + std::to_string(s.lr_scale) + " is not in (0, 1]");
+  }
   for (const auto& f : root["files"]) {
     CheckpointFile file;
     file.path = f["path"].as<std::string>();
@@ -114,6 +120,7 @@ std::string CheckpointState::ToJson() const {
   root.Add("seed", seed).Add("config", config_fingerprint).Add("dataset", dataset_fingerprint);
   root.AddRaw("conditions", conds.str()).Add("best_score", best_score);
   root.Add("best_checkpoint", best_checkpoint).Add("since_best", since_best);
+  root.Add("lr_scale", lr_scale).Add("since_decay", since_decay);
   root.AddRaw("files", list);
   return root.str() + "\n";
 }

@@ -61,6 +61,8 @@ struct CheckpointState {
   double best_score = 0;        // NaN: no validation yet
   std::string best_checkpoint;  // the checkpoint holding best_score ("" when none)
   uint32_t since_best = 0;      // validations without a better score (early stopping)
+  double lr_scale = 1;          // the learning rates' decay so far (train.lr_decay)
+  uint32_t since_decay = 0;     // validations without a better score since the last decay
   std::vector<CheckpointFile> files;
 
   std::string ToJson() const;

@@ -129,6 +129,8 @@ class DeviceRows {
 
   const DeviceRowsStats& stats() const { return stats_; }
   uint64_t capacity_rows() const { return options_.capacity_rows; }
+  // The row optimizer's learning rate from the next update on (train.lr_decay).
+  void set_lr(float lr) { options_.lr = lr; }
 
  private:
   struct Lane {

@@ -17,6 +17,10 @@
 
 namespace sluice {
 
+void SetOptimizerLr(torch::optim::Optimizer& optimizer, double lr) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
 TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,
                       bool requires_grad) {
   int64_t m = 0;

@@ -23,6 +23,9 @@ namespace sluice {
 
 using UseParts = std::vector<std::span<const int64_t>>;
 
+// Sets the learning rate of every parameter group of `optimizer` (train.lr_decay).
+void SetOptimizerLr(torch::optim::Optimizer& optimizer, double lr);
+
 // The uses' rows: row parts[p][i] (rows[k] is distinct row k's first float, d floats) copied
 // in order into uses [m, d] (parallel, no arithmetic: the bits do not depend on threads).
 TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,

@@ -46,6 +46,19 @@ void MaxMinutesField(V& v, double& max_minutes) {
           "time (training, validation, checkpoint) says would end past it", InRange(0.0, 1e7));
 }
 
+// train.lr_decay and train.lr_decay_patience, the same keys in every task's train section:
+// every learning rate of the run (rows and dense parameters) is multiplied by lr_decay after
+// lr_decay_patience validations in a row without a better score (the runner, train/runner.cc).
+template <class V>
+void LrDecayFields(V& v, double& lr_decay, int& lr_decay_patience) {
+  v.Field("lr_decay", lr_decay,
+          "multiply every learning rate by this after lr_decay_patience validations without a "
+          "better score (1: never; 0.5 halves them on a plateau)", InRange(0.01, 1.0));
+  v.Field("lr_decay_patience", lr_decay_patience,
+          "validations in a row without a better score before the learning rates decay "
+          "(counted again from each decay)", InRange(1, 1000));
+}
+
 template <class V, class Config>
 void VisitRunFields(V& v, Config& c) {
   v.Field("dataset", c.dataset, "dataset directory (written by scripts/sluice_prep.py)");
@@ -78,6 +91,8 @@ RunSettings RunSettingsOf(const Config& c) {
   s.run_dir = c.run_dir;
   s.epochs = c.train.epochs;
   s.max_minutes = c.train.max_minutes;
+  s.lr_decay = c.train.lr_decay;
+  s.lr_decay_patience = c.train.lr_decay_patience;
   s.checkpoint_every = c.checkpoint_every;
   s.checkpoint_incremental = c.checkpoint_incremental;
   s.progress = c.progress;

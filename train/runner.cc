@@ -197,6 +197,8 @@ class Runner : public StepSink {
   double best_score_ = std::numeric_limits<double>::quiet_NaN();
   std::string best_name_;
   uint32_t since_best_ = 0;
+  double lr_scale_ = 1;       // train.lr_decay applied so far
+  uint32_t since_decay_ = 0;  // validations without a better score since the last decay
   std::string latest_;  // the last checkpoint this run wrote
   bool interrupted_ = false, early_stopped_ = false, out_of_time_ = false;
   bool holds_lock_ = false;  // this process took the run directory's lock
@@ -320,6 +322,7 @@ Status Runner::Run() {
   }
   std::optional<CheckpointReader>& resumed = *opened;
   SLUICE_RETURN_IF_ERROR(task_.PrepareTraining(resumed ? &*resumed : nullptr));
+  task_.SetLearningRateScale(lr_scale_);  // a resumed run's decay so far
   if (resumed) WarnConditions(resumed->state());
   plan_.pipeline_threads = task_.PipelineThreads();
   PrintHeader();
@@ -342,6 +345,7 @@ Result<std::optional<CheckpointReader>> Runner::OpenRun() {
     const CheckpointState& st = resumed->state();
     start_epoch_ = st.epoch, start_step_ = st.step;
     best_score_ = st.best_score, best_name_ = st.best_checkpoint, since_best_ = st.since_best;
+    lr_scale_ = st.lr_scale, since_decay_ = st.since_decay;
   } else {
     std::error_code ec;  // a fresh run: no metrics or checkpoint pointers of an earlier one
     for (const char* name : {"metrics.jsonl", "checkpoints/latest", "checkpoints/best"}) {
@@ -511,12 +515,22 @@ Status Runner::Validate(uint64_t epoch, bool last, JsonObject& line, bool& stop)
   eval_s_ += SecondsSince(start);
   line.AddRaw(split, m.json);
   std::printf(", %s %s", split.c_str(), m.text.c_str());
-  if (Better(m.score, best_score_)) {
+  // SLUICE_TEST_STALL (tests of train.lr_decay): no validation after the first is better.
+  static const bool stall = std::getenv("SLUICE_TEST_STALL") != nullptr;
+  if (Better(m.score, best_score_) && !(stall && !std::isnan(best_score_))) {
     best_score_ = m.score;
-    since_best_ = 0;
+    since_best_ = since_decay_ = 0;
     return Checkpoint(epoch + 1, 0, /*best=*/true);
   }
   stop = s_.patience > 0 && ++since_best_ >= static_cast<uint32_t>(s_.patience);
+  if (!stop && !last && s_.lr_decay < 1 &&
+      ++since_decay_ >= static_cast<uint32_t>(s_.lr_decay_patience)) {
+    since_decay_ = 0;
+    lr_scale_ *= s_.lr_decay;
+    task_.SetLearningRateScale(lr_scale_);
+    std::printf("; learning rates now x%.4g of the config's", lr_scale_);
+    line.Add("lr_scale", lr_scale_);
+  }
   return Status::Ok();
 }
 
@@ -532,6 +546,7 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   st.config_fingerprint = config_fp_, st.dataset_fingerprint = dataset_fp_;
   st.conditions = Conditions();
   st.best_score = best_score_, st.best_checkpoint = best_name_, st.since_best = since_best_;
+  st.lr_scale = lr_scale_, st.since_decay = since_decay_;
   SLUICE_RETURN_IF_ERROR(store_.Write(
       name, st, [this](CheckpointWriter& w) { return task_.Save(w); }, best));
   latest_ = name;
@@ -587,7 +602,7 @@ Status Runner::Finish() {
   sum.Set("", "interrupted", interrupted_), sum.Set("", "early_stopped", early_stopped_);
   sum.Set("", "out_of_time", out_of_time_);
   sum.Set("", "latest_checkpoint", latest_), sum.Set("", "best_checkpoint", best_name_);
-  sum.Set("", "best_score", best_score_);
+  sum.Set("", "best_score", best_score_), sum.Set("", "lr_scale", lr_scale_);
   sum.Set("threads", "cores", plan_.cores), sum.Set("threads", "total", plan_.total);
   sum.Set("threads", "compute", plan_.compute_threads), sum.Set("threads", "blas", plan_.blas_threads);
   sum.Set("threads", "tbb", plan_.tbb_threads);

@@ -90,6 +90,9 @@ class Task {
   // Units (edges, samples) of one epoch, for the progress bar.
   virtual uint64_t EpochUnits() const = 0;
 
+  // Every learning rate of the run (rows, dense parameters) is `scale` times the config's from
+  // the next step on (train.lr_decay). Called before training starts and on each decay.
+  virtual void SetLearningRateScale(double scale) = 0;
   // Trains epoch `epoch` from step `first_step` (non-zero when resuming mid-epoch).
   virtual Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) = 0;
   // The split validated during training; "" when the dataset has none.

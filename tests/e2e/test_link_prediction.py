@@ -336,3 +336,72 @@ def test_kill_9_then_resume_gives_the_same_model(sluice_bin, graph, tmp_path, po
     assert res.returncode == 0, res.stderr
     assert table_bytes(tmp_path / "whole") == table_bytes(crashed)
     assert not list((crashed / "checkpoints").glob("*.tmp")), "a temporary checkpoint was left"
+
+
+def decays(run_dir: pathlib.Path) -> list[tuple[int, float, float | None]]:
+    """(epoch, validation MRR, lr_scale after it or None) of each metrics.jsonl line."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(x["epoch"], x["valid"]["mrr"], x.get("lr_scale")) for x in lines]
+
+
+# A learning rate high enough for validation to stall on this graph within the epochs.
+DECAY_EPOCHS = 10
+DECAY = (f"train.epochs={DECAY_EPOCHS}", "eval.every=1", "train.lr=0.3", "train.relation_lr=0.3", "train.lr_decay=0.5",
+         "train.lr_decay_patience=1")
+
+
+def test_learning_rates_decay_after_validations_without_a_better_score(sluice_bin, graph, tmp_path):
+    cfg = write_config(tmp_path / "d.yaml", graph, tmp_path / "run", mode="in_memory", resident=4)
+    sets = [a for kv in DECAY for a in ("--set", kv)]
+    out = run(sluice_bin, "train", str(cfg), *sets)
+    assert out.returncode == 0, out.stderr
+    best, scale, seen = -1.0, 1.0, 0
+    for epoch, mrr, lr_scale in decays(tmp_path / "run"):
+        if mrr > best or epoch == DECAY_EPOCHS:  # a better score, or the last epoch: no decay
+            best = max(best, mrr)
+            assert lr_scale is None, epoch
+        else:
+            scale *= 0.5
+            seen += 1
+            assert lr_scale == scale, (epoch, lr_scale, scale)
+    assert seen >= 1, "no validation stalled: the test needs a higher learning rate"
+    assert f"learning rates now x{scale:.4g} of the config's" in out.stdout
+    assert json.loads((tmp_path / "run/summary.json").read_text())["lr_scale"] == scale
+    # The decay is live: without it the same config trains another model, equal until the first decay.
+    plain = run(sluice_bin, "train", str(cfg), *sets, "--set", "train.lr_decay=1", "--set",
+                f"run_dir={tmp_path / 'plain'}")
+    assert plain.returncode == 0, plain.stderr
+    first = next(e for e, _, s in decays(tmp_path / "run") if s is not None)
+    assert [m for e, m, _ in decays(tmp_path / "plain")][:first] == [m for e, m, _ in decays(tmp_path / "run")][:first]
+    assert table_bytes(tmp_path / "plain") != table_bytes(tmp_path / "run")
+    # A run interrupted after its first decay resumes with the decayed rates: the same model.
+    steps = int(json.loads((tmp_path / "run/summary.json").read_text())["units_trained"]) // DECAY_EPOCHS // 500 + 1
+    env = dict(os.environ, SLUICE_STOP_AFTER_STEPS=str(steps * first + 5))
+    part = subprocess.run([str(sluice_bin), "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}"],
+                          capture_output=True, text=True, env=env)
+    assert part.returncode == 130, part.stderr
+    res = run(sluice_bin, "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}", "--resume")
+    assert res.returncode == 0, res.stderr
+    assert table_bytes(tmp_path / "parts") == table_bytes(tmp_path / "run")
+
+
+def test_learning_rate_decay_reaches_rows_and_relations(sluice_bin, graph, tmp_path):
+    """With only the node rows learning (relation_lr 0), then only the relations (lr 0), and every
+    validation after the first counted as a stall (the test hook), the decay changes what learns
+    and leaves the other as it was."""
+    env = dict(os.environ, SLUICE_TEST_STALL="1")
+    cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "unused", mode="in_memory", resident=4)
+    for rates in ("train.relation_lr=0", "train.lr=0"):
+        runs = [tmp_path / f"{rates}-{decay}" for decay in (0.5, 1)]
+        for run_dir, decay in zip(runs, (0.5, 1)):
+            out = subprocess.run([str(sluice_bin), "train", str(cfg), "--set", "train.epochs=3", "--set", "eval.every=1",
+                                  "--set", "train.relation_optimizer=adagrad", "--set", rates, "--set",
+                                  f"train.lr_decay={decay}", "--set", f"run_dir={run_dir}"],
+                                 capture_output=True, text=True, env=env, timeout=300)
+            assert out.returncode == 0, out.stderr
+        # nodes.bin rows: 16 floats of embedding, then 16 of Adagrad state (summed whatever the rate).
+        nodes = [np.frombuffer(table_bytes(r), np.float32).reshape(-1, 32)[:, :16].tobytes() for r in runs]
+        latest = [(r / "checkpoints" / (r / "checkpoints/latest").read_text().strip()) for r in runs]
+        relations = [(d / "relations.pt").read_bytes() for d in latest]
+        assert (nodes[0] != nodes[1]) == (rates == "train.relation_lr=0"), rates
+        assert (relations[0] != relations[1]) == (rates == "train.lr=0"), rates

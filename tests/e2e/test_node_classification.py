@@ -441,3 +441,31 @@ def test_options_train_and_stay_exact_out_of_core(sluice_bin, tmp_path, model):
     assert dense(tmp_path / "ooc") == dense(tmp_path / "mem")
     assert acc["ooc"] == acc["mem"]
     assert acc["mem"][-1] > 0.5, acc  # 8 classes: chance is 0.125
+
+
+def test_learning_rate_decay_reaches_embeddings_and_layers(sluice_bin, gen, tmp_path):
+    """train.lr_decay with every validation after the first counted as a stall (the test hook):
+    with only the layers learning (embedding_lr 0), then only the embeddings (lr 0), the decay
+    changes what learns and leaves the other as it was."""
+    env = dict(os.environ, SLUICE_TEST_STALL="1")
+    for learning, frozen, rates in [("dense.pt", "nodes.bin", "train.embedding_lr=0"),
+                                    ("nodes.bin", "dense.pt", "train.lr=0")]:
+        runs = []
+        for decay in (0.5, 1):
+            run_dir = tmp_path / f"{learning}-{decay}"
+            cfg = write_config(tmp_path / "c.yaml", gen, run_dir, EMB, MEM, epochs=3)
+            out = subprocess.run([str(sluice_bin), "train", str(cfg), "--set", f"train.lr_decay={decay}", "--set",
+                                  rates], capture_output=True, text=True, env=env, timeout=300)
+            assert out.returncode == 0, out.stderr
+            runs.append(run_dir)
+        scales = [json.loads(x).get("lr_scale") for x in (runs[0] / "metrics.jsonl").read_text().splitlines()]
+        assert scales == [None, 0.5, None], scales
+        def model(run_dir: pathlib.Path, name: str) -> bytes:
+            data = checkpoint_file(run_dir, name)
+            if name == "dense.pt":
+                return data
+            # nodes.bin rows: 16 floats of embedding, then 16 of Adagrad state (which sums
+            # gradients whatever the rate): the embeddings only.
+            return np.frombuffer(data, np.float32).reshape(-1, 32)[:, :16].tobytes()
+        assert model(runs[0], learning) != model(runs[1], learning), learning
+        assert model(runs[0], frozen) == model(runs[1], frozen), frozen

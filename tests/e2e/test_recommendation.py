@@ -1,6 +1,7 @@
 """End-to-end recommendation (DLRM) through the sluice CLI: out-of-core training through the row
 cache (row file and RocksDB tables) equals the same schedule with every table in RAM, bit for
 bit; resume after Ctrl-C or kill -9 equals an uninterrupted run; eval/export/predict; bad input."""
+import json
 import os
 import pathlib
 import re
@@ -42,8 +43,8 @@ def write_config(path: pathlib.Path, dataset: pathlib.Path, run_dir: pathlib.Pat
 OOC = {"mode": "out_of_core", "cache_rows": 5000, "window": 2, "run_ahead": 2, "planner": "oracle"}
 
 
-def export(sluice_bin, run_dir: pathlib.Path) -> dict[str, bytes]:
-    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
+def export(sluice_bin, run_dir: pathlib.Path, *args: str) -> dict[str, bytes]:
+    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"), *args)
     assert out.returncode == 0, out.stderr
     return {p.name: p.read_bytes() for p in sorted((run_dir / "export").glob("table_*.npy"))}
 
@@ -273,3 +274,38 @@ def test_torchscript_model_trains_out_of_core_as_in_memory(sluice_bin, clicks, t
         out = run(sluice_bin, "train", str(cfg), "--set", f"model.torchscript={bad}", "--overwrite")
         assert out.returncode != 0 and why in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_learning_rate_decay_reaches_rows_and_mlps_and_resumes(sluice_bin, clicks, tmp_path):
+    """train.lr_decay with every validation after the first counted as a stall (the test hook):
+    the rates halve after epochs 2 and 3; rows and MLPs both train differently than without the
+    decay, and a run interrupted after the first decay resumes with the decayed rates."""
+    cfg = write_config(tmp_path / "c.yaml", clicks, tmp_path / "d", **OOC)
+    sets = ["--set", "train.epochs=4", "--set", "train.lr_decay=0.5", "--set", "train.lr_decay_patience=1"]
+    env = dict(os.environ, SLUICE_TEST_STALL="1")
+
+    def train(run_dir: pathlib.Path, *extra: str, stop: int = 0) -> subprocess.CompletedProcess:
+        e = dict(env, SLUICE_STOP_AFTER_STEPS=str(stop)) if stop else env
+        return subprocess.run([str(sluice_bin), "train", str(cfg), *sets, "--set", f"run_dir={run_dir}", *extra],
+                              capture_output=True, text=True, env=e, timeout=300)
+
+    out = train(tmp_path / "d")
+    assert out.returncode == 0, out.stderr
+    scales = [json.loads(x).get("lr_scale") for x in (tmp_path / "d/metrics.jsonl").read_text().splitlines()]
+    assert scales == [None, 0.5, 0.25, None], scales
+    latest = ("--checkpoint", "latest")  # the best is epoch 1's, before any decay
+    tables = export(sluice_bin, tmp_path / "d", *latest)
+    # Only the rows learning (dense_lr 0), then only the MLPs (lr 0): the decay reaches each.
+    for rates in ("train.dense_lr=0", "train.lr=0"):
+        runs = [tmp_path / f"{rates}-{decay}" for decay in (0.5, 1)]
+        for run_dir, decay in zip(runs, (0.5, 1)):
+            assert train(run_dir, "--set", rates, "--set", f"train.lr_decay={decay}").returncode == 0
+        a, b = (export(sluice_bin, r, *latest) for r in runs)
+        assert (a != b) == (rates == "train.dense_lr=0"), rates
+        assert (dense_bytes(runs[0]) != dense_bytes(runs[1])) == (rates == "train.lr=0"), rates
+    steps = int(json.loads((tmp_path / "d/summary.json").read_text())["units_trained"]) // 4 // 200
+    part = train(tmp_path / "i", stop=2 * steps + 10)  # in epoch 3, after the first decay
+    assert part.returncode == 130, part.stderr
+    assert train(tmp_path / "i", "--resume").returncode == 0
+    assert export(sluice_bin, tmp_path / "i", *latest) == tables
+    assert dense_bytes(tmp_path / "i") == dense_bytes(tmp_path / "d")

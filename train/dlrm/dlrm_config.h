@@ -74,6 +74,8 @@ struct DlrmTrainConfig {
   uint64_t seed = 1;
   uint64_t max_steps = 0;  // per epoch, 0 = all
   double max_minutes = 0;  // training time budget (0: none)
+  double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
+  int lr_decay_patience = 1;
 
   template <class V>
   void VisitFields(V& v) {
@@ -91,6 +93,7 @@ struct DlrmTrainConfig {
     v.Field("seed", seed, "seed of the initial rows and MLP weights");
     v.Field("max_steps", max_steps, "train at most this many steps per epoch (0: all)");
     MaxMinutesField(v, max_minutes);
+    LrDecayFields(v, lr_decay, lr_decay_patience);
   }
 };
 

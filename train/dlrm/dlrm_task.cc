@@ -277,7 +277,7 @@ Result<double> DlrmTask::TrainStep(RowBatch& b) {
   const int64_t u = static_cast<int64_t>(b.unique.size()), d = tables_->width();
   const torch::Tensor sums = SumRowGrads({inverse_}, g.use_grads[0], u, d);
   const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  ApplyRowOptimizer(tables_->optimizer(), rows, sums, d, static_cast<float>(cfg_.train.lr));
+  ApplyRowOptimizer(tables_->optimizer(), rows, sums, d, static_cast<float>(cfg_.train.lr * lr_scale_));
   time_.update_s += SecondsSince(start);
   return g.loss;
 }
@@ -300,6 +300,12 @@ void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {
         return more;
       },
       po);
+}
+
+void DlrmTask::SetLearningRateScale(double scale) {
+  lr_scale_ = scale;
+  if (opt_ != nullptr) SetOptimizerLr(*opt_, cfg_.train.dense_lr * scale);
+  if (device_rows_ != nullptr) device_rows_->set_lr(static_cast<float>(cfg_.train.lr * scale));
 }
 
 Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, StepSink& sink) {

@@ -28,7 +28,7 @@ DeviceRowsOptions DlrmTask::DeviceOptions() const {
   o.dim = tables_->width();
   o.row_floats = tables_->row_bytes() / 4;
   o.optimizer = tables_->optimizer();
-  o.lr = static_cast<float>(cfg_.train.lr);
+  o.lr = static_cast<float>(cfg_.train.lr * lr_scale_);
   o.planner = cfg_.device.planner;
   return o;
 }

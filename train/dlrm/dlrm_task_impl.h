@@ -48,6 +48,7 @@ class DlrmTask : public Task {
   uint64_t EpochUnits() const override;
   // The sampler stage and the row prefetcher (and RocksDB's background thread).
   int PipelineThreads() const override { return rocksdb_ ? 3 : 2; }
+  void SetLearningRateScale(double scale) override;
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override;
   Result<Metrics> Evaluate(const std::string& split) override;
@@ -150,6 +151,7 @@ class DlrmTask : public Task {
   std::string encoder_name_;  // Run::SetEncoder
   EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
+  double lr_scale_ = 1;  // train.lr_decay so far: every learning rate is the config's times this
   // Device.
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;

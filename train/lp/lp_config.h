@@ -85,6 +85,8 @@ struct LpTrainConfig {
   uint64_t all_max_pairs = 10'000'000'000;  // scoring auto: 1vsAll up to this many edge x node pairs
   double label_smoothing = 0.0;
   double max_minutes = 0;   // training time budget (0: none)
+  double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
+  int lr_decay_patience = 1;
   uint64_t max_steps = 0;   // per epoch, 0 = all
   LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
@@ -116,6 +118,7 @@ struct LpTrainConfig {
             "softmax loss: the target puts 1 - e on the true candidate and e spread evenly over "
             "the negatives", InRange(0.0, 0.99));
     MaxMinutesField(v, max_minutes);
+    LrDecayFields(v, lr_decay, lr_decay_patience);
     v.Field("max_steps", max_steps,
             "train at most this many steps per epoch, the first of its schedule (0: all; "
             "benchmarks and smoke runs)");

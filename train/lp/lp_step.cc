@@ -24,6 +24,17 @@ LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint
   }
 }
 
+void LpStepper::UseDevice(DeviceRows* rows) {
+  device_rows_ = rows;
+  if (device_rows_ != nullptr) device_rows_->set_lr(RowLr());
+}
+
+void LpStepper::SetLrScale(double scale) {
+  lr_scale_ = scale;
+  SetOptimizerLr(*rel_opt_, cfg_.train.relation_lr * scale);
+  if (device_rows_ != nullptr) device_rows_->set_lr(RowLr());
+}
+
 std::vector<float*> LpStepper::RowAddresses(const LinkBatch& b,
                                             const std::vector<std::byte*>& base) const {
   std::vector<float*> rows(b.unique.size());
@@ -75,7 +86,7 @@ Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& blo
   auto t2 = SteadyClock::now();
   times_.compute_s += std::chrono::duration<double>(t2 - t1).count();
   // Row-wise Adagrad into the rows (state in the second half of the row).
-  ApplyRowOptimizer(RowOptimizer::kAdagrad, rows, sums, d, static_cast<float>(cfg_.train.lr));
+  ApplyRowOptimizer(RowOptimizer::kAdagrad, rows, sums, d, RowLr());
   rel_opt_->step();
   times_.update_s += SecondsSince(t2);
   return g.loss;

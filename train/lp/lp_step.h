@@ -54,7 +54,9 @@ class LpStepper {
   // The device path (train/device_rows.h): a step staged (its rows and relations copied to the
   // device while the previous step computes), launched through autograd (the fused path is the
   // CPU's), and finished (its rows written back into the blocks); Finish returns its loss.
-  void UseDevice(DeviceRows* rows) { device_rows_ = rows; }
+  void UseDevice(DeviceRows* rows);
+  // Every learning rate (rows, relations) is the config's times `scale` from the next step on.
+  void SetLrScale(double scale);
   Status Stage(LinkBatch& batch, const std::vector<std::byte*>& block_base);
   Status Launch(LinkBatch& batch, uint64_t epoch, uint64_t step);
   Result<double> Finish();
@@ -64,8 +66,10 @@ class LpStepper {
  private:
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
   static void AddColumns(LinkBatch& b, ModelInput& in);
+  float RowLr() const { return static_cast<float>(cfg_.train.lr * lr_scale_); }
 
   LpConfig cfg_;
+  double lr_scale_ = 1;  // train.lr_decay so far
   NodeTableLayout layout_;
   std::shared_ptr<Model> model_;
   LinkModel* builtin_ = nullptr;

@@ -66,6 +66,7 @@ class LpTask : public Task {
   // The edge reader, and out of core the block prefetcher; the sampler stage runs as compute's
   // tasks (StageMode::kTask).
   int PipelineThreads() const override { return in_memory_ ? 1 : 2; }
+  void SetLearningRateScale(double scale) override { stepper_->SetLrScale(scale); }
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override {
     return dataset_.Has("edges.valid.src") ? "valid" : "";

@@ -129,6 +129,8 @@ struct NcTrainConfig {
   RowOptimizer embedding_optimizer = RowOptimizer::kAdagrad;
   double embedding_lr = 0.1;
   double max_minutes = 0;  // training time budget (0: none)
+  double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
+  int lr_decay_patience = 1;
   SamplerDevice sampler = SamplerDevice::kAuto;
 
   template <class V>
@@ -143,6 +145,7 @@ struct NcTrainConfig {
             "learnable node embeddings (model.embedding_dim): sgd, rowwise_adagrad or adagrad");
     v.Field("embedding_lr", embedding_lr, "learning rate of the node embeddings", InRange(0.0, 1e6));
     MaxMinutesField(v, max_minutes);
+    LrDecayFields(v, lr_decay, lr_decay_patience);
     v.Field("sampler", sampler,
             "where training's k-hop sampler runs: cpu, cuda (the GPU; the same samples bit for bit) or "
             "auto (with device.type cuda, the faster of the two timed on the first steps at set-up; "

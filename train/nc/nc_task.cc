@@ -773,10 +773,16 @@ Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step
                                            feature_dim_);
     const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
     ApplyRowOptimizer(cfg_.train.embedding_optimizer, rows, sums, feature_dim_,
-                      static_cast<float>(cfg_.train.embedding_lr));
+                      static_cast<float>(cfg_.train.embedding_lr * lr_scale_));
   }
   compute_s_ += SecondsSince(start);
   return g.loss;
+}
+
+void NcTask::SetLearningRateScale(double scale) {
+  lr_scale_ = scale;
+  if (opt_ != nullptr) SetOptimizerLr(*opt_, cfg_.train.lr * scale);
+  if (device_rows_ != nullptr) device_rows_->set_lr(static_cast<float>(cfg_.train.embedding_lr * scale));
 }
 
 Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {

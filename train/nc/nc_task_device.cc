@@ -42,7 +42,7 @@ DeviceRowsOptions NcTask::DeviceOptions() const {
   // Float16 feature rows travel as they are (two to a float) and are widened on the device.
   o.dim = embeddings_ ? feature_dim_ : o.row_floats;
   o.optimizer = cfg_.train.embedding_optimizer;
-  o.lr = static_cast<float>(cfg_.train.embedding_lr);
+  o.lr = static_cast<float>(cfg_.train.embedding_lr * lr_scale_);
   o.planner = cfg_.device.planner;
   o.total_rows = num_nodes_;
   // Feature rows never change: with no device cache a step's rows are copied as they are, with

@@ -47,6 +47,7 @@ class NcTask : public Task {
   // The sampler stage and the row prefetcher.
   int PipelineThreads() const override { return 2; }
   uint64_t EpochUnits() const override { return Split("train").size(); }
+  void SetLearningRateScale(double scale) override;
   Result<EpochOutcome> TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) override;
   std::string ValidationSplit() const override;
   Result<Metrics> Evaluate(const std::string& split) override;
@@ -232,6 +233,7 @@ class NcTask : public Task {
   std::string encoder_name_;  // Run::SetEncoder
   EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
+  double lr_scale_ = 1;  // train.lr_decay so far: every learning rate is the config's times this
   // The device (device.type cuda or emulated, training only).
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;
