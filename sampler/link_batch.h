@@ -24,6 +24,11 @@ struct LinkBatch {
   // all_negatives only: per query, the column of its true tail in tail_neg (of its true head in
   // head_neg); -1 where it is not among them.
   std::vector<int64_t> tail_col, head_col;
+  // With an encoder (sampler/link_neighbors.h): the first `seeds` rows of `unique` are the
+  // step's own; seed i's sampled neighbours are unique[nbr[nbr_offsets[i] .. nbr_offsets[i + 1])]
+  // (indices into unique; neighbours that are no seed follow the seeds there).
+  uint64_t seeds = 0;
+  std::vector<int64_t> nbr_offsets, nbr;
 };
 
 struct LinkBatchOptions {

@@ -52,6 +52,16 @@ struct EnumNames<Schedule> {
       {Schedule::kPartitions, "partitions"}, {Schedule::kShuffle, "shuffle"}};
 };
 
+// An encoder in front of the decoder: none (each node is its embedding row) or graphsage (one
+// GraphSage layer, mean aggregator: a node is W_self x_v + W_neigh mean(x_u) + b over up to
+// model.fanout sampled in- and out-neighbours, x the learnable rows; MariusGNN's link prediction).
+enum class LpEncoder { kNone, kGraphSage };
+template <>
+struct EnumNames<LpEncoder> {
+  static constexpr std::pair<LpEncoder, const char*> kNames[] = {
+      {LpEncoder::kNone, "none"}, {LpEncoder::kGraphSage, "graphsage"}};
+};
+
 struct LpModelConfig {
   Decoder decoder = Decoder::kDistMult;
   int dim = 50;
@@ -59,6 +69,8 @@ struct LpModelConfig {
   double init_scale = 0.001;
   double entity_dropout = 0.0;    // on the query's entity (h of (h, r, ?), t of (?, r, t))
   double relation_dropout = 0.0;  // on the query's relation
+  LpEncoder encoder = LpEncoder::kNone;
+  int fanout = 10;  // graphsage: neighbours drawn per node (in and out together)
 
   template <class V>
   void VisitFields(V& v) {
@@ -73,6 +85,14 @@ struct LpModelConfig {
             InRange(0.0, 0.95));
     v.Field("relation_dropout", relation_dropout,
             "dropout on the query's relation embedding in training", InRange(0.0, 0.95));
+    v.Field("encoder", encoder,
+            "none (a node is its embedding row) or graphsage (one GraphSage layer, mean "
+            "aggregator, over up to `fanout` sampled in- and out-neighbours of every node a step "
+            "scores, negatives included; neighbours from the training edges of the step's buffer "
+            "state, or of the whole graph under the shuffle; evaluation encodes every node over "
+            "the whole training graph)");
+    v.Field("fanout", fanout, "graphsage: neighbours drawn per node, in and out together",
+            InRange(1, 256));
   }
 };
 

@@ -39,6 +39,7 @@ class LpEpoch {
   EdgeReader reader_;                  // the sampler stage's
   StateEdges edges_;                   // the sampler stage's: its current state's edges
   uint32_t loaded_state_ = kNoState;   // the sampler stage's
+  uint32_t graph_state_ = kNoState;    // the sampler stage's: the neighbours' graph's state
   std::vector<std::byte*> block_base_;
   std::unique_ptr<BlockPipeline<LinkBatch>> pipe_;
 };
@@ -63,6 +64,18 @@ Result<bool> LpEpoch::Fill(uint64_t t, LinkBatch& batch) {
                             held ? edges_.dst.data() : sc.dst().data(), edges_.order.data()};
   ctx_.sampler.Sample(columns, step.begin, step.end, epoch_, s, sc.NodeRanges(states_[step.state]),
                       batch);
+  if (ctx_.neighbors != nullptr) {
+    if (graph_state_ != step.state) {  // the state's edges are the neighbours' graph
+      if (held) {
+        ctx_.neighbors->SetGraph(edges_.src, edges_.dst);
+      } else {
+        ctx_.neighbors->SetGraph(std::span(sc.src().data(), sc.src().size()),
+                                 std::span(sc.dst().data(), sc.dst().size()));
+      }
+      graph_state_ = step.state;
+    }
+    ctx_.neighbors->Sample(epoch_, s, batch);
+  }
   return true;
 }
 

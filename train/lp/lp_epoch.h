@@ -13,6 +13,7 @@
 #include "prefetch/edge_schedule.h"
 #include "prefetch/run_ahead_ring.h"
 #include "sampler/link_batch.h"
+#include "sampler/link_neighbors.h"
 #include "train/lp/lp_config.h"
 #include "train/lp/lp_step.h"
 #include "train/task.h"
@@ -39,6 +40,9 @@ struct LpEpochContext {
   uint32_t slots = 0;                 // out of core: cache slots
   LpEpochStats& stats;
   DeviceRows* device_rows = nullptr;  // a device run's (the stepper uses it)
+  // model.encoder: each step's neighbourhoods, drawn in the sampler stage from the training
+  // edges of the step's buffer state (every training edge under the shuffle).
+  LinkNeighborSampler* neighbors = nullptr;
 };
 
 // Trains epoch `epoch` from step `first_step`. When the sink asks to stop, the pipeline is

@@ -12,6 +12,24 @@ LpStepper::LpStepper(const LpConfig& config, const NodeTableLayout& layout, uint
     auto builtin = std::make_shared<LinkModel>(config, num_relations, layout.num_nodes());
     builtin_ = builtin.get();
     model_ = std::move(builtin);
+    if (config.model.encoder == LpEncoder::kGraphSage) {
+      encoder_ = std::make_shared<SageLinkEncoder>(config.model.dim, config.train.seed);
+      // A step's seeds (queries' heads and tails, the negatives), their neighbours' rows (at
+      // most every node) and the sampled uses: the rows gathered and their gradients, the
+      // neighbours' gather, and the seeds' sums, means, encodings and their gradients.
+      const uint64_t n = layout.num_nodes(), d = static_cast<uint64_t>(config.model.dim);
+      const uint64_t queries = static_cast<uint64_t>(config.train.batch) * (config.model.reciprocal ? 2 : 1);
+      const uint64_t negatives = config.train.scoring == Scoring::kAll
+                                     ? n
+                                     : static_cast<uint64_t>(config.train.chunks) *
+                                           static_cast<uint64_t>(config.train.negatives) *
+                                           (config.model.reciprocal ? 1 : 2);
+      const uint64_t seeds = std::min(n, 2 * queries + negatives);
+      const uint64_t fanout = static_cast<uint64_t>(config.model.fanout);
+      const uint64_t rows = std::min(n, seeds * (1 + fanout));
+      encoder_->set_step_bytes(rows * d * 4 * 2 + seeds * fanout * d * 4 * 2 + seeds * d * 4 * 6);
+      model_ = std::make_shared<EncodedModel>(encoder_, std::move(model_));
+    }
   }
   model_->to(device);
   std::vector<torch::Tensor> params = model_->parameters();
@@ -70,17 +88,30 @@ Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& blo
   if (!b.head_neg.empty()) parts.push_back(b.head_neg);
   const bool fused = builtin_ != nullptr && builtin_->fused();
   ModelInput in;
-  in.tables.push_back(GatherUses(rows, parts, d, /*requires_grad=*/!fused));
+  if (encoder_ != nullptr) {  // every row once; the encoder gathers the decoder's uses
+    uses_.clear();
+    for (std::span<const int64_t> part : parts) uses_.insert(uses_.end(), part.begin(), part.end());
+    all_rows_.resize(b.unique.size());
+    for (size_t i = 0; i < all_rows_.size(); ++i) all_rows_[i] = static_cast<int64_t>(i);
+    parts = {all_rows_};
+    in.ids["uses"] = IdsOf(uses_);
+    in.ids["nbr_offsets"] = IdsOf(b.nbr_offsets);
+    in.ids["nbr"] = IdsOf(b.nbr);
+    in.sizes["seeds"] = static_cast<int64_t>(b.seeds);
+  }
+  // Through an encoder the rows' gradients come from autograd, whatever computes the loss.
+  in.tables.push_back(GatherUses(rows, parts, d, /*requires_grad=*/!fused || encoder_ != nullptr));
   in.ids["relation"] = torch::from_blob(b.rel.data(), {static_cast<int64_t>(b.rel.size())}, torch::kInt64);
   AddColumns(b, in);
-  in.sizes = {{"queries", static_cast<int64_t>(b.queries)},
-              {"chunks", b.chunks},
-              {"per_chunk", b.per_chunk},
-              {"head_negatives", b.head_neg.empty() ? 0 : 1}};
+  in.sizes["queries"] = static_cast<int64_t>(b.queries);
+  in.sizes["chunks"] = b.chunks;
+  in.sizes["per_chunk"] = b.per_chunk;
+  in.sizes["head_negatives"] = b.head_neg.empty() ? 0 : 1;
   in.key = {cfg_.train.seed, epoch, step};
   auto t1 = SteadyClock::now();
   times_.gather_s += std::chrono::duration<double>(t1 - t0).count();
-  if (!fused) rel_opt_->zero_grad();
+  // The fused loss sets the relations' gradient; an encoder's weights accumulate theirs.
+  if (!fused || encoder_ != nullptr) rel_opt_->zero_grad();
   SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*model_, in, fused));
   const torch::Tensor sums = SumRowGrads(parts, g.use_grads[0], static_cast<int64_t>(rows.size()), d);
   auto t2 = SteadyClock::now();

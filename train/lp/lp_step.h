@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "sampler/link_batch.h"
 #include "train/lp/lp_config.h"
+#include "train/lp/lp_encoder.h"
 #include "train/lp/lp_model.h"
 #include "train/device_rows.h"
 #include "train/lp/node_table.h"
@@ -44,6 +45,8 @@ class LpStepper {
   const std::shared_ptr<Model>& model_ptr() const { return model_; }
   // The built-in model; null when a user's model trains.
   LinkModel* builtin() { return builtin_; }
+  // The encoder in front of the built-in model (model.encoder); null without one.
+  const std::shared_ptr<SageLinkEncoder>& encoder() const { return encoder_; }
   torch::optim::Optimizer& relation_optimizer() { return *rel_opt_; }
 
   // Trains a sampled step of epoch `epoch` on the rows of `block_base` (block k's first row;
@@ -73,6 +76,8 @@ class LpStepper {
   NodeTableLayout layout_;
   std::shared_ptr<Model> model_;
   LinkModel* builtin_ = nullptr;
+  std::shared_ptr<SageLinkEncoder> encoder_;
+  std::vector<int64_t> all_rows_, uses_;  // encoder: every row once; the decoder's uses
   std::unique_ptr<torch::optim::Optimizer> rel_opt_;
   DeviceRows* device_rows_ = nullptr;
   std::vector<RowKey> keys_;  // the staged step's rows, as keys

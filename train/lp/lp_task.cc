@@ -88,6 +88,8 @@ class LpTask : public Task {
   LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
+  // model.encoder: every node encoded over its neighbours in the whole training graph.
+  Result<torch::Tensor> EncodeAll(const torch::Tensor& rows);
   Status MakeStepper();
   Status CheckEvaluationEdges() const;
   // Scores rankings and predictions: the built-in decoder, or the user's model's Predict.
@@ -101,6 +103,8 @@ class LpTask : public Task {
   uint64_t num_relations_ = 0;  // including reciprocal ones
   EdgeSchedule schedule_;
   std::unique_ptr<LinkBatchSampler> sampler_;
+  std::unique_ptr<LinkNeighborSampler> neighbors_;       // model.encoder: training steps'
+  std::unique_ptr<LinkNeighborSampler> eval_neighbors_;  // model.encoder: the whole training graph
   std::unique_ptr<LpStepper> stepper_;
   std::unique_ptr<LpRanker> ranker_;
   std::string table_path_;
@@ -143,6 +147,14 @@ Status LpTask::Open(Purpose purpose) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
+  if (cfg_.model.encoder != LpEncoder::kNone && factory_) {
+    return InvalidArgument("model.encoder: graphsage encodes for the built-in decoders; a user's model "
+                           "(Run::SetModel) brings its own encoding");
+  }
+  if (cfg_.model.encoder != LpEncoder::kNone && cfg_.device.on_device()) {
+    return InvalidArgument("model.encoder: graphsage trains on the CPU; set device.type: cpu (the GPU "
+                           "path runs the decoders alone)");
+  }
   layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
   if (cfg_.train.scoring == Scoring::kAuto) {
     const auto train = m.edges.find("train");
@@ -174,6 +186,9 @@ Status LpTask::Open(Purpose purpose) {
     so.io = cfg_.io;
     SLUICE_RETURN_IF_ERROR(schedule_.Open(dataset_, m.partition_bounds, so));
     sampler_ = std::make_unique<LinkBatchSampler>(layout_.num_nodes(), BatchOptions());
+    if (cfg_.model.encoder != LpEncoder::kNone) {
+      neighbors_ = std::make_unique<LinkNeighborSampler>(layout_.num_nodes(), cfg_.model.fanout, cfg_.train.seed);
+    }
     if (cfg_.device.on_device()) {
       SLUICE_ASSIGN_OR_RETURN(acc_, OpenAccelerator(cfg_.device));
     }
@@ -242,6 +257,9 @@ Status LpTask::LoadState(const CheckpointReader& checkpoint) {
   } else {
     std::shared_ptr<Model> model = stepper_->model_ptr();
     SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", model, ComputeDevice()));
+  }
+  if (std::shared_ptr<SageLinkEncoder> encoder = stepper_->encoder()) {
+    SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "encoder.pt", encoder, ComputeDevice()));
   }
   SLUICE_RETURN_IF_ERROR(
       LoadTorch(checkpoint, "relation_optimizer.pt", stepper_->relation_optimizer(), ComputeDevice()));
@@ -353,6 +371,10 @@ Status LpTask::SetUpStorage() {
     schedule_.set_resident(first.resident);
     in.largest_state_edges = schedule_.LargestStateEdges();
   }
+  if (neighbors_ != nullptr) {  // model.encoder: the neighbours' graph, a state's edges both ways
+    const uint64_t edges = in.shuffle ? schedule_.src().size() : in.largest_state_edges;
+    in.step_bytes += 2 * CsrGraph::BytesFor(layout_.num_nodes(), edges);
+  }
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanPartitionMemory(in));
   schedule_.set_resident(plan_.resident);
   if (in_memory_) {
@@ -430,6 +452,7 @@ Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, Ste
   LpEpochContext ctx{cfg_, layout_, schedule_, *sampler_, *stepper_, cache_.get(),
                      in_memory_ ? memory_table_.data() : nullptr, plan_.slots, stats_,
                      device_rows_.get()};
+  ctx.neighbors = neighbors_.get();
   return TrainLpEpoch(ctx, epoch, first_step, sink);
 }
 
@@ -452,6 +475,7 @@ Status LpTask::Save(CheckpointWriter& writer) {
   } else {
     SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "dense.pt", stepper_->model_ptr()));
   }
+  if (stepper_->encoder() != nullptr) SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "encoder.pt", stepper_->encoder()));
   return SaveTorch(writer, "relation_optimizer.pt", stepper_->relation_optimizer());
 }
 
@@ -475,7 +499,34 @@ Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
       std::memcpy(out + v * d, rows + (v - layout_.bounds[b]) * layout_.row_bytes, d * 4);
     }
   }
-  return all;
+  return stepper_->encoder() != nullptr ? EncodeAll(all) : Result<torch::Tensor>(all);
+}
+
+Result<torch::Tensor> LpTask::EncodeAll(const torch::Tensor& rows) {
+  const int64_t n = rows.size(0);
+  if (eval_neighbors_ == nullptr) {
+    std::vector<int64_t> src, rel, dst;
+    SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, "train", src, rel, dst));
+    eval_neighbors_ = std::make_unique<LinkNeighborSampler>(static_cast<uint64_t>(n), cfg_.model.fanout,
+                                                            cfg_.train.seed);
+    eval_neighbors_->SetGraph(src, dst);
+  }
+  torch::NoGradGuard no_grad;
+  SageLinkEncoder& encoder = *stepper_->encoder();
+  torch::Tensor out = torch::empty_like(rows);
+  std::vector<int64_t> seeds, offsets, nbr;
+  constexpr int64_t kBlock = 1 << 16;
+  for (int64_t lo = 0; lo < n; lo += kBlock) {
+    const int64_t hi = std::min(n, lo + kBlock);
+    seeds.resize(static_cast<size_t>(hi - lo));
+    for (int64_t v = lo; v < hi; ++v) seeds[static_cast<size_t>(v - lo)] = v;
+    eval_neighbors_->SampleIds(seeds, offsets, nbr);
+    const auto ids = [](std::vector<int64_t>& v) {
+      return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kInt64);
+    };
+    out.slice(0, lo, hi).copy_(encoder.Aggregate(rows.slice(0, lo, hi), rows, ids(offsets), ids(nbr)));
+  }
+  return out;
 }
 
 Result<Metrics> LpTask::Evaluate(const std::string& split) {
@@ -555,6 +606,10 @@ Status LpTask::Export(const std::string& dir) {
   std::string readme =
       "nodes.npy: row k is node k (the dataset's renumbered id); nodes.names.txt line k is its "
       "original id.\n";
+  if (stepper_->encoder() != nullptr) {
+    readme += "nodes.npy holds the encoder's output (model.encoder: graphsage over the whole training "
+              "graph), what the decoder scores, not the learnable rows.\n";
+  }
   if (LinkModel* builtin = stepper_->builtin()) {
     torch::Tensor rels = builtin->relations().detach().to(torch::kCPU).contiguous();
     SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/relations.npy", "<f4", {rels.size(0), rels.size(1)},
