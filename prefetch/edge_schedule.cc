@@ -180,6 +180,30 @@ uint64_t EdgeSchedule::LargestStateEdges() const {
   return most;
 }
 
+EdgeState EdgeSchedule::ResidentState(const EdgeState& state) const {
+  EdgeState whole;
+  whole.blocks = state.blocks;
+  std::sort(whole.blocks.begin(), whole.blocks.end());
+  const uint32_t p = partitions();
+  for (BlockId i : whole.blocks) {
+    for (BlockId j : whole.blocks) {
+      const int64_t begin = buckets_[uint64_t{i} * p + j], end = buckets_[uint64_t{i} * p + j + 1];
+      if (begin < end) whole.ranges.emplace_back(begin, end);
+      whole.edges += static_cast<uint64_t>(end - begin);
+    }
+  }
+  whole.group = state.group;
+  return whole;
+}
+
+uint64_t EdgeSchedule::LargestResidentEdges() const {
+  std::vector<EdgeState> states;
+  EpochSteps(0, states);
+  uint64_t most = 0;
+  for (const EdgeState& st : states) most = std::max(most, ResidentState(st).edges);
+  return most;
+}
+
 std::vector<std::pair<int64_t, int64_t>> EdgeSchedule::NodeRanges(const EdgeState& state) const {
   std::vector<BlockId> sorted(state.blocks.begin(), state.blocks.end());
   std::sort(sorted.begin(), sorted.end());

@@ -83,6 +83,12 @@ class EdgeSchedule {
   uint64_t LargestStateEdges() const;
   // Node ranges [begin, end) of a state's partitions, in partition order (its negatives').
   std::vector<std::pair<int64_t, int64_t>> NodeRanges(const EdgeState& state) const;
+  // A state holding every training edge among `state`'s partitions (each bucket (i, j) with both
+  // resident, whole, in (i, j) order), whatever share of them `state` trains: its graph
+  // (model.encoder's neighbours). Read it with LoadStateEdges.
+  EdgeState ResidentState(const EdgeState& state) const;
+  // The most edges ResidentState holds over epoch 0's states (the memory plan).
+  uint64_t LargestResidentEdges() const;
 
   uint64_t num_train_edges() const { return num_train_edges_; }
   uint64_t num_relations() const { return num_relations_; }

@@ -3,9 +3,9 @@
 // decoder (model.encoder: graphsage). Every distinct row of the step (its seeds: heads, tails
 // and negatives alike) draws up to `fanout` neighbours from its out- and in-neighbours taken
 // together, without replacement, keyed on (seed, epoch, step, node), so the draw is the same
-// in memory and out of core and whatever the thread count. The graph is the training edges the
-// step's buffer state holds (the whole training graph under the global shuffle), so every
-// neighbour's row is resident with the step's partitions. Neighbours not yet among the step's
+// in memory and out of core and whatever the thread count. The graph is every training edge
+// among the step's resident partitions (the whole training graph under the global shuffle), so
+// every neighbour's row is resident with the step's partitions. Neighbours not yet among the step's
 // rows are appended to them (LinkBatch::unique), after the seeds. Torch-free.
 
 #include <cstdint>

@@ -88,9 +88,9 @@ struct LpModelConfig {
     v.Field("encoder", encoder,
             "none (a node is its embedding row) or graphsage (one GraphSage layer, mean "
             "aggregator, over up to `fanout` sampled in- and out-neighbours of every node a step "
-            "scores, negatives included; neighbours from the training edges of the step's buffer "
-            "state, or of the whole graph under the shuffle; evaluation encodes every node over "
-            "the whole training graph)");
+            "scores, negatives included; neighbours from every training edge among the step's "
+            "resident partitions, or the whole graph under the shuffle; evaluation encodes every "
+            "node over the whole training graph)");
     v.Field("fanout", fanout, "graphsage: neighbours drawn per node, in and out together",
             InRange(1, 256));
   }

@@ -40,6 +40,7 @@ class LpEpoch {
   StateEdges edges_;                   // the sampler stage's: its current state's edges
   uint32_t loaded_state_ = kNoState;   // the sampler stage's
   uint32_t graph_state_ = kNoState;    // the sampler stage's: the neighbours' graph's state
+  StateEdges nbr_edges_;               // the sampler stage's: the neighbours' graph's edges
   std::vector<std::byte*> block_base_;
   std::unique_ptr<BlockPipeline<LinkBatch>> pipe_;
 };
@@ -65,12 +66,16 @@ Result<bool> LpEpoch::Fill(uint64_t t, LinkBatch& batch) {
   ctx_.sampler.Sample(columns, step.begin, step.end, epoch_, s, sc.NodeRanges(states_[step.state]),
                       batch);
   if (ctx_.neighbors != nullptr) {
-    if (graph_state_ != step.state) {  // the state's edges are the neighbours' graph
+    if (graph_state_ != step.state) {  // every edge among the state's partitions
       if (held) {
-        ctx_.neighbors->SetGraph(edges_.src, edges_.dst);
+        // A session of its own each time: the stage's steps may run on different threads, and
+        // a ring takes submissions from the thread that made it.
+        SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoSession> io, IoSession::Create(ctx_.config.io));
+        SLUICE_RETURN_IF_ERROR(sc.LoadStateEdges(*io, epoch_, sc.ResidentState(states_[step.state]),
+                                                 nbr_edges_));
+        ctx_.neighbors->SetGraph(nbr_edges_.src, nbr_edges_.dst);
       } else {
-        ctx_.neighbors->SetGraph(std::span(sc.src().data(), sc.src().size()),
-                                 std::span(sc.dst().data(), sc.dst().size()));
+        ctx_.neighbors->SetGraph(sc.src(), sc.dst());
       }
       graph_state_ = step.state;
     }

@@ -40,8 +40,9 @@ struct LpEpochContext {
   uint32_t slots = 0;                 // out of core: cache slots
   LpEpochStats& stats;
   DeviceRows* device_rows = nullptr;  // a device run's (the stepper uses it)
-  // model.encoder: each step's neighbourhoods, drawn in the sampler stage from the training
-  // edges of the step's buffer state (every training edge under the shuffle).
+  // model.encoder: each step's neighbourhoods, drawn in the sampler stage from every training
+  // edge among the step's resident partitions (read when its buffer state begins; every
+  // training edge under the shuffle).
   LinkNeighborSampler* neighbors = nullptr;
 };
 

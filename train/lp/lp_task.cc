@@ -371,9 +371,9 @@ Status LpTask::SetUpStorage() {
     schedule_.set_resident(first.resident);
     in.largest_state_edges = schedule_.LargestStateEdges();
   }
-  if (neighbors_ != nullptr) {  // model.encoder: the neighbours' graph, a state's edges both ways
-    const uint64_t edges = in.shuffle ? schedule_.src().size() : in.largest_state_edges;
-    in.step_bytes += 2 * CsrGraph::BytesFor(layout_.num_nodes(), edges);
+  if (neighbors_ != nullptr) {  // model.encoder: every edge among a state's partitions, both ways
+    const uint64_t edges = in.shuffle ? schedule_.src().size() : schedule_.LargestResidentEdges();
+    in.step_bytes += 2 * CsrGraph::BytesFor(layout_.num_nodes(), edges) + (in.shuffle ? 0 : edges * 32);
   }
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanPartitionMemory(in));
   schedule_.set_resident(plan_.resident);
