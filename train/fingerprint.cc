@@ -17,6 +17,19 @@ bool InConfigFingerprint(std::string_view path) {
   return path.starts_with("train.") && path != "train.epochs" && path != "train.max_minutes";
 }
 
+bool NeutralLaterKey(std::string_view path, std::string_view value) {
+  static constexpr std::pair<std::string_view, std::string_view> kNeutral[] = {
+      {"train.lr_decay", "1"}, {"train.lr_decay_patience", "1"},
+      {"model.encoder", "none"}, {"model.fanout", "10"}};
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {  // a name, as printed
+    value = value.substr(1, value.size() - 2);
+  }
+  for (const auto& [p, v] : kNeutral) {
+    if (p == path && v == value) return true;
+  }
+  return false;
+}
+
 std::string Crc32Hex(std::string_view text) {
   char out[9];
   std::snprintf(out, sizeof out, "%08x", Crc32(0, text.data(), text.size()));
@@ -55,7 +68,7 @@ std::string FingerprintLines(const std::string& config_yaml) {
         const std::string key = kv.first.as<std::string>();
         walk(kv.second, path.empty() ? key : path + "." + key);
       }
-    } else if (InConfigFingerprint(path)) {
+    } else if (InConfigFingerprint(path) && !NeutralLaterKey(path, ShortValue(n))) {
       out += path + ": " + ShortValue(n) + "\n";
     }
   };

@@ -23,6 +23,12 @@ namespace sluice {
 // Whether the key at `path` ("train.lr") is part of the config fingerprint.
 bool InConfigFingerprint(std::string_view path);
 
+// Whether `path: value` is a key added after checkpoints began to be fingerprinted, at the value
+// that trains exactly as the versions without it did (train.lr_decay 1, model.encoder none, ...):
+// such lines are left out of the fingerprint, so those versions' checkpoints still resume and
+// evaluate. A key added later joins this list with its neutral default.
+bool NeutralLaterKey(std::string_view path, std::string_view value);
+
 // CRC-32 of `text`, as 8 hex digits.
 std::string Crc32Hex(std::string_view text);
 
@@ -40,7 +46,9 @@ class FingerprintVisitor {
   template <typename T, typename Check = NoCheck>
   void Field(const char* name, T& value, const char* /*doc*/, Check = {}) {
     const std::string path = prefix_ + name;
-    if (InConfigFingerprint(path)) text_ += path + ": " + FormatValue(value) + "\n";
+    if (!InConfigFingerprint(path)) return;
+    const std::string text = FormatValue(value);
+    if (!NeutralLaterKey(path, text)) text_ += path + ": " + text + "\n";
   }
   template <typename S>
   void Section(const char* name, S& section, const char* /*doc*/) {

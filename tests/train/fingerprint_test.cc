@@ -45,5 +45,23 @@ TEST(FingerprintTest, ChangesWithWhatShapesTheTrajectoryOnly) {
   EXPECT_EQ(FingerprintWith<DlrmConfig>({"train.epochs=7"}), dlrm);
 }
 
+TEST(FingerprintTest, KeysAddedLaterLeaveItAsItWasAtTheirNeutralValues) {
+  LpConfig c;
+  FingerprintVisitor v;
+  c.VisitFields(v);
+  for (const char* later : {"train.lr_decay", "train.lr_decay_patience", "model.encoder", "model.fanout"}) {
+    EXPECT_EQ(v.text().find(later), std::string::npos) << later;
+  }
+  const std::string base = FingerprintWith<LpConfig>({});
+  for (const char* other : {"train.lr_decay=0.5", "train.lr_decay_patience=2", "model.encoder=graphsage",
+                            "model.fanout=5"}) {
+    EXPECT_NE(FingerprintWith<LpConfig>({other}), base) << other;
+  }
+  EXPECT_NE(FingerprintWith<LpConfig>({"model.encoder=graphsage"}),
+            FingerprintWith<LpConfig>({"model.encoder=graphsage", "model.fanout=5"}));
+  EXPECT_NE(FingerprintWith<DlrmConfig>({"train.lr_decay=0.5"}), FingerprintWith<DlrmConfig>({}));
+  EXPECT_EQ(FingerprintLines("train:\n  lr: 0.1\n  lr_decay: 1\nmodel:\n  encoder: none\n"), "train.lr: 0.1\n");
+}
+
 }  // namespace
 }  // namespace sluice
