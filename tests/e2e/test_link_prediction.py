@@ -347,6 +347,17 @@ def test_kill_9_then_resume_gives_the_same_model(sluice_bin, graph, tmp_path, po
     assert not list((crashed / "checkpoints").glob("*.tmp")), "a temporary checkpoint was left"
 
 
+def interrupt_and_resume(sluice_bin, cfg: pathlib.Path, sets: list[str], run_dir: pathlib.Path, steps: int) -> None:
+    """Trains `cfg` into `run_dir`, stopped (SIGINT-style, the test hook) after `steps` steps, then
+    resumed to the end."""
+    env = dict(os.environ, SLUICE_STOP_AFTER_STEPS=str(steps))
+    part = subprocess.run([str(sluice_bin), "train", str(cfg), *sets, "--set", f"run_dir={run_dir}"],
+                          capture_output=True, text=True, env=env)
+    assert part.returncode == 130, part.stderr
+    res = run(sluice_bin, "train", str(cfg), *sets, "--set", f"run_dir={run_dir}", "--resume")
+    assert res.returncode == 0, res.stderr
+
+
 def decays(run_dir: pathlib.Path) -> list[tuple[int, float, float | None]]:
     """(epoch, validation MRR, lr_scale after it or None) of each metrics.jsonl line."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -385,12 +396,7 @@ def test_learning_rates_decay_after_validations_without_a_better_score(sluice_bi
     assert table_bytes(tmp_path / "plain") != table_bytes(tmp_path / "run")
     # A run interrupted after its first decay resumes with the decayed rates: the same model.
     steps = int(json.loads((tmp_path / "run/summary.json").read_text())["units_trained"]) // DECAY_EPOCHS // 500 + 1
-    env = dict(os.environ, SLUICE_STOP_AFTER_STEPS=str(steps * first + 5))
-    part = subprocess.run([str(sluice_bin), "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}"],
-                          capture_output=True, text=True, env=env)
-    assert part.returncode == 130, part.stderr
-    res = run(sluice_bin, "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}", "--resume")
-    assert res.returncode == 0, res.stderr
+    interrupt_and_resume(sluice_bin, cfg, sets, tmp_path / "parts", steps * first + 5)
     assert table_bytes(tmp_path / "parts") == table_bytes(tmp_path / "run")
 
 
@@ -440,12 +446,7 @@ def test_graphsage_encoder_trains_evaluates_exports_and_resumes(sluice_bin, grap
     rows = np.frombuffer(table_bytes(tmp_path / "sage"), np.float32).reshape(-1, 32)[:, :16]
     assert nodes.shape == (3000, 16) and not np.array_equal(nodes, rows[:3000])
     # Interrupted mid-epoch 2 and resumed: the encoder's weights and optimizer state come back.
-    env = dict(os.environ, SLUICE_STOP_AFTER_STEPS="100")
-    part = subprocess.run([str(sluice_bin), "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}"],
-                          capture_output=True, text=True, env=env)
-    assert part.returncode == 130, part.stderr
-    res = run(sluice_bin, "train", str(cfg), *sets, "--set", f"run_dir={tmp_path / 'parts'}", "--resume")
-    assert res.returncode == 0, res.stderr
+    interrupt_and_resume(sluice_bin, cfg, sets, tmp_path / "parts", 100)
     assert table_bytes(tmp_path / "parts") == table_bytes(tmp_path / "sage")
     enc = [(r / "checkpoints/epoch-2-step-0/encoder.pt").read_bytes() for r in (tmp_path / "parts", tmp_path / "sage")]
     assert enc[0] == enc[1]
