@@ -6,6 +6,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
+#include <torch/torch.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -225,6 +228,44 @@ Status DistGroup::Barrier() {
   }
 #endif
   return Status::Ok();
+}
+
+Status DistGroup::AllGather(std::span<const float> mine, std::span<float> all) {
+  const auto n = static_cast<int64_t>(mine.size());
+  if (all.size() != mine.size() * static_cast<size_t>(world_size())) {
+    return FailedPrecondition("all-gather: " + std::to_string(all.size()) + " floats for " + std::to_string(world_size()) +
+                    " ranks of " + std::to_string(n));
+  }
+#ifdef SLUICE_HAVE_GLOO
+  try {
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat);
+    std::vector<at::Tensor> in{torch::from_blob(const_cast<float*>(mine.data()), {n}, opts)};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < world_size(); ++r) out[0].push_back(torch::from_blob(all.data() + r * n, {n}, opts));
+    impl_->group->allgather(out, in)->wait();
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": an all-gather failed (another rank stopped or stalled past dist.op_timeout " +
+                       Seconds(impl_->config.op_timeout) + "): " + FirstLine(e));
+  }
+#else
+  std::copy(mine.begin(), mine.end(), all.begin());
+#endif
+  return Status::Ok();
+}
+
+Result<std::string> DistGroup::Share(const std::string& what, const std::string& value) {
+  const std::string key = "sluice/share/" + what;
+  try {
+    if (rank() == 0) impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    impl_->store->wait({key}, ToMillis(impl_->config.op_timeout));
+    const std::vector<uint8_t> v = impl_->store->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": waiting for rank 0's " + what + " failed within " + Seconds(impl_->config.op_timeout) +
+                       " (" + FirstLine(e) + ")");
+  }
 }
 
 std::string FirstDifference(const std::string& a, const std::string& a_name, const std::string& b,

@@ -3,11 +3,11 @@
 // the run (its rank, the world size, the master's address), the rendezvous through c10d's
 // TCPStore, a Gloo process group, and the ranks' agreement on what they train.
 //
-// Built so far: the place from the command line or the variables torchrun sets, the rendezvous
-// with its timeout (every rank names the ranks that did not join), the agreement check (every
-// rank publishes its config and dataset fingerprints; a mismatch stops all of them with one line
-// naming the ranks and the first key that differs), a barrier. Data-parallel training on top
-// of it is not built yet: `sluice train` with a world size above 1 stops after the agreement.
+// Built: the place from the command line or the variables torchrun sets, the rendezvous with
+// its timeout (every rank names the ranks that did not join), the agreement check (every rank
+// publishes its config and dataset fingerprints; a mismatch stops all of them with one line
+// naming the ranks and the first key that differs), a barrier, an all-gather and rank 0's
+// values shared through the store. Data-parallel training on top of it: train/data_parallel.h.
 //
 // c10d's C++ API differs between libtorch 1.13 and 2.x; dist.cc uses what both have (TCPStore
 // with TCPStoreOptions, ProcessGroupGloo with its Options and devices, Work::wait).
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "common/status.h"
@@ -61,6 +62,11 @@ class DistGroup {
   Status Agree(const std::string& what, const std::string& value);
   // Waits for every rank (op_timeout).
   Status Barrier();
+  // Every rank's `mine` (the same length on every rank) laid end to end in rank order into
+  // `all` (world size x mine.size() floats): Gloo's all-gather, within op_timeout.
+  Status AllGather(std::span<const float> mine, std::span<float> all);
+  // Rank 0's `value` as `what` on every rank (the others' `value` is ignored), through the store.
+  Result<std::string> Share(const std::string& what, const std::string& value);
 
  private:
   struct Impl;

@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "storage/file.h"
+#include "train/data_parallel.h"
 #include "train/dist.h"
 #include "train/fingerprint.h"
 #include "train/interrupt.h"
@@ -28,6 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = SteadyClock;
+
+// Processes of the run on this machine (torchrun's LOCAL_WORLD_SIZE; 1 without it): each gets
+// its share of the cores.
+int LocalRanks() {
+  const char* v = std::getenv("LOCAL_WORLD_SIZE");
+  const int n = v != nullptr ? std::atoi(v) : 1;
+  return std::max(1, n);
+}
 
 std::string ThreadsCondition(const ThreadPlan& p) {
   return "total " + std::to_string(p.total) + ", compute " + std::to_string(p.compute_threads) +
@@ -152,9 +161,13 @@ std::string CopySummary(const CheckpointCopyStats& c) {
 
 class Runner : public StepSink {
  public:
-  Runner(Task& task, const TrainOptions& options)
-      : task_(task), s_(task.settings()), options_(options), store_(s_.run_dir),
-        progress_(s_.progress, task.unit(), s_.epochs) {
+  // A run across processes: `group` joined, `checkpoints_of` rank 0's run directory (whose
+  // checkpoints every rank resumes from; only rank 0 writes them, its metrics and summary).
+  Runner(Task& task, const TrainOptions& options, DistGroup* group = nullptr, const std::string& checkpoints_of = "")
+      : task_(task), s_(task.settings()), options_(options), group_(group),
+        leader_(group == nullptr || group->rank() == 0),
+        store_(checkpoints_of.empty() ? s_.run_dir : checkpoints_of),
+        progress_(s_.progress && leader_, task.unit(), s_.epochs) {
     store_.set_incremental(s_.checkpoint_incremental);
   }
 
@@ -166,8 +179,10 @@ class Runner : public StepSink {
 
  private:
   Status PrepareRunDir();
+  Status PrepareFollowerDir();
   Status StartOver();
   Result<std::optional<CheckpointReader>> FindResume();
+  Result<std::optional<CheckpointReader>> FindOwnResume();
   void WarnConditions(const CheckpointState& old) const;
   std::map<std::string, std::string> Conditions() const;
   void PrintHeader() const;
@@ -183,6 +198,9 @@ class Runner : public StepSink {
   Task& task_;
   const RunSettings& s_;
   TrainOptions options_;
+  DistGroup* group_;
+  bool leader_;  // rank 0, or one process: writes checkpoints, metrics, summary, progress
+  DataParallel* dp_ = nullptr;
   CheckpointStore store_;
   ProgressBar progress_;
   RunDirLock lock_;
@@ -216,7 +234,18 @@ class Runner : public StepSink {
   std::unique_ptr<std::FILE, FileCloser> step_log_;
 };
 
+// A rank other than 0 works in a directory of its own (its tables) and writes no checkpoints.
+Status Runner::PrepareFollowerDir() {
+  SLUICE_ASSIGN_OR_RETURN(lock_, RunDirLock::Acquire(s_.run_dir));
+  holds_lock_ = true;
+  std::error_code ec;
+  fs::remove_all(s_.run_dir + "/tables", ec);
+  if (ec) return IoError("remove " + s_.run_dir + "/tables: " + ec.message());
+  return Status::Ok();
+}
+
 Status Runner::PrepareRunDir() {
+  if (!leader_) return PrepareFollowerDir();
   SLUICE_ASSIGN_OR_RETURN(lock_, RunDirLock::Acquire(s_.run_dir));
   holds_lock_ = true;
   std::error_code ec;
@@ -245,7 +274,27 @@ Status Runner::StartOver() {
   return Status::Ok();
 }
 
+// A run across processes: every rank resumes the checkpoint rank 0 resumes (or starts fresh
+// with it); rank 0's refusal stops every rank with its reason.
 Result<std::optional<CheckpointReader>> Runner::FindResume() {
+  if (group_ == nullptr) return FindOwnResume();
+  if (leader_) {
+    Result<std::optional<CheckpointReader>> r = FindOwnResume();
+    const std::string said = !r.ok() ? "!" + r.status().message()
+                             : *r    ? fs::path((*r)->dir()).filename().string()
+                                     : std::string();
+    SLUICE_RETURN_IF_ERROR(group_->Share("resume", said).status());
+    return r;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::string name, group_->Share("resume", ""));
+  if (name.starts_with("!")) return FailedPrecondition("rank 0 could not start: " + name.substr(1));
+  if (name.empty()) return std::optional<CheckpointReader>();
+  SLUICE_ASSIGN_OR_RETURN(CheckpointReader r, store_.Open(name));
+  SLUICE_RETURN_IF_ERROR(CheckCheckpointFits(r, s_.task, config_fp_, dataset_fp_, s_.dataset, task_.ConfigYaml()));
+  return std::optional<CheckpointReader>(std::move(r));
+}
+
+Result<std::optional<CheckpointReader>> Runner::FindOwnResume() {
   if (!options_.resume) return std::optional<CheckpointReader>();
   Result<std::string> latest = store_.Latest();
   if (!latest.ok()) {
@@ -333,10 +382,18 @@ Status Runner::Run() {
 
 Result<std::optional<CheckpointReader>> Runner::OpenRun() {
   SLUICE_RETURN_IF_ERROR(PrepareRunDir());
-  plan_ = MakeThreadPlan(s_.threads, OnlineCores());
+  plan_ = MakeThreadPlan(s_.threads, std::max(1, OnlineCores() / LocalRanks()));
   threads_ = ApplyThreadPlan(plan_);
   ApplyTorchThreads(plan_);
+  if (group_ != nullptr) SLUICE_RETURN_IF_ERROR(task_.SetDistGroup(group_));
   SLUICE_RETURN_IF_ERROR(task_.Open(Task::Purpose::kTrain));
+  dp_ = task_.data_parallel();
+  if (dp_ != nullptr) {  // asked during a step, before StepDone counts it
+    dp_->set_stop_probe([this] {
+      return InterruptScope::Received() != 0 ||
+             (options_.stop_after_steps >= 0 && steps_run_ + 1 >= options_.stop_after_steps);
+    });
+  }
   config_fp_ = task_.ConfigFingerprint();
   SLUICE_ASSIGN_OR_RETURN(dataset_fp_, DatasetFingerprint(s_.dataset));
   SLUICE_ASSIGN_OR_RETURN(std::optional<CheckpointReader> resumed, FindResume());
@@ -408,6 +465,8 @@ bool Runner::StepDone(uint64_t units, double loss_sum, bool last) {
 }
 
 bool Runner::StopRequested() const {
+  // Training in virtual shards: every rank's wish travels with the step's exchange.
+  if (dp_ != nullptr) return dp_->any_stop();
   return InterruptScope::Received() != 0 ||
          (options_.stop_after_steps >= 0 && steps_run_ >= options_.stop_after_steps);
 }
@@ -472,7 +531,7 @@ Status Runner::RunEpoch(uint64_t epoch, bool& done) {
   std::fflush(stdout);
   ReleaseFreeHeap();  // once an epoch: what the epoch freed goes back, so RSS shows what is live
   line.Add("rss_bytes", CurrentRssBytes());  // after validation: what the soak test watches
-  SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
+  if (leader_) SLUICE_RETURN_IF_ERROR(AppendLine(s_.run_dir + "/metrics.jsonl", line.str()));
   const bool more = !last && !stop;
   const bool interrupt = more && StopRequested();
   const bool within = s_.checkpoint_every > 0 && s_.checkpoint_every < 1;  // and at every end
@@ -538,6 +597,11 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   if (s_.checkpoint_every < 0) return Status::Ok();  // never (benchmarks)
   const auto start = Clock::now();
   const std::string name = CheckpointName(epoch, step);
+  if (!leader_) {  // rank 0 writes the run's checkpoints (the model is the same on every rank)
+    if (best) best_name_ = name;
+    latest_ = name;
+    return Status::Ok();
+  }
   const uint64_t written_before = store_.copy_stats().bytes_written;
   if (best) best_name_ = name;
   CheckpointState st;
@@ -565,6 +629,13 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
 }
 
 Status Runner::Finish() {
+  if (!leader_) {
+    std::printf("rank %d: trained %llu %s in %s s; rank 0 wrote the checkpoints, metrics and summary\n",
+                group_->rank(), static_cast<unsigned long long>(units_), task_.unit(),
+                FormatSeconds(train_s_).c_str());
+    if (interrupted_) return Aborted("interrupted: rank 0 wrote checkpoint " + latest_);
+    return Status::Ok();
+  }
   RunSummary sum;
   const std::string unit = task_.unit();
   const double rate = static_cast<double>(units_) / std::max(train_s_, 1e-9);
@@ -618,9 +689,9 @@ Status Runner::Finish() {
 
 }  // namespace
 
-// A run across processes: the ranks join and agree on the config and the dataset; training
-// them data-parallel is not built yet.
-Status TrainDistributed(Task& task, const DistPlace& place) {
+// A run across processes: the ranks join, agree on the config and the dataset, and train
+// data-parallel (train/data_parallel.h), rank 0 writing the checkpoints every rank resumes from.
+Status TrainDistributed(Task& task, const DistPlace& place, const TrainOptions& options) {
   const RunSettings& s = task.settings();
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<DistGroup> group, DistGroup::Join(place, s.dist));
   std::printf("rank %d of %d joined at %s\n", place.rank, place.world_size, place.master().c_str());
@@ -630,9 +701,11 @@ Status TrainDistributed(Task& task, const DistPlace& place) {
   SLUICE_ASSIGN_OR_RETURN(const std::string dataset_fp, DatasetFingerprint(s.dataset));
   SLUICE_RETURN_IF_ERROR(group->Agree("dataset", "manifest fingerprint: " + dataset_fp + "\n"));
   SLUICE_RETURN_IF_ERROR(group->Barrier());
-  return FailedPrecondition("the " + std::to_string(place.world_size) + " ranks joined at " + place.master() +
-                            " and agree on the config and the dataset, but data-parallel training is "
-                            "not built yet (docs/distributed.md): train in one process");
+  std::error_code ec;
+  const std::string own = fs::absolute(s.run_dir, ec).lexically_normal().string();
+  SLUICE_ASSIGN_OR_RETURN(const std::string leader_dir, group->Share("run_dir", own));
+  Runner runner(task, options, group.get(), leader_dir);
+  return runner.Run();
 }
 
 Status Train(Task& task, const TrainOptions& options) {
@@ -642,7 +715,7 @@ Status Train(Task& task, const TrainOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(const DistPlace place,
                           ResolveDistPlace(options.world_size, options.rank, options.master,
                                            [](const char* name) { return std::getenv(name); }));
-  if (place.distributed()) return TrainDistributed(task, place);
+  if (place.distributed()) return TrainDistributed(task, place, options);
   Runner runner(task, options);
   return runner.Run();
 }

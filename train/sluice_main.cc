@@ -91,6 +91,15 @@ int RunDemo(const Args& a) {
 int RunTrain(const Args& a) {
   auto run = Run::FromConfig(a.config, a.overrides);
   if (!run.ok()) return Fail(run.status());
+  // A run across processes: rank R > 0 keeps its tables in RUN_DIR/rank-R (rank 0's run
+  // directory holds the run's checkpoints, metrics and summary).
+  auto place = ResolveDistPlace(a.world_size, a.rank, a.master, [](const char* n) { return std::getenv(n); });
+  if (place.ok() && place->rank > 0 && !a.print_config) {
+    std::vector<std::string> overrides = a.overrides;
+    overrides.push_back("run_dir=" + run->run_dir() + "/rank-" + std::to_string(place->rank));
+    run = Run::FromConfig(a.config, overrides);
+    if (!run.ok()) return Fail(run.status());
+  }
   if (a.print_config) {
     std::printf("%s", run->ConfigYaml().c_str());
     return 0;

@@ -24,6 +24,9 @@
 
 namespace sluice {
 
+class DataParallel;
+class DistGroup;
+
 // Metrics, PredictRequest and TrainOptions are public types (sluice/run.h).
 
 // The runner's side of a training epoch; the task calls it once per step.
@@ -62,6 +65,14 @@ class Task {
     return FailedPrecondition("task " + settings().task + " does not take an encoder (recommendation and "
                               "node classification do; link prediction takes a user's decoder)");
   }
+  // Trains data-parallel across the processes of `group` (train/data_parallel.h; before Open).
+  // Tasks that do not train data-parallel yet refuse.
+  virtual Status SetDistGroup(DistGroup* /*group*/) {
+    return FailedPrecondition("task " + settings().task + " does not train across processes yet "
+                              "(recommendation does; docs/distributed.md)");
+  }
+  // The task's data-parallel exchange when it trains in virtual shards (after Open), else null.
+  virtual DataParallel* data_parallel() { return nullptr; }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;
   // The effective config as YAML (config.yaml) and its fingerprint (train/fingerprint.h).

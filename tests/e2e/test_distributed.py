@@ -1,11 +1,13 @@
-"""Runs across processes (train/dist.h, docs/distributed.md): the place from flags or torchrun's
-variables, the rendezvous through c10d's TCPStore with its timeout, and the ranks' agreement on
-config and dataset. Data-parallel training is not built yet: agreeing ranks stop saying so."""
+"""Runs across processes (train/dist.h, train/data_parallel.h, docs/distributed.md): the place from
+flags or torchrun's variables, the rendezvous through c10d's TCPStore with its timeout, the ranks'
+agreement on config and dataset, and data-parallel recommendation training in virtual shards:
+bitwise the same model at world sizes 1, 2 and 3, stopped together, resumed at another world size."""
 import os
 import pathlib
 import socket
 import subprocess
 import sys
+import json
 import time
 
 import numpy as np
@@ -78,14 +80,14 @@ def finish(procs, timeout=60):
     return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
 
 
-def test_ranks_join_and_agree_then_stop_as_data_parallel_training_is_not_built(sluice_bin, config, gloo):
+def test_ranks_join_and_agree_then_link_prediction_refuses_as_it_is_not_data_parallel_yet(sluice_bin, config, gloo):
     port = free_port()
     results = finish([start(sluice_bin, config, r, 3, port) for r in (2, 0, 1)])
     for rc, out, err in results:
         assert rc != 0
         assert "joined at 127.0.0.1:" in out, (out, err)
-        assert "3 ranks joined" in err and "agree on the config and the dataset" in err, err
-        assert "not built yet" in err and len(err.strip().splitlines()) == 1, err
+        assert "task link_prediction does not train across processes yet (recommendation does" in err, err
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_torchrun_variables_place_the_processes(sluice_bin, config, gloo):
@@ -95,7 +97,7 @@ def test_torchrun_variables_place_the_processes(sluice_bin, config, gloo):
              for r in (0, 1)]
     for rc, out, err in finish(procs):
         assert f"of 2 joined at 127.0.0.1:{port}" in out, (out, err)
-        assert "agree on the config" in err, err
+        assert "does not train across processes yet" in err, err
 
 
 def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin, config, gloo):
@@ -110,7 +112,7 @@ def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin,
     results = finish([start(sluice_bin, config, 0, 2, port + 1, "storage.budget=1GiB"),
                       start(sluice_bin, config, 1, 2, port + 1, "storage.budget=2GiB", "threads.total=1")])
     for rc, out, err in results:
-        assert "agree on the config" in err, err
+        assert "does not train across processes yet" in err, err
 
 
 def test_a_rank_that_never_comes_is_named_within_the_rendezvous_timeout(sluice_bin, config, gloo):
@@ -134,3 +136,118 @@ def test_an_impossible_place_is_one_clear_line(sluice_bin, config):
     env = dict(os.environ, WORLD_SIZE="2")
     out = subprocess.run([str(sluice_bin), "train", str(config)], capture_output=True, text=True, env=env)
     assert out.returncode != 0 and "no rank" in out.stderr, out.stderr
+
+
+LAUNCH = [PREP[0], str(ROOT / "scripts/sluice_launch.py")]
+
+
+@pytest.fixture(scope="module")
+def clicks_config(tmp_path_factory) -> pathlib.Path:
+    """A Zipf click log (6 tables) and a config training it out of core in 6 virtual shards."""
+    d = tmp_path_factory.mktemp("dp")
+    out = subprocess.run(PREP + ["gen-clicks", "--samples", "12000", "--sparse", "6", "--dense", "3",
+                                 "--vocab", "6000", "--seed", "4", "--out", str(d / "ds")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cfg = d / "c.yaml"
+    cfg.write_text(f"task: recommendation\ndataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
+                   "model: {dim: 8, bottom: [16], top: [16], ids: modulo, table_rows: 4096, linear: true}\n"
+                   "train: {epochs: 2, batch: 200, lr: 0.05, adagrad_init: 1.0e-4, seed: 3, virtual_shards: 6}\n"
+                   "storage: {mode: out_of_core, cache_rows: 5000, window: 2, run_ahead: 2, planner: oracle}\n"
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+    return cfg
+
+
+def model_bytes(sluice_bin, run_dir: pathlib.Path) -> tuple[dict, bytes]:
+    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
+    assert out.returncode == 0, out.stderr
+    tables = {p.name: p.read_bytes() for p in sorted((run_dir / "export").glob("table_*.npy"))}
+    latest = (run_dir / "checkpoints/latest").read_text().strip()
+    return tables, (run_dir / "checkpoints" / latest / "dense.pt").read_bytes()
+
+
+def launch(config, n, run_dir, *extra, env=None, timeout=120):
+    out = subprocess.run(LAUNCH + ["-n", str(n), "--logs", str(run_dir.parent / f"{run_dir.name}-logs"), "--",
+                                   str(SLUICE), "train", str(config), "--set", f"run_dir={run_dir}", *extra],
+                         capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _sluice_path(sluice_bin):
+    global SLUICE
+    SLUICE = sluice_bin
+
+
+def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, clicks_config, gloo):
+    base = clicks_config.parent
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'one'}")
+    assert out.returncode == 0, out.stderr
+    assert "data parallel: rank 0 of 1, 6 virtual shards a batch (this rank's: 0-5)" in out.stdout, out.stdout
+    reference = model_bytes(sluice_bin, base / "one")
+    # The same batches in one piece: another model (the shards' sums differ in their last bits),
+    # so the equalities below hold because every world size computes the same shards.
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'whole'}",
+              "--set", "train.virtual_shards=0")
+    assert out.returncode == 0, out.stderr
+    assert model_bytes(sluice_bin, base / "whole")[1] != reference[1]
+    # Two ranks by flags, three through the launcher (torchrun's variables, a share of the cores each).
+    port = free_port()
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(clicks_config), "--set", f"run_dir={base / 'two'}",
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
+    (rc1, out1, err1), (rc0, out0, err0) = finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, (err0, err1)
+    assert "data parallel: rank 0 of 2, 6 virtual shards a batch (this rank's: 0-2)" in out0, out0
+    assert "rank 1: trained 21600 samples" in out1, out1
+    out = launch(clicks_config, 3, base / "three")
+    assert out.returncode == 0, out.stderr
+    assert "data parallel: rank 0 of 3, 6 virtual shards a batch (this rank's: 0-1)" in out.stdout, out.stdout
+    assert "threads: 1 of 1 cores" in out.stdout, out.stdout  # 2 cores shared by 3 local ranks
+    for name in ("two", "three"):
+        assert model_bytes(sluice_bin, base / name) == reference, f"{name} ranks trained another model"
+        losses = [json.loads(l)["loss"] for l in (base / name / "metrics.jsonl").read_text().splitlines()]
+        assert losses == [json.loads(l)["loss"] for l in (base / "one/metrics.jsonl").read_text().splitlines()]
+        # Rank 0 alone writes the run's checkpoints, metrics and summary; the others keep their
+        # tables in RUN/rank-R.
+        for r in range(1, 2 if name == "two" else 3):
+            own = base / name / f"rank-{r}"
+            assert (own / "tables").is_dir()
+            assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
+
+
+def test_ranks_stop_together_and_resume_at_another_world_size_bitwise(sluice_bin, clicks_config, gloo):
+    base = clicks_config.parent
+    reference = base / "ref-resume"
+    assert run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={reference}").returncode == 0
+    # Rank 1 alone is told to stop after 50 steps: its wish travels with the step's exchange, so
+    # both ranks stop after step 50 and rank 0 writes the checkpoint.
+    port = free_port()
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(clicks_config), "--set", f"run_dir={base / 'split'}",
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, **({"SLUICE_STOP_AFTER_STEPS": "50"} if r == 1 else {})))
+             for r in (0, 1)]
+    results = finish(procs, timeout=120)
+    for rc, out, err in results:
+        assert rc != 0 and "interrupted" in err, (out, err)
+    assert (base / "split/checkpoints/latest").read_text().strip() == "epoch-0-step-50"
+    assert not (base / "split/rank-1/checkpoints").exists()
+    # Three ranks resume rank 0's checkpoint (rank 0 reads --resume; the others follow it).
+    out = launch(clicks_config, 3, base / "split", "--resume")
+    assert out.returncode == 0, out.stderr
+    assert model_bytes(sluice_bin, base / "split") == model_bytes(sluice_bin, reference)
+
+
+def test_data_parallel_settings_that_cannot_work_are_one_line(sluice_bin, clicks_config, gloo):
+    base = clicks_config.parent
+    for sets, said in ((["train.virtual_shards=0"], "train.virtual_shards is 0: a run across 2 processes"),
+                       (["train.virtual_shards=1"], "train.virtual_shards is 1, below the world size 2")):
+        out = launch(clicks_config, 2, base / "bad", "--overwrite", *[x for s in sets for x in ("--set", s)])
+        assert out.returncode != 0
+        assert said in out.stderr, out.stderr
+    # One process: more shards than samples in a batch.
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'bad1'}",
+              "--set", "train.virtual_shards=201")
+    assert out.returncode != 0 and "more than the 200 samples of a batch" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "train/dlrm/dlrm_task_impl.h"
+#include "train/dist.h"
 #include "train/fingerprint.h"
 #include "train/model_step.h"
 #include "train/row_checkpoint.h"
@@ -127,6 +128,7 @@ Status DlrmTask::Open(Purpose purpose) {
   tables_.emplace(std::move(tables));
   SLUICE_RETURN_IF_ERROR(BuildModel());
   SLUICE_RETURN_IF_ERROR(SetUpDevice());  // before the optimizer: its state follows the parameters
+  SLUICE_RETURN_IF_ERROR(SetUpDataParallel());
   const double lr = cfg_.train.dense_lr;
   if (cfg_.train.dense_optimizer == DenseOptimizer::kSgd) {
     opt_ = std::make_unique<torch::optim::SGD>(net_->parameters(), torch::optim::SGDOptions(lr));
@@ -282,6 +284,125 @@ Result<double> DlrmTask::TrainStep(RowBatch& b) {
   return g.loss;
 }
 
+Status DlrmTask::SetUpDataParallel() {
+  const int v = cfg_.train.virtual_shards;
+  const int world = group_ != nullptr ? group_->world_size() : 1;
+  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
+  if (v == 0) {
+    return InvalidArgument("train.virtual_shards is 0: a run across " + std::to_string(world) +
+                           " processes cuts each batch into virtual shards (at least one per process, "
+                           "e.g. 12) so that every world size trains the same model; set it");
+  }
+  if (v < world) {
+    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", below the world size " +
+                           std::to_string(world) + ": every process computes at least one shard");
+  }
+  if (v > cfg_.train.batch) {
+    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", more than the " +
+                           std::to_string(cfg_.train.batch) + " samples of a batch (train.batch)");
+  }
+  if (acc_ != nullptr) {
+    return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
+                           ": training in virtual shards runs on the CPU only so far");
+  }
+  dp_ = std::make_unique<DataParallel>(group_, v);
+  return Status::Ok();
+}
+
+Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
+                               std::vector<float>& mine, std::vector<uint64_t>& sizes) {
+  const auto n = static_cast<uint64_t>(b.samples), tables = static_cast<uint64_t>(rec_.sparse);
+  const int64_t d = tables_->width();
+  const std::vector<torch::Tensor> params = net_->parameters();
+  uint64_t dense_floats = 0;
+  for (const torch::Tensor& p : params) dense_floats += static_cast<uint64_t>(p.numel());
+  const int shards = dp_->shards();
+  sizes.resize(static_cast<size_t>(shards));
+  for (int v = 0; v < shards; ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
+    sizes[static_cast<size_t>(v)] = 1 + dense_floats + (hi - lo) * tables * static_cast<uint64_t>(d);
+  }
+  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  const std::span<const int64_t> uses(inverse_);
+  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
+    if (lo == hi) {  // a batch with fewer samples than shards
+      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      continue;
+    }
+    ModelInput in;
+    in.dense = dense.slice(0, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+    in.labels = labels.slice(0, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+    in.tables.push_back(GatherUses(rows, {uses.subspan(lo * tables, (hi - lo) * tables)}, d, true));
+    // Dropout keyed on the step and the shard: seed v + 1 steps from the run's seed.
+    in.key = {cfg_.train.seed + 0x9E37'79B9'7F4A'7C15ull * static_cast<uint64_t>(v + 1), 0, b.step};
+    in.training = true;
+    opt_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
+    // The shard's mean loss weighs its share of the batch: gradients x samples / n.
+    const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
+    mine.push_back(static_cast<float>(g.loss * static_cast<double>(hi - lo)));
+    auto append = [&mine, share](const torch::Tensor& t) {
+      const torch::Tensor x = (t * share).contiguous();
+      mine.insert(mine.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    };
+    for (const torch::Tensor& p : params) {
+      if (p.grad().defined()) {
+        append(p.grad());
+      } else {
+        mine.insert(mine.end(), static_cast<size_t>(p.numel()), 0.0f);
+      }
+    }
+    for (const torch::Tensor& piece : g.use_grads[0]) append(piece);
+  }
+  return Status::Ok();
+}
+
+// Every rank computes its shards, the shards' payloads are exchanged, and every rank adds the
+// dense gradients in shard order and each row's use gradients in use order, then steps.
+Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
+  auto start = SteadyClock::now();
+  torch::Tensor dense, labels;
+  SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
+  inverse_.assign(b.inverse.begin(), b.inverse.end());
+  std::vector<float> mine;
+  std::vector<uint64_t> sizes;
+  time_.gather_s += SecondsSince(start);
+  start = SteadyClock::now();
+  SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, mine, sizes));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->Exchange(mine, sizes));
+  const std::vector<torch::Tensor> params = net_->parameters();
+  int64_t dense_floats = 0;
+  for (const torch::Tensor& p : params) dense_floats += p.numel();
+  const int64_t d = tables_->width();
+  torch::Tensor sum = torch::zeros({dense_floats});
+  std::vector<torch::Tensor> use_grads;
+  double loss = 0;
+  uint64_t at = 0;
+  for (uint64_t size : sizes) {
+    float* shard = all.data() + at;
+    at += size;
+    loss += static_cast<double>(shard[0]);
+    sum.add_(torch::from_blob(shard + 1, {dense_floats}));
+    const auto uses = static_cast<int64_t>(size - 1) - dense_floats;
+    if (uses > 0) use_grads.push_back(torch::from_blob(shard + 1 + dense_floats, {uses / d, d}));
+  }
+  int64_t offset = 0;
+  for (const torch::Tensor& p : params) {
+    p.mutable_grad() = sum.slice(0, offset, offset + p.numel()).view_as(p).clone();
+    offset += p.numel();
+  }
+  opt_->step();
+  time_.compute_s += SecondsSince(start);
+  start = SteadyClock::now();
+  const int64_t u = static_cast<int64_t>(b.unique.size());
+  const torch::Tensor sums = SumRowGrads({inverse_}, use_grads, u, d);
+  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  ApplyRowOptimizer(tables_->optimizer(), rows, sums, d, static_cast<float>(cfg_.train.lr * lr_scale_));
+  time_.update_s += SecondsSince(start);
+  return loss / static_cast<double>(b.samples);
+}
+
 void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {
   auto* rf = dynamic_cast<RowFileBacking*>(backing_.get());
   if (rf == nullptr || plan_.preload_rows == 0) return;
@@ -319,7 +440,7 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, St
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
     RowBatch* b = p->WaitReady(s - first, st);
-    Result<double> loss = b != nullptr ? TrainStep(*b) : Result<double>(st);
+    Result<double> loss = b == nullptr ? Result<double>(st) : dp_ ? TrainShardedStep(*b) : TrainStep(*b);
     if (!loss.ok()) {
       p->Abort(loss.status());
       (void)FinishPass(*p);

@@ -26,6 +26,7 @@
 #include "train/dlrm/dlrm_model.h"
 #include "train/dlrm/dlrm_tables.h"
 #include "train/accelerator.h"
+#include "train/data_parallel.h"
 #include "train/device_rows.h"
 #include "train/task.h"
 
@@ -60,6 +61,11 @@ class DlrmTask : public Task {
   Result<std::string> Predict(const PredictRequest& request) override;
   Status SetModelFactory(const std::string& name, ModelFactory factory) override;
   Status SetEncoderFactory(const std::string& name, EncoderFactory factory) override;
+  Status SetDistGroup(DistGroup* group) override {
+    group_ = group;
+    return Status::Ok();
+  }
+  DataParallel* data_parallel() override { return dp_.get(); }
 
  private:
   // The model: the factory's (Run::SetModel) or the built-in DLRM network.
@@ -97,6 +103,14 @@ class DlrmTask : public Task {
   // The model input of a step: its dense features, labels and every use's row.
   Result<ModelInput> StepInput(const RowBatch& b, const std::string& split, bool training);
   Result<double> TrainStep(RowBatch& b);
+  // train.virtual_shards: the step computed shard by shard (this rank's shards), the shards'
+  // gradients exchanged and summed in a fixed order (train/data_parallel.h).
+  Status SetUpDataParallel();
+  Result<double> TrainShardedStep(RowBatch& b);
+  // This rank's shards of step `b`: their payloads (loss x samples, dense gradients, use
+  // gradients) end to end, and every shard's payload size.
+  Status ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
+                       std::vector<float>& mine, std::vector<uint64_t>& sizes);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
                                       std::vector<float>* scores, std::vector<float>* labels);
   Status SyncTables();
@@ -152,6 +166,9 @@ class DlrmTask : public Task {
   EncoderFactory encoder_factory_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   double lr_scale_ = 1;  // train.lr_decay so far: every learning rate is the config's times this
+  // Data parallel: the process group (null: one process) and the shards' exchange.
+  DistGroup* group_ = nullptr;
+  std::unique_ptr<DataParallel> dp_;
   // Device.
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;

@@ -414,6 +414,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "io_s", io_time_.busy_s), s.Set("prefetcher", "io_wait_s", io_time_.wait_s);
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
   SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
+  if (dp_ != nullptr) SummarizeDataParallel(*dp_, s);
   if (!in_memory_) {
     s.Line("  lookahead: " + lookahead_);
     s.Set("lookahead", "planner", std::string(EnumName(planner_)));

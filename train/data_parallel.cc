@@ -1,0 +1,90 @@
+#include "train/data_parallel.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "common/clock.h"
+#include "common/units.h"
+#include "train/run_summary.h"
+#include "train/dist.h"
+
+namespace sluice {
+
+DataParallel::DataParallel(DistGroup* group, int virtual_shards)
+    : group_(group), shards_(std::max(1, virtual_shards)) {
+  if (group_ != nullptr) rank_ = group_->rank(), world_ = group_->world_size();
+}
+
+int DataParallel::first_shard() const { return shards_ * rank_ / world_; }
+int DataParallel::end_shard() const { return shards_ * (rank_ + 1) / world_; }
+
+std::pair<uint64_t, uint64_t> DataParallel::ShardSamples(int v, int shards, uint64_t n) {
+  const auto s = static_cast<uint64_t>(shards), k = static_cast<uint64_t>(v);
+  return {n * k / s, n * (k + 1) / s};
+}
+
+Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, std::span<const uint64_t> sizes) {
+  const auto start = SteadyClock::now();
+  const bool stop = stop_probe_ && stop_probe_();
+  // Rank r's payload: its shards' floats, then its stop wish; padded to the longest rank's.
+  std::vector<uint64_t> length(static_cast<size_t>(world_), 1);
+  std::vector<int> owner(static_cast<size_t>(shards_));
+  for (int r = 0; r < world_; ++r) {
+    for (int v = shards_ * r / world_; v < shards_ * (r + 1) / world_; ++v) {
+      length[static_cast<size_t>(r)] += sizes[static_cast<size_t>(v)];
+      owner[static_cast<size_t>(v)] = r;
+    }
+  }
+  if (mine.size() + 1 != length[static_cast<size_t>(rank_)]) {
+    return FailedPrecondition("data-parallel exchange: rank " + std::to_string(rank_) + " sends " +
+                              std::to_string(mine.size()) + " floats where its shards hold " +
+                              std::to_string(length[static_cast<size_t>(rank_)] - 1));
+  }
+  const uint64_t longest = *std::max_element(length.begin(), length.end());
+  send_.assign(longest, 0.0f);
+  std::copy(mine.begin(), mine.end(), send_.begin());
+  send_[mine.size()] = stop ? 1.0f : 0.0f;
+  std::vector<float> out;
+  out.reserve(mine.size() * static_cast<size_t>(world_));
+  if (group_ == nullptr) {
+    out.assign(mine.begin(), mine.end());
+    any_stop_ = stop;
+  } else {
+    all_.resize(longest * static_cast<uint64_t>(world_));
+    SLUICE_RETURN_IF_ERROR(group_->AllGather(send_, all_));
+    any_stop_ = false;
+    std::vector<uint64_t> at(static_cast<size_t>(world_), 0);  // read position in each rank's payload
+    for (int v = 0; v < shards_; ++v) {
+      const int r = owner[static_cast<size_t>(v)];
+      const float* src = all_.data() + static_cast<uint64_t>(r) * longest + at[static_cast<size_t>(r)];
+      out.insert(out.end(), src, src + sizes[static_cast<size_t>(v)]);
+      at[static_cast<size_t>(r)] += sizes[static_cast<size_t>(v)];
+    }
+    for (int r = 0; r < world_; ++r) {
+      any_stop_ = any_stop_ || all_[static_cast<uint64_t>(r) * longest + length[static_cast<size_t>(r)] - 1] != 0.0f;
+    }
+    bytes_sent_ += longest * 4;
+    bytes_received_ += longest * 4 * static_cast<uint64_t>(world_ - 1);
+  }
+  ++exchanges_;
+  exchange_s_ += SecondsSince(start);
+  return out;
+}
+
+void SummarizeDataParallel(const DataParallel& dp, RunSummary& s) {
+  const double steps = std::max<double>(1.0, static_cast<double>(dp.exchanges()));
+  std::ostringstream line;
+  line << "data parallel: rank " << dp.rank() << " of " << dp.world_size() << ", " << dp.shards()
+       << " virtual shards a batch (this rank's: " << dp.first_shard() << "-" << dp.end_shard() - 1 << "), "
+       << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_sent()) / steps)) << " sent and "
+       << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_received()) / steps))
+       << " received per step, exchanges " << dp.exchange_s() << " s";
+  s.Line(line.str());
+  s.Set("data_parallel", "rank", dp.rank()), s.Set("data_parallel", "world_size", dp.world_size());
+  s.Set("data_parallel", "virtual_shards", dp.shards());
+  s.Set("data_parallel", "bytes_sent", dp.bytes_sent()), s.Set("data_parallel", "bytes_received", dp.bytes_received());
+  s.Set("data_parallel", "exchange_s", dp.exchange_s());
+}
+
+}  // namespace sluice

@@ -1,0 +1,73 @@
+#pragma once
+// Data-parallel training (docs/distributed.md): every step's global batch is cut into V
+// virtual shards, V fixed by the config (train.virtual_shards), whatever the world size. Rank r
+// of N computes shards [V r / N, V (r + 1) / N) one by one; the ranks then exchange what each
+// shard produced (its loss, its dense gradients, its rows' use gradients) by an all-gather, and
+// every rank adds the shards' dense gradients in shard order and each row's use gradients in
+// global use order. The sums are the same float operations in the same order at any world
+// size, so 1, 2 or 3 processes train bitwise the same model as one process running the V
+// shards (with the same compute threads per process: libtorch's and OpenBLAS's results may
+// depend on their thread count).
+//
+// Tables are replicated so far: every rank keeps the whole model (out of core through its own
+// cache) and applies every update. Sharding them by row range is the next part.
+//
+// Torch-free (the task packs and unpacks its tensors).
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sluice {
+
+class DistGroup;
+
+class DataParallel {
+ public:
+  // `group` null: one process (world size 1) running the V shards.
+  DataParallel(DistGroup* group, int virtual_shards);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  int shards() const { return shards_; }
+  // This rank's shards: [first_shard, end_shard).
+  int first_shard() const;
+  int end_shard() const;
+  // Samples [begin, end) of shard v of a batch of n.
+  static std::pair<uint64_t, uint64_t> ShardSamples(int v, int shards, uint64_t n);
+
+  // What the runner asks every step: whether this rank wants to stop after it (Ctrl-C, a test's
+  // stop hook). Exchange carries every rank's wish, so all ranks stop after the same step.
+  void set_stop_probe(std::function<bool()> probe) { stop_probe_ = std::move(probe); }
+  bool any_stop() const { return any_stop_; }
+
+  // One step's exchange. `mine`: this rank's shards' payloads end to end (shard first_shard()
+  // first); `sizes[v]`: the floats of shard v's payload (every rank knows every shard's).
+  // Returns every shard's payload end to end in shard order.
+  Result<std::vector<float>> Exchange(std::span<const float> mine, std::span<const uint64_t> sizes);
+
+  // Bytes this rank sent and received, exchanges, and seconds spent in them (the summary).
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t exchanges() const { return exchanges_; }
+  double exchange_s() const { return exchange_s_; }
+
+ private:
+  DistGroup* group_;
+  int rank_ = 0, world_ = 1, shards_ = 1;
+  std::function<bool()> stop_probe_;
+  bool any_stop_ = false;
+  std::vector<float> send_, all_;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;
+  double exchange_s_ = 0;
+};
+
+class RunSummary;
+// The summary's data-parallel line and section: shards, bytes exchanged per step, time.
+void SummarizeDataParallel(const DataParallel& dp, RunSummary& summary);
+
+}  // namespace sluice
