@@ -105,6 +105,9 @@ struct RowBatch {
   // moves them to `unique` without deduplicating, leaving `keys` and `inverse` empty (use i is
   // unique row i).
   bool keys_distinct = false;
+  // Tables sharded across processes (train/data_parallel.h): every use's row, where `keys`
+  // holds only this process's rows (its cache loads no other).
+  std::vector<RowKey> all_keys;
   size_t uses() const { return keys_distinct ? unique.size() : keys.size(); }
   uint32_t row_of(size_t use) const { return keys_distinct ? static_cast<uint32_t>(use) : inverse[use]; }
   const RowKey& key_of(size_t use) const { return keys_distinct ? unique[use] : keys[use]; }

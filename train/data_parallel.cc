@@ -24,6 +24,30 @@ std::pair<uint64_t, uint64_t> DataParallel::ShardSamples(int v, int shards, uint
   return {n * k / s, n * (k + 1) / s};
 }
 
+std::pair<uint64_t, uint64_t> DataParallel::RowRange(int rank, int world, uint64_t rows) {
+  const auto r = static_cast<uint64_t>(rank), n = static_cast<uint64_t>(world);
+  return {rows * r / n, rows * (r + 1) / n};
+}
+
+Result<std::vector<float>> DataParallel::GatherRanks(std::span<const float> mine, std::span<const uint64_t> counts) {
+  if (group_ == nullptr) return std::vector<float>(mine.begin(), mine.end());
+  const auto start = SteadyClock::now();
+  const uint64_t longest = *std::max_element(counts.begin(), counts.end());
+  send_.assign(longest, 0.0f);
+  std::copy(mine.begin(), mine.end(), send_.begin());
+  all_.resize(longest * static_cast<uint64_t>(world_));
+  SLUICE_RETURN_IF_ERROR(group_->AllGather(send_, all_));
+  std::vector<float> out;
+  for (int r = 0; r < world_; ++r) {
+    const float* src = all_.data() + static_cast<uint64_t>(r) * longest;
+    out.insert(out.end(), src, src + counts[static_cast<size_t>(r)]);
+  }
+  bytes_sent_ += longest * 4;
+  bytes_received_ += longest * 4 * static_cast<uint64_t>(world_ - 1);
+  exchange_s_ += SecondsSince(start);
+  return out;
+}
+
 Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, std::span<const uint64_t> sizes) {
   const auto start = SteadyClock::now();
   const bool stop = stop_probe_ && stop_probe_();
@@ -72,17 +96,20 @@ Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, s
   return out;
 }
 
-void SummarizeDataParallel(const DataParallel& dp, RunSummary& s) {
+void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(dp.exchanges()));
+  const auto [begin, end] = dp.MyRows(rows);
   std::ostringstream line;
   line << "data parallel: rank " << dp.rank() << " of " << dp.world_size() << ", " << dp.shards()
-       << " virtual shards a batch (this rank's: " << dp.first_shard() << "-" << dp.end_shard() - 1 << "), "
+       << " virtual shards a batch (this rank's: " << dp.first_shard() << "-" << dp.end_shard() - 1
+       << "), owns table rows " << begin << "-" << end - 1 << " of " << rows << ", "
        << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_sent()) / steps)) << " sent and "
        << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_received()) / steps))
        << " received per step, exchanges " << dp.exchange_s() << " s";
   s.Line(line.str());
   s.Set("data_parallel", "rank", dp.rank()), s.Set("data_parallel", "world_size", dp.world_size());
   s.Set("data_parallel", "virtual_shards", dp.shards());
+  s.Set("data_parallel", "rows_owned", end - begin);
   s.Set("data_parallel", "bytes_sent", dp.bytes_sent()), s.Set("data_parallel", "bytes_received", dp.bytes_received());
   s.Set("data_parallel", "exchange_s", dp.exchange_s());
 }

@@ -9,8 +9,13 @@
 // shards (with the same compute threads per process: libtorch's and OpenBLAS's results may
 // depend on their thread count).
 //
-// Tables are replicated so far: every rank keeps the whole model (out of core through its own
-// cache) and applies every update. Sharding them by row range is the next part.
+// Tables are sharded by row range: rank r of N owns global rows [T r / N, T (r + 1) / N) of the
+// T rows of all tables laid end to end (RowRange), keeps them out of core through its own cache
+// and planner, and alone updates them. A step's rows come from their owners (GatherRanks: every
+// rank receives every row the step uses, fetched at the step, never ahead, so no update is
+// missed); the use gradients reach every rank with the shards' exchange and each owner sums its
+// rows' in global use order. Checkpoints: the other ranks send their rows to rank 0, which
+// writes the whole tables.
 //
 // Torch-free (the task packs and unpacks its tensors).
 
@@ -40,6 +45,15 @@ class DataParallel {
   // Samples [begin, end) of shard v of a batch of n.
   static std::pair<uint64_t, uint64_t> ShardSamples(int v, int shards, uint64_t n);
 
+  // Global rows [begin, end) rank `rank` owns of `rows`.
+  static std::pair<uint64_t, uint64_t> RowRange(int rank, int world, uint64_t rows);
+  std::pair<uint64_t, uint64_t> MyRows(uint64_t rows) const { return RowRange(rank_, world_, rows); }
+  // The process group (null: one process).
+  DistGroup* group() const { return group_; }
+
+  // Every rank's `mine` (counts[r] floats from rank r) end to end in rank order.
+  Result<std::vector<float>> GatherRanks(std::span<const float> mine, std::span<const uint64_t> counts);
+
   // What the runner asks every step: whether this rank wants to stop after it (Ctrl-C, a test's
   // stop hook). Exchange carries every rank's wish, so all ranks stop after the same step.
   void set_stop_probe(std::function<bool()> probe) { stop_probe_ = std::move(probe); }
@@ -67,7 +81,8 @@ class DataParallel {
 };
 
 class RunSummary;
-// The summary's data-parallel line and section: shards, bytes exchanged per step, time.
-void SummarizeDataParallel(const DataParallel& dp, RunSummary& summary);
+// The summary's data-parallel line and section: shards, the rows this rank owns of `rows`,
+// bytes exchanged per step, time.
+void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& summary);
 
 }  // namespace sluice

@@ -254,6 +254,33 @@ Status DistGroup::AllGather(std::span<const float> mine, std::span<float> all) {
   return Status::Ok();
 }
 
+Status DistGroup::Send(std::span<const std::byte> bytes, int peer) {
+  return PointToPoint(const_cast<std::byte*>(bytes.data()), bytes.size(), peer, /*send=*/true);
+}
+
+Status DistGroup::Recv(std::span<std::byte> bytes, int peer) {
+  return PointToPoint(bytes.data(), bytes.size(), peer, /*send=*/false);
+}
+
+Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send) {
+#ifdef SLUICE_HAVE_GLOO
+  try {
+    std::vector<at::Tensor> t{torch::from_blob(data, {static_cast<int64_t>(size)}, torch::kUInt8)};
+    (send ? impl_->group->send(t, peer, 0) : impl_->group->recv(t, peer, 0))->wait();
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) + ": " +
+                       (send ? "sending to" : "receiving from") + " rank " + std::to_string(peer) +
+                       " failed (it stopped or stalled past dist.op_timeout " + Seconds(impl_->config.op_timeout) +
+                       "): " + FirstLine(e));
+  }
+  return Status::Ok();
+#else
+  (void)data, (void)size, (void)send;
+  return FailedPrecondition("rank " + std::to_string(rank()) + ": no Gloo process group to reach rank " +
+                            std::to_string(peer));
+#endif
+}
+
 Result<std::string> DistGroup::Share(const std::string& what, const std::string& value) {
   const std::string key = "sluice/share/" + what;
   try {

@@ -12,6 +12,7 @@
 // c10d's C++ API differs between libtorch 1.13 and 2.x; dist.cc uses what both have (TCPStore
 // with TCPStoreOptions, ProcessGroupGloo with its Options and devices, Work::wait).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,12 +66,16 @@ class DistGroup {
   // Every rank's `mine` (the same length on every rank) laid end to end in rank order into
   // `all` (world size x mine.size() floats): Gloo's all-gather, within op_timeout.
   Status AllGather(std::span<const float> mine, std::span<float> all);
+  // Point to point (Gloo send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
+  Status Send(std::span<const std::byte> bytes, int peer);
+  Status Recv(std::span<std::byte> bytes, int peer);
   // Rank 0's `value` as `what` on every rank (the others' `value` is ignored), through the store.
   Result<std::string> Share(const std::string& what, const std::string& value);
 
  private:
   struct Impl;
   explicit DistGroup(std::unique_ptr<Impl> impl);
+  Status PointToPoint(std::byte* data, size_t size, int peer, bool send);
   std::unique_ptr<Impl> impl_;
 };
 

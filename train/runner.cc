@@ -597,9 +597,11 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   if (s_.checkpoint_every < 0) return Status::Ok();  // never (benchmarks)
   const auto start = Clock::now();
   const std::string name = CheckpointName(epoch, step);
-  if (!leader_) {  // rank 0 writes the run's checkpoints (the model is the same on every rank)
+  if (!leader_) {  // rank 0 writes the run's checkpoints; this rank sends it its rows
     if (best) best_name_ = name;
     latest_ = name;
+    SLUICE_RETURN_IF_ERROR(task_.SaveShard());
+    checkpoint_s_ += SecondsSince(start);
     return Status::Ok();
   }
   const uint64_t written_before = store_.copy_stats().bytes_written;

@@ -73,6 +73,8 @@ class Task {
   }
   // The task's data-parallel exchange when it trains in virtual shards (after Open), else null.
   virtual DataParallel* data_parallel() { return nullptr; }
+  // A rank other than 0's part of a checkpoint rank 0 writes (called where rank 0 calls Save).
+  virtual Status SaveShard() { return Status::Ok(); }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;
   // The effective config as YAML (config.yaml) and its fingerprint (train/fingerprint.h).

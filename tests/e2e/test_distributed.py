@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import json
+import re
 import time
 
 import numpy as np
@@ -183,6 +184,7 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
     base = clicks_config.parent
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'one'}")
     assert out.returncode == 0, out.stderr
+    run_one = out.stdout
     assert "data parallel: rank 0 of 1, 6 virtual shards a batch (this rank's: 0-5)" in out.stdout, out.stdout
     reference = model_bytes(sluice_bin, base / "one")
     # The same batches in one piece: another model (the shards' sums differ in their last bits),
@@ -198,12 +200,20 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
     (rc1, out1, err1), (rc0, out0, err0) = finish(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, (err0, err1)
-    assert "data parallel: rank 0 of 2, 6 virtual shards a batch (this rank's: 0-2)" in out0, out0
+    assert "data parallel: rank 0 of 2, 6 virtual shards a batch (this rank's: 0-2), owns table rows 0-12287 of 24576" in out0, out0
     assert "rank 1: trained 21600 samples" in out1, out1
     out = launch(clicks_config, 3, base / "three")
     assert out.returncode == 0, out.stderr
     assert "data parallel: rank 0 of 3, 6 virtual shards a batch (this rank's: 0-1)" in out.stdout, out.stdout
     assert "threads: 1 of 1 cores" in out.stdout, out.stdout  # 2 cores shared by 3 local ranks
+    # Each rank's cache holds its third of the tables: a third of the rows a step uses.
+    rows_per_step = lambda text: float(re.search(r"cache: \d+ steps, ([\d.]+) distinct rows per step", text).group(1))
+    one_rows, three_rows = rows_per_step(run_one), rows_per_step(out.stdout)
+    assert 0.2 * one_rows < three_rows < 0.5 * one_rows, (one_rows, three_rows)
+    # Tables in memory on two ranks: the same model again.
+    out = launch(clicks_config, 2, base / "two-mem", "--set", "storage.mode=in_memory")
+    assert out.returncode == 0, out.stderr
+    assert model_bytes(sluice_bin, base / "two-mem") == reference
     for name in ("two", "three"):
         assert model_bytes(sluice_bin, base / name) == reference, f"{name} ranks trained another model"
         losses = [json.loads(l)["loss"] for l in (base / name / "metrics.jsonl").read_text().splitlines()]
@@ -251,3 +261,7 @@ def test_data_parallel_settings_that_cannot_work_are_one_line(sluice_bin, clicks
               "--set", "train.virtual_shards=201")
     assert out.returncode != 0 and "more than the 200 samples of a batch" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # Tables sharded by row range need dense row numbers.
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'bad2'}",
+              "--set", "storage.backend=rocksdb")
+    assert out.returncode != 0 and "it needs dense tables" in out.stderr, out.stderr

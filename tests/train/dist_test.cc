@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "train/data_parallel.h"
 #include "train/fingerprint.h"
 
 namespace sluice {
@@ -67,6 +68,53 @@ TEST(DistAgreementTest, FingerprintLinesHoldTheFingerprintedKeysOnly) {
       "task: recommendation\ndataset: d\nrun_dir: r\nmodel:\n  dim: 16\n  bottom: [512, 256]\n"
       "train:\n  epochs: 3\n  lr: 0.05\nstorage:\n  budget: 1GiB\n");
   EXPECT_EQ(lines, "task: recommendation\nmodel.dim: 16\nmodel.bottom: [512, 256]\ntrain.lr: 0.05\n");
+}
+
+// Shards cover a batch without gaps or overlaps, in order, for any batch (also one smaller
+// than the shard count); row ranges cover the tables the same way.
+TEST(DataParallelTest, ShardsAndRowRangesCoverEverythingOnceInOrder) {
+  for (const uint64_t n : {0ull, 1ull, 5ull, 200ull, 2049ull}) {
+    uint64_t next = 0;
+    for (int v = 0; v < 12; ++v) {
+      const auto [lo, hi] = DataParallel::ShardSamples(v, 12, n);
+      EXPECT_EQ(lo, next);
+      EXPECT_LE(hi - lo, n / 12 + 1);
+      next = hi;
+    }
+    EXPECT_EQ(next, n);
+  }
+  for (const int world : {1, 2, 3, 7}) {
+    uint64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto [lo, hi] = DataParallel::RowRange(r, world, 24577);
+      EXPECT_EQ(lo, next);
+      next = hi;
+    }
+    EXPECT_EQ(next, 24577u);
+  }
+}
+
+// One process runs every shard: the exchange hands back its own payloads and its stop wish.
+TEST(DataParallelTest, OneProcessExchangesWithItselfAndCarriesItsStopWish) {
+  DataParallel dp(nullptr, 6);
+  EXPECT_EQ(dp.first_shard(), 0);
+  EXPECT_EQ(dp.end_shard(), 6);
+  const std::vector<uint64_t> sizes = {2, 1, 0, 3, 1, 1};
+  const std::vector<float> mine = {1, 2, 3, 4, 5, 6, 7, 8};
+  bool stop = false;
+  dp.set_stop_probe([&stop] { return stop; });
+  Result<std::vector<float>> all = dp.Exchange(mine, sizes);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, mine);
+  EXPECT_FALSE(dp.any_stop());
+  stop = true;
+  ASSERT_TRUE(dp.Exchange(mine, sizes).ok());
+  EXPECT_TRUE(dp.any_stop());
+  // A payload that does not match the shards' sizes is a bug, said as one.
+  const std::vector<float> short_payload = {1, 2};
+  Result<std::vector<float>> bad = dp.Exchange(short_payload, sizes);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sends 2 floats where its shards hold 8"), std::string::npos);
 }
 
 }  // namespace

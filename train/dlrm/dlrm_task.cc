@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "common/clock.h"
 #include "train/dlrm/dlrm_task_impl.h"
@@ -212,7 +213,11 @@ std::unique_ptr<DlrmTask::Pipeline> DlrmTask::MakePipeline(const RecordSource* s
   po.run_ahead = run_ahead_;
   po.writes = writes;
   po.io = cfg_.io;
-  auto fill = [source, first_step](uint64_t t, RowBatch& b) { return source->Fill(first_step + t, b); };
+  auto fill = [this, source, first_step](uint64_t t, RowBatch& b) -> Result<bool> {
+    SLUICE_ASSIGN_OR_RETURN(const bool more, source->Fill(first_step + t, b));
+    if (dp_ != nullptr) KeepOwnedKeys(b);
+    return more;
+  };
   if (in_memory_) return std::make_unique<Pipeline>(memory_.get(), po, fill, &Pipeline::Identity);
   return std::make_unique<Pipeline>(cache_.get(), arena_.data(), tables_->row_bytes(), backing_.get(),
                                     po, fill, &Pipeline::Identity);
@@ -256,9 +261,14 @@ Status DlrmTask::ReadBatch(const RowBatch& b, const std::string& split, torch::T
 Result<ModelInput> DlrmTask::StepInput(const RowBatch& b, const std::string& split, bool training) {
   ModelInput in;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, split, in.dense, in.labels));
-  inverse_.assign(b.inverse.begin(), b.inverse.end());
-  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  in.tables.push_back(GatherUses(rows, {inverse_}, tables_->width(), training));
+  if (dp_ != nullptr) {  // the rows from their owners
+    SLUICE_RETURN_IF_ERROR(GatherStepRows(b));
+    in.tables.push_back(GatherUses(step_rows_.ptrs, {step_rows_.inverse}, tables_->width(), training));
+  } else {
+    inverse_.assign(b.inverse.begin(), b.inverse.end());
+    const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+    in.tables.push_back(GatherUses(rows, {inverse_}, tables_->width(), training));
+  }
   in.key = {cfg_.train.seed, 0, b.step};
   in.training = training;
   return in;
@@ -305,7 +315,81 @@ Status DlrmTask::SetUpDataParallel() {
     return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
                            ": training in virtual shards runs on the CPU only so far");
   }
+  if (tables_->raw_ids() || rocksdb_) {
+    return InvalidArgument("train.virtual_shards shards the tables by row range: it needs dense tables "
+                           "(model.ids modulo or vocab, storage.backend rowfile or storage.mode in_memory)");
+  }
   dp_ = std::make_unique<DataParallel>(group_, v);
+  const uint64_t total = tables_->total_rows();
+  owner_bounds_.clear();
+  for (int r = 0; r <= world; ++r) owner_bounds_.push_back(DataParallel::RowRange(r, world, total).first);
+  owner_bounds_.back() = total;
+  std::tie(own_begin_, own_end_) = dp_->MyRows(total);
+  return Status::Ok();
+}
+
+int DlrmTask::OwnerOf(uint64_t global_row) const {
+  const auto it = std::upper_bound(owner_bounds_.begin(), owner_bounds_.end(), global_row);
+  return static_cast<int>(it - owner_bounds_.begin()) - 1;
+}
+
+RowKey DlrmTask::KeyOf(uint64_t global_row) const {
+  const std::vector<uint64_t>& offsets = tables_->offsets();
+  const auto t = static_cast<uint32_t>(std::upper_bound(offsets.begin(), offsets.end(), global_row) - offsets.begin() - 1);
+  return RowKey{global_row - offsets[t], t};
+}
+
+void DlrmTask::KeepOwnedKeys(RowBatch& b) const {
+  b.all_keys = b.keys;
+  const std::vector<uint64_t>& offsets = tables_->offsets();
+  std::erase_if(b.keys, [&](const RowKey& k) {
+    const uint64_t g = offsets[k.table] + k.id;
+    return g < own_begin_ || g >= own_end_;
+  });
+}
+
+Status DlrmTask::GatherStepRows(const RowBatch& b) {
+  StepRows& s = step_rows_;
+  s.all.keys = b.all_keys;
+  s.all.keys_distinct = false;
+  all_dedupe_.Dedupe(s.all);
+  const std::vector<RowKey>& unique = s.all.unique;
+  const std::vector<uint64_t>& offsets = tables_->offsets();
+  const uint64_t w = tables_->width();
+  const int world = dp_->world_size();
+  std::vector<uint64_t> counts(static_cast<size_t>(world), 0);
+  std::vector<float> mine;
+  s.owner.resize(unique.size());
+  s.mine.clear();
+  for (size_t u = 0; u < unique.size(); ++u) {
+    const int owner = OwnerOf(offsets[unique[u].table] + unique[u].id);
+    s.owner[u] = owner;
+    counts[static_cast<size_t>(owner)] += w;
+    if (owner != dp_->rank()) continue;
+    const size_t k = s.mine.size();
+    if (k >= b.unique.size() || b.unique[k].table != unique[u].table || b.unique[k].id != unique[u].id) {
+      return FailedPrecondition("data parallel: step " + std::to_string(b.step) + "'s own rows differ from "
+                                "the rows its batch uses (a bug)");
+    }
+    const auto* row = reinterpret_cast<const float*>(b.rows[k]);
+    mine.insert(mine.end(), row, row + w);
+    s.mine.push_back(static_cast<int64_t>(u));
+  }
+  if (s.mine.size() != b.unique.size()) {
+    return FailedPrecondition("data parallel: step " + std::to_string(b.step) + " loaded rows it does not use (a bug)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->GatherRanks(mine, counts));
+  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each rank's rows start in `all`
+  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + counts[static_cast<size_t>(r) - 1];
+  s.values.resize(unique.size() * w);
+  s.ptrs.resize(unique.size());
+  for (size_t u = 0; u < unique.size(); ++u) {
+    uint64_t& from = at[static_cast<size_t>(s.owner[u])];
+    std::copy_n(all.data() + from, w, s.values.data() + u * w);
+    from += w;
+    s.ptrs[u] = s.values.data() + u * w;
+  }
+  s.inverse.assign(s.all.inverse.begin(), s.all.inverse.end());
   return Status::Ok();
 }
 
@@ -322,8 +406,8 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
     sizes[static_cast<size_t>(v)] = 1 + dense_floats + (hi - lo) * tables * static_cast<uint64_t>(d);
   }
-  const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  const std::span<const int64_t> uses(inverse_);
+  const std::span<float* const> rows(step_rows_.ptrs);
+  const std::span<const int64_t> uses(step_rows_.inverse);
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
     if (lo == hi) {  // a batch with fewer samples than shards
@@ -364,7 +448,7 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   auto start = SteadyClock::now();
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
-  inverse_.assign(b.inverse.begin(), b.inverse.end());
+  SLUICE_RETURN_IF_ERROR(GatherStepRows(b));
   std::vector<float> mine;
   std::vector<uint64_t> sizes;
   time_.gather_s += SecondsSince(start);
@@ -395,10 +479,14 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   opt_->step();
   time_.compute_s += SecondsSince(start);
   start = SteadyClock::now();
-  const int64_t u = static_cast<int64_t>(b.unique.size());
-  const torch::Tensor sums = SumRowGrads({inverse_}, use_grads, u, d);
+  // Every row's use gradients summed in use order; this rank updates its own rows.
+  const auto u = static_cast<int64_t>(step_rows_.ptrs.size());
+  const torch::Tensor sums = SumRowGrads({step_rows_.inverse}, use_grads, u, d);
+  const torch::Tensor mine_sums =
+      sums.index_select(0, torch::from_blob(step_rows_.mine.data(), {static_cast<int64_t>(step_rows_.mine.size())},
+                                            torch::kInt64)).contiguous();
   const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  ApplyRowOptimizer(tables_->optimizer(), rows, sums, d, static_cast<float>(cfg_.train.lr * lr_scale_));
+  ApplyRowOptimizer(tables_->optimizer(), rows, mine_sums, d, static_cast<float>(cfg_.train.lr * lr_scale_));
   time_.update_s += SecondsSince(start);
   return loss / static_cast<double>(b.samples);
 }
@@ -409,14 +497,18 @@ void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {
   // Shared: the preloader copies the function, and the scratch must outlive every copy.
   auto scratch = std::make_shared<RowBatch>();
   const std::vector<uint64_t>* offsets = &tables_->offsets();
+  const uint64_t lo = dp_ != nullptr ? own_begin_ : 0, hi = dp_ != nullptr ? own_end_ : tables_->total_rows();
   RowPreloaderOptions po;
   po.capacity_rows = plan_.preload_rows;
   po.horizon_steps = static_cast<uint32_t>(cfg_.storage.preload_horizon);
   rf->StartPreload(
-      [offsets, source, first_step, scratch](uint64_t t, std::vector<uint64_t>& rows) -> Result<bool> {
+      [offsets, source, first_step, scratch, lo, hi](uint64_t t, std::vector<uint64_t>& rows) -> Result<bool> {
         SLUICE_ASSIGN_OR_RETURN(const bool more, source->Fill(first_step + t, *scratch));
         if (more) {
-          for (const RowKey& k : scratch->keys) rows.push_back((*offsets)[k.table] + k.id);
+          for (const RowKey& k : scratch->keys) {
+            const uint64_t g = (*offsets)[k.table] + k.id;
+            if (g >= lo && g < hi) rows.push_back(g);  // this rank's rows (data parallel)
+          }
         }
         return more;
       },

@@ -106,6 +106,19 @@ class DlrmTask : public Task {
   // train.virtual_shards: the step computed shard by shard (this rank's shards), the shards'
   // gradients exchanged and summed in a fixed order (train/data_parallel.h).
   Status SetUpDataParallel();
+  // Sharded tables: keeps this rank's rows in b.keys (every use's in b.all_keys).
+  void KeepOwnedKeys(RowBatch& b) const;
+  // The step's rows from their owners (step_rows_): every distinct row of b.all_keys.
+  Status GatherStepRows(const RowBatch& b);
+  int OwnerOf(uint64_t global_row) const;
+  RowKey KeyOf(uint64_t global_row) const;
+  // Global rows [first, first + count) of this process's tables (synced), as row_bytes each.
+  Status ReadGlobalRows(IoSession& io, uint64_t first, uint64_t count, std::byte* out);
+  Status WriteGlobalRows(IoSession& io, uint64_t first, uint64_t count, const std::byte* rows);
+  // Checkpoints of sharded tables: every other rank sends its rows to rank 0 (SaveShard), which
+  // writes them into its tables before it saves them (ReceiveShards).
+  Status SaveShard() override;
+  Status ReceiveShards();
   Result<double> TrainShardedStep(RowBatch& b);
   // This rank's shards of step `b`: their payloads (loss x samples, dense gradients, use
   // gradients) end to end, and every shard's payload size.
@@ -169,6 +182,17 @@ class DlrmTask : public Task {
   // Data parallel: the process group (null: one process) and the shards' exchange.
   DistGroup* group_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
+  std::vector<uint64_t> owner_bounds_;  // rank r owns global rows [bounds[r], bounds[r + 1])
+  uint64_t own_begin_ = 0, own_end_ = 0;
+  struct StepRows {
+    RowBatch all;                  // keys: every use's row; unique, inverse: deduplicated
+    std::vector<int64_t> inverse;  // per use: its row in `all.unique`
+    std::vector<float> values;     // the rows' trained floats, `width` each, from their owners
+    std::vector<float*> ptrs;      // per distinct row: its values
+    std::vector<int64_t> mine;     // positions in all.unique of this rank's rows, in b.unique order
+    std::vector<int> owner;
+  } step_rows_;
+  RowDeduper all_dedupe_;
   // Device.
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;

@@ -8,6 +8,7 @@
 
 #include "common/units.h"
 #include "storage/io_session.h"
+#include "train/dist.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/npy.h"
 #include "train/row_checkpoint.h"
@@ -268,8 +269,61 @@ Status DlrmTask::LoadMemoryRows(const std::string& dir) {
   return Status::Ok();
 }
 
+Status DlrmTask::ReadGlobalRows(IoSession& io, uint64_t first, uint64_t count, std::byte* out) {
+  const uint32_t rb = tables_->row_bytes();
+  if (!in_memory_) return row_file_->ReadRange(io, first, count, out);
+  for (uint64_t i = 0; i < count; ++i) std::memcpy(out + i * rb, memory_->Row(KeyOf(first + i)), rb);
+  return Status::Ok();
+}
+
+Status DlrmTask::WriteGlobalRows(IoSession& io, uint64_t first, uint64_t count, const std::byte* rows) {
+  const uint32_t rb = tables_->row_bytes();
+  if (!in_memory_) return row_file_->WriteRange(io, first, count, rows);
+  for (uint64_t i = 0; i < count; ++i) std::memcpy(memory_->Row(KeyOf(first + i)), rows + i * rb, rb);
+  return Status::Ok();
+}
+
+namespace {
+constexpr uint64_t kShardChunkBytes = 16ull << 20;  // a checkpoint's rows travel in pieces of this
+}  // namespace
+
+Status DlrmTask::SaveShard() {
+  if (dp_ == nullptr || dp_->group() == nullptr) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(SyncTables());
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  const uint32_t rb = tables_->row_bytes();
+  const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
+  std::vector<std::byte> chunk;
+  for (uint64_t first = own_begin_; first < own_end_; first += per) {
+    const uint64_t n = std::min(per, own_end_ - first);
+    chunk.resize(n * rb);
+    SLUICE_RETURN_IF_ERROR(ReadGlobalRows(*io, first, n, chunk.data()));
+    SLUICE_RETURN_IF_ERROR(dp_->group()->Send(chunk, 0));
+  }
+  return Status::Ok();
+}
+
+Status DlrmTask::ReceiveShards() {
+  if (dp_ == nullptr || dp_->group() == nullptr) return Status::Ok();
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  const uint32_t rb = tables_->row_bytes();
+  const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
+  std::vector<std::byte> chunk;
+  for (int r = 1; r < dp_->world_size(); ++r) {
+    const auto [begin, end] = DataParallel::RowRange(r, dp_->world_size(), tables_->total_rows());
+    for (uint64_t first = begin; first < end; first += per) {
+      const uint64_t n = std::min(per, end - first);
+      chunk.resize(n * rb);
+      SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(chunk, r));
+      SLUICE_RETURN_IF_ERROR(WriteGlobalRows(*io, first, n, chunk.data()));
+    }
+  }
+  return in_memory_ ? Status::Ok() : row_file_->Sync();
+}
+
 Status DlrmTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTables());
+  SLUICE_RETURN_IF_ERROR(ReceiveShards());  // sharded tables: the other ranks' rows
   const std::string tables = TableFileName();
   if (in_memory_) {
     SLUICE_RETURN_IF_ERROR(WriteMemoryRows(writer.PathOf(tables)));
@@ -414,7 +468,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "io_s", io_time_.busy_s), s.Set("prefetcher", "io_wait_s", io_time_.wait_s);
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
   SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
-  if (dp_ != nullptr) SummarizeDataParallel(*dp_, s);
+  if (dp_ != nullptr) SummarizeDataParallel(*dp_, tables_->total_rows(), s);
   if (!in_memory_) {
     s.Line("  lookahead: " + lookahead_);
     s.Set("lookahead", "planner", std::string(EnumName(planner_)));
