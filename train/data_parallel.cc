@@ -29,6 +29,17 @@ std::pair<uint64_t, uint64_t> DataParallel::RowRange(int rank, int world, uint64
   return {rows * r / n, rows * (r + 1) / n};
 }
 
+Status DataParallel::Collective(const char* what, std::span<const float> send, std::span<float> all) {
+  const uint64_t n = ++collectives_;
+  const Status s = group_->AllGather(send, all);
+  if (s.ok()) return s;
+  const std::string missing = group_->Missing(n);
+  if (missing.empty()) return s;
+  return Unavailable("rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + missing +
+                     " did not exchange " + what + " (collective " + std::to_string(n) +
+                     "): died or stopped; resume from the last checkpoint with --resume");
+}
+
 Result<std::vector<float>> DataParallel::GatherRanks(std::span<const float> mine, std::span<const uint64_t> counts) {
   if (group_ == nullptr) return std::vector<float>(mine.begin(), mine.end());
   const auto start = SteadyClock::now();
@@ -36,7 +47,7 @@ Result<std::vector<float>> DataParallel::GatherRanks(std::span<const float> mine
   send_.assign(longest, 0.0f);
   std::copy(mine.begin(), mine.end(), send_.begin());
   all_.resize(longest * static_cast<uint64_t>(world_));
-  SLUICE_RETURN_IF_ERROR(group_->AllGather(send_, all_));
+  SLUICE_RETURN_IF_ERROR(Collective("the step's rows", send_, all_));
   std::vector<float> out;
   for (int r = 0; r < world_; ++r) {
     const float* src = all_.data() + static_cast<uint64_t>(r) * longest;
@@ -76,7 +87,7 @@ Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, s
     any_stop_ = stop;
   } else {
     all_.resize(longest * static_cast<uint64_t>(world_));
-    SLUICE_RETURN_IF_ERROR(group_->AllGather(send_, all_));
+    SLUICE_RETURN_IF_ERROR(Collective("the shards' gradients", send_, all_));
     any_stop_ = false;
     std::vector<uint64_t> at(static_cast<size_t>(world_), 0);  // read position in each rank's payload
     for (int v = 0; v < shards_; ++v) {

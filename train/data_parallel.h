@@ -73,7 +73,10 @@ class DataParallel {
  private:
   DistGroup* group_;
   int rank_ = 0, world_ = 1, shards_ = 1;
+  // An all-gather; when it fails, the error names the ranks that died or stopped.
+  Status Collective(const char* what, std::span<const float> send, std::span<float> all);
   std::function<bool()> stop_probe_;
+  uint64_t collectives_ = 0;
   bool any_stop_ = false;
   std::vector<float> send_, all_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;

@@ -281,6 +281,29 @@ Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send
 #endif
 }
 
+std::string DistGroup::Missing(uint64_t n) {
+  auto key = [n](int r) { return "sluice/failed/" + std::to_string(n) + "/" + std::to_string(r); };
+  std::vector<int> missing;
+  try {
+    impl_->store->setTimeout(Millis(5000));
+    impl_->store->set(key(rank()), std::vector<uint8_t>{1});
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(5);
+    for (int r = 0; r < world_size(); ++r) {
+      if (r == rank()) continue;
+      const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now());
+      try {
+        impl_->store->wait({key(r)}, std::max(Millis(1), left));
+      } catch (const std::exception&) {
+        missing.push_back(r);
+      }
+    }
+  } catch (const std::exception&) {
+    return rank() == 0 ? "" : "rank 0 (the store's host)";
+  }
+  if (missing.empty()) return "";
+  return std::string(missing.size() == 1 ? "rank " : "ranks ") + RankList(missing);
+}
+
 Result<std::string> DistGroup::Share(const std::string& what, const std::string& value) {
   const std::string key = "sluice/share/" + what;
   try {

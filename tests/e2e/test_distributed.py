@@ -4,12 +4,14 @@ agreement on config and dataset, and data-parallel recommendation training in vi
 bitwise the same model at world sizes 1, 2 and 3, stopped together, resumed at another world size."""
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
 import json
 import re
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -265,3 +267,67 @@ def test_data_parallel_settings_that_cannot_work_are_one_line(sluice_bin, clicks
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'bad2'}",
               "--set", "storage.backend=rocksdb")
     assert out.returncode != 0 and "it needs dense tables" in out.stderr, out.stderr
+
+
+def checkpoint_bytes(run_dir: pathlib.Path) -> dict:
+    """The latest checkpoint's tables (rows with their optimizer state), dense parameters and the
+    dense optimizer's tensors (libtorch names its state by parameter address, so the archive's
+    code differs between processes: its tensors are compared, as a sorted list)."""
+    latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
+    with zipfile.ZipFile(latest / "dense_optimizer.pt") as z:
+        state = sorted(z.read(n) for n in z.namelist() if "/data/" in n)
+    return {"rows.bin": (latest / "rows.bin").read_bytes(), "dense.pt": (latest / "dense.pt").read_bytes(),
+            "dense optimizer tensors": state}  # non-empty: Adam's moments
+
+
+def test_two_ranks_then_three_then_one_equal_one_process_for_four_epochs(sluice_bin, clicks_config, gloo):
+    base = clicks_config.parent
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'four'}", "--set", "train.epochs=4")
+    assert out.returncode == 0, out.stderr
+    run_dir = base / "reshard"
+    out = launch(clicks_config, 2, run_dir, "--set", "train.epochs=2")
+    assert out.returncode == 0, out.stderr
+    out = launch(clicks_config, 3, run_dir, "--set", "train.epochs=3", "--resume")
+    assert out.returncode == 0, out.stderr
+    assert "owns table rows 0-8191 of 24576" in out.stdout, out.stdout
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={run_dir}", "--set", "train.epochs=4", "--resume")
+    assert out.returncode == 0, out.stderr
+    assert (run_dir / "checkpoints/latest").read_text().strip() == "epoch-4-step-0"
+    assert checkpoint_bytes(run_dir) == checkpoint_bytes(base / "four")
+    assert checkpoint_bytes(run_dir)["dense optimizer tensors"]
+    assert model_bytes(sluice_bin, run_dir) == model_bytes(sluice_bin, base / "four")
+
+
+@pytest.mark.parametrize("victim,sig,named", [(2, signal.SIGKILL, "rank 2"), (1, signal.SIGSTOP, "rank 1"),
+                                              (0, signal.SIGKILL, "rank 0 (the store's host)")])
+def test_a_rank_that_dies_or_stops_is_named_and_the_run_resumes_exactly(sluice_bin, clicks_config, gloo,
+                                                                        victim, sig, named):
+    base = clicks_config.parent
+    run_dir = base / f"victim-{victim}-{sig.name}"
+    sets = ["--set", "train.epochs=12", "--set", "dist.op_timeout=4"]
+    port = free_port()
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(clicks_config), "--set", f"run_dir={run_dir}", *sets,
+                               "--world-size", "3", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(3)]
+    while not (run_dir / "checkpoints/latest").exists():  # a complete checkpoint to resume
+        assert procs[0].poll() is None, procs[0].communicate()
+        time.sleep(0.05)
+    procs[victim].send_signal(sig)
+    t0 = time.monotonic()
+    for r, p in enumerate(procs):
+        if r == victim:
+            continue
+        rc = p.wait(timeout=4 + 30)
+        err = p.communicate()[1]
+        assert rc != 0
+        assert f"{named} did not exchange" in err and len(err.strip().splitlines()) == 1, err
+    assert time.monotonic() - t0 < 4 + 30
+    procs[victim].kill()
+    procs[victim].communicate()
+    # Two ranks resume rank 0's last complete checkpoint and end where one process does.
+    out = launch(clicks_config, 2, run_dir, *sets, "--resume")
+    assert out.returncode == 0, out.stderr
+    reference = base / "twelve"
+    if not reference.exists():
+        assert run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={reference}", *sets).returncode == 0
+    assert checkpoint_bytes(run_dir) == checkpoint_bytes(reference)
