@@ -29,10 +29,10 @@ std::pair<uint64_t, uint64_t> DataParallel::RowRange(int rank, int world, uint64
   return {rows * r / n, rows * (r + 1) / n};
 }
 
-Status DataParallel::Collective(const char* what, std::span<const float> send, std::span<float> all) {
+Status DataParallel::Collective(const char* what, const std::function<Status()>& run) {
   const uint64_t n = ++collectives_;
-  const Status s = group_->AllGather(send, all);
-  if (s.ok()) return s;
+  const Status s = run();
+  if (s.ok() || s.code() != StatusCode::kUnavailable) return s;  // not the network's: said as it is
   const std::string missing = group_->Missing(n);
   if (missing.empty()) return s;
   return Unavailable("rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + missing +
@@ -40,21 +40,18 @@ Status DataParallel::Collective(const char* what, std::span<const float> send, s
                      "): died or stopped; resume from the last checkpoint with --resume");
 }
 
-Result<std::vector<float>> DataParallel::GatherRanks(std::span<const float> mine, std::span<const uint64_t> counts) {
-  if (group_ == nullptr) return std::vector<float>(mine.begin(), mine.end());
+Result<std::vector<float>> DataParallel::AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
+                                                  std::span<const uint64_t> recv_counts, const char* what) {
+  if (group_ == nullptr) return std::vector<float>(send.begin(), send.end());
   const auto start = SteadyClock::now();
-  const uint64_t longest = *std::max_element(counts.begin(), counts.end());
-  send_.assign(longest, 0.0f);
-  std::copy(mine.begin(), mine.end(), send_.begin());
-  all_.resize(longest * static_cast<uint64_t>(world_));
-  SLUICE_RETURN_IF_ERROR(Collective("the step's rows", send_, all_));
-  std::vector<float> out;
+  uint64_t total = 0, sent = 0;
   for (int r = 0; r < world_; ++r) {
-    const float* src = all_.data() + static_cast<uint64_t>(r) * longest;
-    out.insert(out.end(), src, src + counts[static_cast<size_t>(r)]);
+    if (r != rank_) total += recv_counts[static_cast<size_t>(r)], sent += send_counts[static_cast<size_t>(r)];
   }
-  bytes_sent_ += longest * 4;
-  bytes_received_ += longest * 4 * static_cast<uint64_t>(world_ - 1);
+  std::vector<float> out(total + recv_counts[static_cast<size_t>(rank_)]);
+  SLUICE_RETURN_IF_ERROR(Collective(what, [&] { return group_->AllToAll(send, send_counts, out, recv_counts); }));
+  bytes_sent_ += sent * 4;
+  bytes_received_ += total * 4;
   exchange_s_ += SecondsSince(start);
   return out;
 }
@@ -87,7 +84,7 @@ Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, s
     any_stop_ = stop;
   } else {
     all_.resize(longest * static_cast<uint64_t>(world_));
-    SLUICE_RETURN_IF_ERROR(Collective("the shards' gradients", send_, all_));
+    SLUICE_RETURN_IF_ERROR(Collective("the shards' gradients", [this] { return group_->AllGather(send_, all_); }));
     any_stop_ = false;
     std::vector<uint64_t> at(static_cast<size_t>(world_), 0);  // read position in each rank's payload
     for (int v = 0; v < shards_; ++v) {
@@ -122,7 +119,9 @@ void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s)
   s.Set("data_parallel", "virtual_shards", dp.shards());
   s.Set("data_parallel", "rows_owned", end - begin);
   s.Set("data_parallel", "bytes_sent", dp.bytes_sent()), s.Set("data_parallel", "bytes_received", dp.bytes_received());
-  s.Set("data_parallel", "exchange_s", dp.exchange_s());
+  s.Set("data_parallel", "exchange_s", dp.exchange_s()), s.Set("data_parallel", "exchanges", dp.exchanges());
+  s.Set("data_parallel", "dense_floats", dp.dense_floats());
+  s.Set("data_parallel", "rows_needed_per_step", dp.rows_needed_per_step());
 }
 
 }  // namespace sluice

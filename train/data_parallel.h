@@ -1,21 +1,20 @@
 #pragma once
 // Data-parallel training (docs/distributed.md): every step's global batch is cut into V
 // virtual shards, V fixed by the config (train.virtual_shards), whatever the world size. Rank r
-// of N computes shards [V r / N, V (r + 1) / N) one by one; the ranks then exchange what each
-// shard produced (its loss, its dense gradients, its rows' use gradients) by an all-gather, and
-// every rank adds the shards' dense gradients in shard order and each row's use gradients in
-// global use order. The sums are the same float operations in the same order at any world
+// of N computes shards [V r / N, V (r + 1) / N) one by one; the ranks then all-gather each
+// shard's loss and dense gradients and add them in shard order, and each row's owner adds its
+// use gradients in global use order (below). The sums are the same float operations in the same order at any world
 // size, so 1, 2 or 3 processes train bitwise the same model as one process running the V
 // shards (with the same compute threads per process: libtorch's and OpenBLAS's results may
 // depend on their thread count).
 //
 // Tables are sharded by row range: rank r of N owns global rows [T r / N, T (r + 1) / N) of the
 // T rows of all tables laid end to end (RowRange), keeps them out of core through its own cache
-// and planner, and alone updates them. A step's rows come from their owners (GatherRanks: every
-// rank receives every row the step uses, fetched at the step, never ahead, so no update is
-// missed); the use gradients reach every rank with the shards' exchange and each owner sums its
-// rows' in global use order. Checkpoints: the other ranks send their rows to rank 0, which
-// writes the whole tables.
+// and planner, and alone updates them. A step's rows come from their owners by all-to-all (each
+// rank receives the rows its shards use, at the step, never ahead, so no update is missed); each
+// use gradient goes back to its row's owner by all-to-all, ranks (so uses) in order, and the
+// owner sums each row's in global use order. Checkpoints: the other ranks send their rows to
+// rank 0, which writes the whole tables.
 //
 // Torch-free (the task packs and unpacks its tensors).
 
@@ -51,8 +50,14 @@ class DataParallel {
   // The process group (null: one process).
   DistGroup* group() const { return group_; }
 
-  // Every rank's `mine` (counts[r] floats from rank r) end to end in rank order.
-  Result<std::vector<float>> GatherRanks(std::span<const float> mine, std::span<const uint64_t> counts);
+  // send_counts[r] floats of `send` to rank r; returns what every rank sent this one, end to end
+  // in rank order (recv_counts[r] floats from rank r). One process: `send` itself.
+  Result<std::vector<float>> AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
+                                      std::span<const uint64_t> recv_counts, const char* what);
+
+  // Runs a collective step of every rank (`run`: this rank's part, e.g. its sends of a
+  // checkpoint's rows); when communication fails, the error names the ranks that died or stopped.
+  Status Collective(const char* what, const std::function<Status()>& run);
 
   // What the runner asks every step: whether this rank wants to stop after it (Ctrl-C, a test's
   // stop hook). Exchange carries every rank's wish, so all ranks stop after the same step.
@@ -69,17 +74,24 @@ class DataParallel {
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t exchanges() const { return exchanges_; }
   double exchange_s() const { return exchange_s_; }
+  // Distinct rows this rank's shards used, summed over steps (the summary's mean).
+  void CountRowsNeeded(uint64_t rows) { rows_needed_ += rows, ++row_fetches_; }
+  double rows_needed_per_step() const {
+    return row_fetches_ ? static_cast<double>(rows_needed_) / static_cast<double>(row_fetches_) : 0.0;
+  }
+  // The dense floats of a shard's payload (P), set by the task.
+  void set_dense_floats(uint64_t p) { dense_floats_ = p; }
+  uint64_t dense_floats() const { return dense_floats_; }
 
  private:
   DistGroup* group_;
   int rank_ = 0, world_ = 1, shards_ = 1;
-  // An all-gather; when it fails, the error names the ranks that died or stopped.
-  Status Collective(const char* what, std::span<const float> send, std::span<float> all);
   std::function<bool()> stop_probe_;
   uint64_t collectives_ = 0;
   bool any_stop_ = false;
   std::vector<float> send_, all_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;
+  uint64_t dense_floats_ = 0, rows_needed_ = 0, row_fetches_ = 0;
   double exchange_s_ = 0;
 };
 

@@ -254,6 +254,30 @@ Status DistGroup::AllGather(std::span<const float> mine, std::span<float> all) {
   return Status::Ok();
 }
 
+Status DistGroup::AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts, std::span<float> recv,
+                           std::span<const uint64_t> recv_counts) {
+#ifdef SLUICE_HAVE_GLOO
+  try {
+    std::vector<int64_t> in(send_counts.begin(), send_counts.end()), out(recv_counts.begin(), recv_counts.end());
+    // Gloo wants a non-empty buffer even when nothing travels.
+    float none = 0;
+    at::Tensor input = torch::from_blob(send.empty() ? &none : const_cast<float*>(send.data()),
+                                        {static_cast<int64_t>(send.size())}, torch::kFloat);
+    at::Tensor output = torch::from_blob(recv.empty() ? &none : recv.data(), {static_cast<int64_t>(recv.size())},
+                                         torch::kFloat);
+    impl_->group->alltoall_base(output, input, out, in)->wait();
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": an all-to-all failed (another rank stopped or stalled past dist.op_timeout " +
+                       Seconds(impl_->config.op_timeout) + "): " + FirstLine(e));
+  }
+#else
+  (void)send_counts, (void)recv_counts;
+  std::copy(send.begin(), send.end(), recv.begin());
+#endif
+  return Status::Ok();
+}
+
 Status DistGroup::Send(std::span<const std::byte> bytes, int peer) {
   return PointToPoint(const_cast<std::byte*>(bytes.data()), bytes.size(), peer, /*send=*/true);
 }
@@ -297,6 +321,7 @@ std::string DistGroup::Missing(uint64_t n) {
         missing.push_back(r);
       }
     }
+    impl_->store->check({key(rank())});  // throws when the store itself is gone (rank 0 died)
   } catch (const std::exception&) {
     return rank() == 0 ? "" : "rank 0 (the store's host)";
   }

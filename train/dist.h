@@ -66,6 +66,10 @@ class DistGroup {
   // Every rank's `mine` (the same length on every rank) laid end to end in rank order into
   // `all` (world size x mine.size() floats): Gloo's all-gather, within op_timeout.
   Status AllGather(std::span<const float> mine, std::span<float> all);
+  // Gloo's all-to-all: send_counts[r] floats of `send` (end to end, rank order) go to rank r, and
+  // recv_counts[r] floats from rank r land in `recv` (end to end, rank order).
+  Status AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts, std::span<float> recv,
+                  std::span<const uint64_t> recv_counts);
   // Point to point (Gloo send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
   Status Send(std::span<const std::byte> bytes, int peer);
   Status Recv(std::span<std::byte> bytes, int peer);

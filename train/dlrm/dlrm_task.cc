@@ -262,7 +262,7 @@ Result<ModelInput> DlrmTask::StepInput(const RowBatch& b, const std::string& spl
   ModelInput in;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, split, in.dense, in.labels));
   if (dp_ != nullptr) {  // the rows from their owners
-    SLUICE_RETURN_IF_ERROR(GatherStepRows(b));
+    SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/true));
     in.tables.push_back(GatherUses(step_rows_.ptrs, {step_rows_.inverse}, tables_->width(), training));
   } else {
     inverse_.assign(b.inverse.begin(), b.inverse.end());
@@ -348,7 +348,7 @@ void DlrmTask::KeepOwnedKeys(RowBatch& b) const {
   });
 }
 
-Status DlrmTask::GatherStepRows(const RowBatch& b) {
+Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
   StepRows& s = step_rows_;
   s.all.keys = b.all_keys;
   s.all.keys_distinct = false;
@@ -356,40 +356,72 @@ Status DlrmTask::GatherStepRows(const RowBatch& b) {
   const std::vector<RowKey>& unique = s.all.unique;
   const std::vector<uint64_t>& offsets = tables_->offsets();
   const uint64_t w = tables_->width();
-  const int world = dp_->world_size();
-  std::vector<uint64_t> counts(static_cast<size_t>(world), 0);
-  std::vector<float> mine;
+  const int world = dp_->world_size(), me = dp_->rank();
   s.owner.resize(unique.size());
+  s.local_of.assign(unique.size(), -1);
   s.mine.clear();
   for (size_t u = 0; u < unique.size(); ++u) {
-    const int owner = OwnerOf(offsets[unique[u].table] + unique[u].id);
-    s.owner[u] = owner;
-    counts[static_cast<size_t>(owner)] += w;
-    if (owner != dp_->rank()) continue;
+    s.owner[u] = OwnerOf(offsets[unique[u].table] + unique[u].id);
+    if (s.owner[u] != me) continue;
     const size_t k = s.mine.size();
     if (k >= b.unique.size() || b.unique[k].table != unique[u].table || b.unique[k].id != unique[u].id) {
       return FailedPrecondition("data parallel: step " + std::to_string(b.step) + "'s own rows differ from "
                                 "the rows its batch uses (a bug)");
     }
-    const auto* row = reinterpret_cast<const float*>(b.rows[k]);
-    mine.insert(mine.end(), row, row + w);
+    s.local_of[u] = static_cast<int64_t>(k);
     s.mine.push_back(static_cast<int64_t>(u));
   }
   if (s.mine.size() != b.unique.size()) {
     return FailedPrecondition("data parallel: step " + std::to_string(b.step) + " loaded rows it does not use (a bug)");
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->GatherRanks(mine, counts));
-  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each rank's rows start in `all`
-  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + counts[static_cast<size_t>(r) - 1];
-  s.values.resize(unique.size() * w);
-  s.ptrs.resize(unique.size());
+  s.inverse.assign(s.all.inverse.begin(), s.all.inverse.end());
+  // Rank q's shards use uses [use_begin[q], use_begin[q + 1]) (samples in order, S uses each).
+  const uint64_t n = b.samples, per_sample = rec_.sparse;
+  s.use_begin.assign(static_cast<size_t>(world) + 1, 0);
+  for (int q = 0; q <= world; ++q) {
+    const int v = dp_->shards() * q / world;
+    s.use_begin[static_cast<size_t>(q)] = DataParallel::ShardSamples(v, dp_->shards(), n).first * per_sample;
+  }
+  // Which rows each rank's shards use: every rank's (evaluation: each rank scores the whole
+  // batch), or training's (rank q gets the rows its shards use from their owners).
+  std::vector<std::vector<char>> needs(static_cast<size_t>(world), std::vector<char>(unique.size(), every_row));
+  if (!every_row) {
+    for (int q = 0; q < world; ++q) {
+      for (uint64_t i = s.use_begin[static_cast<size_t>(q)]; i < s.use_begin[static_cast<size_t>(q) + 1]; ++i) {
+        needs[static_cast<size_t>(q)][static_cast<size_t>(s.inverse[i])] = 1;
+      }
+    }
+  }
+  std::vector<float> send;
+  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
+  for (int q = 0; q < world; ++q) {
+    const std::vector<char>& need = needs[static_cast<size_t>(q)];
+    for (size_t u = 0; u < unique.size(); ++u) {
+      if (!need[u] || s.owner[u] != me) continue;
+      const auto* row = reinterpret_cast<const float*>(b.rows[static_cast<size_t>(s.local_of[u])]);
+      send.insert(send.end(), row, row + w);
+      send_counts[static_cast<size_t>(q)] += w;
+    }
+  }
+  const std::vector<char>& need = needs[static_cast<size_t>(me)];
   for (size_t u = 0; u < unique.size(); ++u) {
+    if (need[u]) recv_counts[static_cast<size_t>(s.owner[u])] += w;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "the step's rows"));
+  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each owner's rows start in `got`
+  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
+  s.values.resize(unique.size() * w);
+  s.ptrs.assign(unique.size(), nullptr);
+  uint64_t needed = 0;
+  for (size_t u = 0; u < unique.size(); ++u) {
+    if (!need[u]) continue;
     uint64_t& from = at[static_cast<size_t>(s.owner[u])];
-    std::copy_n(all.data() + from, w, s.values.data() + u * w);
+    std::copy_n(got.data() + from, w, s.values.data() + u * w);
     from += w;
     s.ptrs[u] = s.values.data() + u * w;
+    ++needed;
   }
-  s.inverse.assign(s.all.inverse.begin(), s.all.inverse.end());
+  dp_->CountRowsNeeded(needed);
   return Status::Ok();
 }
 
@@ -400,12 +432,15 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
   const std::vector<torch::Tensor> params = net_->parameters();
   uint64_t dense_floats = 0;
   for (const torch::Tensor& p : params) dense_floats += static_cast<uint64_t>(p.numel());
+  dp_->set_dense_floats(dense_floats);
   const int shards = dp_->shards();
   sizes.resize(static_cast<size_t>(shards));
   for (int v = 0; v < shards; ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
-    sizes[static_cast<size_t>(v)] = 1 + dense_floats + (hi - lo) * tables * static_cast<uint64_t>(d);
+    (void)lo, (void)hi;
+    sizes[static_cast<size_t>(v)] = 1 + dense_floats;
   }
+  step_rows_.use_grads.clear();
   const std::span<float* const> rows(step_rows_.ptrs);
   const std::span<const int64_t> uses(step_rows_.inverse);
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
@@ -437,18 +472,22 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
         mine.insert(mine.end(), static_cast<size_t>(p.numel()), 0.0f);
       }
     }
-    for (const torch::Tensor& piece : g.use_grads[0]) append(piece);
+    for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
+      const torch::Tensor x = (piece * share).contiguous();
+      step_rows_.use_grads.insert(step_rows_.use_grads.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    }
   }
   return Status::Ok();
 }
 
-// Every rank computes its shards, the shards' payloads are exchanged, and every rank adds the
-// dense gradients in shard order and each row's use gradients in use order, then steps.
+// Every rank computes its shards; the shards' losses and dense gradients are all-gathered and
+// added in shard order; each use gradient goes to its row's owner (all-to-all), which adds each
+// row's in global use order and updates the row.
 Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   auto start = SteadyClock::now();
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
-  SLUICE_RETURN_IF_ERROR(GatherStepRows(b));
+  SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/false));
   std::vector<float> mine;
   std::vector<uint64_t> sizes;
   time_.gather_s += SecondsSince(start);
@@ -458,9 +497,7 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   const std::vector<torch::Tensor> params = net_->parameters();
   int64_t dense_floats = 0;
   for (const torch::Tensor& p : params) dense_floats += p.numel();
-  const int64_t d = tables_->width();
   torch::Tensor sum = torch::zeros({dense_floats});
-  std::vector<torch::Tensor> use_grads;
   double loss = 0;
   uint64_t at = 0;
   for (uint64_t size : sizes) {
@@ -468,8 +505,6 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
     at += size;
     loss += static_cast<double>(shard[0]);
     sum.add_(torch::from_blob(shard + 1, {dense_floats}));
-    const auto uses = static_cast<int64_t>(size - 1) - dense_floats;
-    if (uses > 0) use_grads.push_back(torch::from_blob(shard + 1 + dense_floats, {uses / d, d}));
   }
   int64_t offset = 0;
   for (const torch::Tensor& p : params) {
@@ -479,16 +514,44 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   opt_->step();
   time_.compute_s += SecondsSince(start);
   start = SteadyClock::now();
-  // Every row's use gradients summed in use order; this rank updates its own rows.
-  const auto u = static_cast<int64_t>(step_rows_.ptrs.size());
-  const torch::Tensor sums = SumRowGrads({step_rows_.inverse}, use_grads, u, d);
-  const torch::Tensor mine_sums =
-      sums.index_select(0, torch::from_blob(step_rows_.mine.data(), {static_cast<int64_t>(step_rows_.mine.size())},
-                                            torch::kInt64)).contiguous();
+  SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, SumOwnRowGrads(b));
   const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  ApplyRowOptimizer(tables_->optimizer(), rows, mine_sums, d, static_cast<float>(cfg_.train.lr * lr_scale_));
+  ApplyRowOptimizer(tables_->optimizer(), rows, sums, tables_->width(), static_cast<float>(cfg_.train.lr * lr_scale_));
   time_.update_s += SecondsSince(start);
   return loss / static_cast<double>(b.samples);
+}
+
+Result<torch::Tensor> DlrmTask::SumOwnRowGrads(const RowBatch& b) {
+  StepRows& s = step_rows_;
+  const int world = dp_->world_size(), me = dp_->rank();
+  const uint64_t w = tables_->width();
+  // This rank's uses' gradients to their rows' owners, in use order.
+  std::vector<float> send;
+  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
+  const uint64_t first = s.use_begin[static_cast<size_t>(me)];
+  for (int r = 0; r < world; ++r) {
+    for (uint64_t i = first; i < s.use_begin[static_cast<size_t>(me) + 1]; ++i) {
+      if (s.owner[static_cast<size_t>(s.inverse[i])] != r) continue;
+      const float* g = s.use_grads.data() + (i - first) * w;
+      send.insert(send.end(), g, g + w);
+      send_counts[static_cast<size_t>(r)] += w;
+    }
+  }
+  // What comes back: every rank's uses of this rank's rows, ranks (so uses) in order.
+  std::vector<int64_t> use_rows;
+  for (int q = 0; q < world; ++q) {
+    for (uint64_t i = s.use_begin[static_cast<size_t>(q)]; i < s.use_begin[static_cast<size_t>(q) + 1]; ++i) {
+      const auto u = static_cast<size_t>(s.inverse[i]);
+      if (s.owner[u] != me) continue;
+      use_rows.push_back(s.local_of[u]);
+      recv_counts[static_cast<size_t>(q)] += w;
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::vector<float> grads, dp_->AllToAll(send, send_counts, recv_counts, "the rows' gradients"));
+  const auto d = static_cast<int64_t>(w);
+  std::vector<torch::Tensor> pieces;
+  if (!use_rows.empty()) pieces.push_back(torch::from_blob(grads.data(), {static_cast<int64_t>(use_rows.size()), d}));
+  return SumRowGrads({use_rows}, pieces, static_cast<int64_t>(b.unique.size()), d);
 }
 
 void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {

@@ -108,8 +108,12 @@ class DlrmTask : public Task {
   Status SetUpDataParallel();
   // Sharded tables: keeps this rank's rows in b.keys (every use's in b.all_keys).
   void KeepOwnedKeys(RowBatch& b) const;
-  // The step's rows from their owners (step_rows_): every distinct row of b.all_keys.
-  Status GatherStepRows(const RowBatch& b);
+  // The step's rows from their owners (step_rows_, all-to-all): the rows this rank's shards use,
+  // or (every_row) every distinct row of b.all_keys.
+  Status GatherStepRows(const RowBatch& b, bool every_row);
+  // After a sharded step: this rank's uses' gradients sent to their rows' owners, every rank's
+  // uses of this rank's rows received and summed per row in use order ([b.unique, width]).
+  Result<torch::Tensor> SumOwnRowGrads(const RowBatch& b);
   int OwnerOf(uint64_t global_row) const;
   RowKey KeyOf(uint64_t global_row) const;
   // Global rows [first, first + count) of this process's tables (synced), as row_bytes each.
@@ -188,9 +192,12 @@ class DlrmTask : public Task {
     RowBatch all;                  // keys: every use's row; unique, inverse: deduplicated
     std::vector<int64_t> inverse;  // per use: its row in `all.unique`
     std::vector<float> values;     // the rows' trained floats, `width` each, from their owners
-    std::vector<float*> ptrs;      // per distinct row: its values
+    std::vector<float*> ptrs;      // per distinct row: its values (null: a row this rank does not use)
     std::vector<int64_t> mine;     // positions in all.unique of this rank's rows, in b.unique order
+    std::vector<int64_t> local_of; // per distinct row: its index in b.unique (-1: another rank's)
     std::vector<int> owner;
+    std::vector<uint64_t> use_begin;  // rank q's shards' uses: [use_begin[q], use_begin[q + 1])
+    std::vector<float> use_grads;     // this rank's uses' gradients, width each, in use order
   } step_rows_;
   RowDeduper all_dedupe_;
   // Device.

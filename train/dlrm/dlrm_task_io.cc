@@ -293,14 +293,16 @@ Status DlrmTask::SaveShard() {
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
   const uint32_t rb = tables_->row_bytes();
   const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
-  std::vector<std::byte> chunk;
-  for (uint64_t first = own_begin_; first < own_end_; first += per) {
-    const uint64_t n = std::min(per, own_end_ - first);
-    chunk.resize(n * rb);
-    SLUICE_RETURN_IF_ERROR(ReadGlobalRows(*io, first, n, chunk.data()));
-    SLUICE_RETURN_IF_ERROR(dp_->group()->Send(chunk, 0));
-  }
-  return Status::Ok();
+  return dp_->Collective("its rows for a checkpoint", [&]() -> Status {
+    std::vector<std::byte> chunk;
+    for (uint64_t first = own_begin_; first < own_end_; first += per) {
+      const uint64_t n = std::min(per, own_end_ - first);
+      chunk.resize(n * rb);
+      SLUICE_RETURN_IF_ERROR(ReadGlobalRows(*io, first, n, chunk.data()));
+      SLUICE_RETURN_IF_ERROR(dp_->group()->Send(chunk, 0));
+    }
+    return Status::Ok();
+  });
 }
 
 Status DlrmTask::ReceiveShards() {
@@ -308,16 +310,20 @@ Status DlrmTask::ReceiveShards() {
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
   const uint32_t rb = tables_->row_bytes();
   const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
-  std::vector<std::byte> chunk;
-  for (int r = 1; r < dp_->world_size(); ++r) {
-    const auto [begin, end] = DataParallel::RowRange(r, dp_->world_size(), tables_->total_rows());
-    for (uint64_t first = begin; first < end; first += per) {
-      const uint64_t n = std::min(per, end - first);
-      chunk.resize(n * rb);
-      SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(chunk, r));
-      SLUICE_RETURN_IF_ERROR(WriteGlobalRows(*io, first, n, chunk.data()));
+  const Status received = dp_->Collective("its rows for a checkpoint", [&]() -> Status {
+    std::vector<std::byte> chunk;
+    for (int r = 1; r < dp_->world_size(); ++r) {
+      const auto [begin, end] = DataParallel::RowRange(r, dp_->world_size(), tables_->total_rows());
+      for (uint64_t first = begin; first < end; first += per) {
+        const uint64_t n = std::min(per, end - first);
+        chunk.resize(n * rb);
+        SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(chunk, r));
+        SLUICE_RETURN_IF_ERROR(WriteGlobalRows(*io, first, n, chunk.data()));
+      }
     }
-  }
+    return Status::Ok();
+  });
+  if (!received.ok()) return received;
   return in_memory_ ? Status::Ok() : row_file_->Sync();
 }
 

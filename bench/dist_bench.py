@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Data-parallel recommendation training across local processes (docs/distributed.md): the same
+click log and config at 1, 2 and 4 ranks (scripts/sluice_launch.py, each rank its share of the
+cores), interleaved over --rounds, medians. Per training step on rank 0: compute (gathers,
+forward/backward of its shards, row updates), local io (waiting for its own rows) and
+communication (rows and use gradients by all-to-all, losses and dense gradients by all-gather;
+waiting for the slowest rank included); bytes received per step measured against the formula
+
+    4 [ (N-1)/N D_r w  +  (N-1)/N (B/N) S w  +  (N-1) (ceil(V/N) (1 + P) + 1) ]
+
+(D_r: the distinct rows rank r's shards use, from the run; w: row width; P: dense parameters;
+B: batch; S: tables; V: virtual shards; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
+not scaling: every rank computes on the same two cores.
+
+  /usr/bin/python3 bench/dist_bench.py [--data DIR] [--ranks 1,2,4] [--rounds 3]
+"""
+import argparse
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+B, S, DIM, V = 2048, 26, 16, 12
+
+
+def make_data(path: pathlib.Path) -> None:
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-clicks", "--samples", "300000",
+                          "--sparse", str(S), "--dense", "13", "--vocab", "200000", "--seed", "1",
+                          "--out", str(path)], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_bench: gen-clicks failed: {out.stderr.strip()}")
+
+
+def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
+    cfg = tmp / "dist.yaml"
+    cfg.write_text(f"task: recommendation\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
+                   "checkpoint_every: -1\n"
+                   f"model: {{dim: {DIM}, bottom: [64, {DIM}], top: [64], ids: modulo, table_rows: 100000}}\n"
+                   f"train: {{epochs: 1, batch: {B}, lr: 0.05, seed: 1, virtual_shards: {V}}}\n"
+                   "eval: {every: 0}\n"
+                   "storage: {mode: out_of_core, budget: 400MiB}\n"
+                   "dist: {interface: lo}\n")
+    return cfg
+
+
+def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
+    cmd = [str(binary), "train", str(cfg), "--set", f"run_dir={run_dir}", "--overwrite"]
+    if ranks > 1:
+        cmd = [PY, str(ROOT / "scripts/sluice_launch.py"), "-n", str(ranks), "--logs", str(run_dir) + "-logs",
+               "--"] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_bench: {ranks} ranks failed: {out.stderr.strip()[-2000:]}")
+    s = json.loads((run_dir / "summary.json").read_text())
+    dp, t = s["data_parallel"], s["time"]
+    steps = max(1, dp["exchanges"])
+    w = DIM  # no linear term in this config
+    n = ranks
+    # Rows from the other owners, the other ranks' uses of this rank's rows (ownership spread
+    # evenly), and the shards' losses and dense gradients (each rank's part padded to ceil(V/N)
+    # shards, plus its stop flag).
+    predicted = 4 * ((n - 1) / n * dp["rows_needed_per_step"] * w + (n - 1) / n * (B / n) * S * w
+                     + (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1))
+    comm = dp["exchange_s"]
+    compute = t["gather_s"] + t["compute_s"] + t["update_s"] - comm
+    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute / steps,
+            "io_ms": 1e3 * t["io_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
+            "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
+            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="", help="a click log (default: 300k samples generated here)")
+    p.add_argument("--ranks", default="1,2,4")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bin", default=str(ROOT / "build/release/train/sluice"))
+    a = p.parse_args()
+    ranks = [int(r) for r in a.ranks.split(",")]
+    with tempfile.TemporaryDirectory(prefix="dist-bench-") as t:
+        tmp = pathlib.Path(t)
+        data = pathlib.Path(a.data) if a.data else tmp / "clicks"
+        if not a.data:
+            make_data(data)
+        cfg = config(tmp, data)
+        runs = {n: [] for n in ranks}
+        for _ in range(a.rounds):
+            for n in ranks:
+                runs[n].append(train(a.bin, cfg, tmp / f"run{n}", n))
+    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]} for n in ranks}
+    base = med[ranks[0]]["samples_s"]
+    print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
+    print("| ranks | samples/s | vs 1 rank | compute ms | local io ms | communication ms | "
+          "received KiB/step | formula KiB/step | rows owned | peak RSS MiB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in ranks:
+        m = med[n]
+        print(f"| {n} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | {m['compute_ms']:.1f} | {m['io_ms']:.1f} | "
+              f"{m['comm_ms']:.1f} | {m['received_kb']:.1f} | {m['predicted_kb']:.1f} | {m['rows_owned']:,.0f} | "
+              f"{m['rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
