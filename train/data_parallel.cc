@@ -33,7 +33,7 @@ Status DataParallel::Collective(const char* what, const std::function<Status()>&
   const uint64_t n = ++collectives_;
   const Status s = run();
   if (s.ok() || s.code() != StatusCode::kUnavailable) return s;  // not the network's: said as it is
-  const std::string missing = group_->Missing(n);
+  const std::string missing = group_->Missing();
   if (missing.empty()) return s;
   return Unavailable("rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + missing +
                      " did not exchange " + what + " (collective " + std::to_string(n) +

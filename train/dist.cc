@@ -305,8 +305,10 @@ Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send
 #endif
 }
 
-std::string DistGroup::Missing(uint64_t n) {
-  auto key = [n](int r) { return "sluice/failed/" + std::to_string(n) + "/" + std::to_string(r); };
+std::string DistGroup::Missing() {
+  // Keyed on the rank alone: a rank may fail in a collective after this one (a send that
+  // completed into the socket lets it go on), and a run ends at its first failure.
+  auto key = [](int r) { return "sluice/failed/" + std::to_string(r); };
   std::vector<int> missing;
   try {
     impl_->store->setTimeout(Millis(5000));

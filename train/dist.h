@@ -73,10 +73,11 @@ class DistGroup {
   // Point to point (Gloo send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
   Status Send(std::span<const std::byte> bytes, int peer);
   Status Recv(std::span<std::byte> bytes, int peer);
-  // After collective `n` failed on this rank: every rank whose collective failed says so in the
-  // store; the ranks that did not within a few seconds died or stopped, and are named ("rank 2",
-  // "ranks 1, 2"; "rank 0 (the store's host)" when the store is gone; "" when all answered).
-  std::string Missing(uint64_t n);
+  // After a collective failed on this rank: every rank whose collective failed (this one or a
+  // later one) says so in the store; the ranks that did not within a few seconds died or stopped,
+  // and are named ("rank 2", "ranks 1, 2"; "rank 0 (the store's host)" when the store is gone;
+  // "" when all answered).
+  std::string Missing();
   // Rank 0's `value` as `what` on every rank (the others' `value` is ignored), through the store.
   Result<std::string> Share(const std::string& what, const std::string& value);
 
