@@ -220,6 +220,7 @@ class Runner : public StepSink {
   std::string latest_;  // the last checkpoint this run wrote
   bool interrupted_ = false, early_stopped_ = false, out_of_time_ = false;
   bool holds_lock_ = false;  // this process took the run directory's lock
+  bool resumed_ = false;     // this run goes on from a checkpoint
   double overhead_s_ = 0;  // the last epoch's validation and checkpoint seconds
   uint64_t units_ = 0, epochs_trained_ = 0;
   uint64_t epoch_units_ = 0;  // of the epoch being trained, skipped steps' included
@@ -397,6 +398,7 @@ Result<std::optional<CheckpointReader>> Runner::OpenRun() {
   config_fp_ = task_.ConfigFingerprint();
   SLUICE_ASSIGN_OR_RETURN(dataset_fp_, DatasetFingerprint(s_.dataset));
   SLUICE_ASSIGN_OR_RETURN(std::optional<CheckpointReader> resumed, FindResume());
+  resumed_ = resumed.has_value();
   if (resumed) {
     SLUICE_RETURN_IF_ERROR(task_.LoadState(*resumed));
     const CheckpointState& st = resumed->state();
@@ -478,7 +480,10 @@ Status Runner::RunEpochs() {
     if (done) break;
   }
   // A run that trained nothing (no epochs left) still leaves a checkpoint to evaluate.
-  if (!interrupted_ && store_.Empty()) return Checkpoint(start_epoch_, start_step_, false);
+  // (Across processes every rank decides alike, without looking at rank 0's store, which rank 0
+  // may be writing: nothing was resumed and nothing written.)
+  const bool none = group_ != nullptr ? latest_.empty() && !resumed_ : store_.Empty();
+  if (!interrupted_ && none) return Checkpoint(start_epoch_, start_step_, false);
   return Status::Ok();
 }
 
@@ -707,7 +712,14 @@ Status TrainDistributed(Task& task, const DistPlace& place, const TrainOptions& 
   const std::string own = fs::absolute(s.run_dir, ec).lexically_normal().string();
   SLUICE_ASSIGN_OR_RETURN(const std::string leader_dir, group->Share("run_dir", own));
   Runner runner(task, options, group.get(), leader_dir);
-  return runner.Run();
+  const Status ran = runner.Run();
+  // No rank leaves while another still talks to it (a send completes only once its peer's
+  // side has answered). A failed rank leaves at once: the others name it.
+  if (ran.ok() || ran.code() == StatusCode::kAborted) {
+    const Status together = group->Barrier();
+    if (ran.ok()) return together;
+  }
+  return ran;
 }
 
 Status Train(Task& task, const TrainOptions& options) {

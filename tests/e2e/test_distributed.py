@@ -331,3 +331,16 @@ def test_a_rank_that_dies_or_stops_is_named_and_the_run_resumes_exactly(sluice_b
     if not reference.exists():
         assert run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={reference}", *sets).returncode == 0
     assert checkpoint_bytes(run_dir) == checkpoint_bytes(reference)
+
+
+def test_shards_left_empty_by_the_last_short_batch_train_the_same_model(sluice_bin, clicks_config, gloo):
+    """10,800 train samples in batches of 1,024: the last batch's 560 samples leave 440 of its
+    1,000 shards empty (every rank still takes part in the exchange)."""
+    base = clicks_config.parent
+    sets = ["--set", "train.batch=1024", "--set", "train.virtual_shards=1000", "--set", "storage.cache_rows=0",
+            "--set", "train.epochs=1"]
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'short1'}", *sets)
+    assert out.returncode == 0, out.stderr
+    out = launch(clicks_config, 3, base / "short3", *sets)
+    assert out.returncode == 0, out.stderr
+    assert model_bytes(sluice_bin, base / "short3") == model_bytes(sluice_bin, base / "short1")
