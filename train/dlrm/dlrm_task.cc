@@ -434,12 +434,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
   for (const torch::Tensor& p : params) dense_floats += static_cast<uint64_t>(p.numel());
   dp_->set_dense_floats(dense_floats);
   const int shards = dp_->shards();
-  sizes.resize(static_cast<size_t>(shards));
-  for (int v = 0; v < shards; ++v) {
-    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
-    (void)lo, (void)hi;
-    sizes[static_cast<size_t>(v)] = 1 + dense_floats;
-  }
+  sizes.assign(static_cast<size_t>(shards), 1 + dense_floats);  // a shard's loss and dense gradients
   step_rows_.use_grads.clear();
   const std::span<float* const> rows(step_rows_.ptrs);
   const std::span<const int64_t> uses(step_rows_.inverse);

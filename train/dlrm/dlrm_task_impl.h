@@ -124,8 +124,8 @@ class DlrmTask : public Task {
   Status SaveShard() override;
   Status ReceiveShards();
   Result<double> TrainShardedStep(RowBatch& b);
-  // This rank's shards of step `b`: their payloads (loss x samples, dense gradients, use
-  // gradients) end to end, and every shard's payload size.
+  // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
+  // end, every shard's payload size, and the uses' gradients (step_rows_.use_grads).
   Status ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
                        std::vector<float>& mine, std::vector<uint64_t>& sizes);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
