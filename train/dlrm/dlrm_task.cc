@@ -384,7 +384,9 @@ Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
   }
   // Which rows each rank's shards use: every rank's (evaluation: each rank scores the whole
   // batch), or training's (rank q gets the rows its shards use from their owners).
-  std::vector<std::vector<char>> needs(static_cast<size_t>(world), std::vector<char>(unique.size(), every_row));
+  std::vector<std::vector<char>>& needs = s.needs;  // reused: no allocation per step once grown
+  needs.resize(static_cast<size_t>(world));
+  for (std::vector<char>& need : needs) need.assign(unique.size(), every_row);
   if (!every_row) {
     for (int q = 0; q < world; ++q) {
       for (uint64_t i = s.use_begin[static_cast<size_t>(q)]; i < s.use_begin[static_cast<size_t>(q) + 1]; ++i) {
@@ -490,8 +492,7 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, mine, sizes));
   SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->Exchange(mine, sizes));
   const std::vector<torch::Tensor> params = net_->parameters();
-  int64_t dense_floats = 0;
-  for (const torch::Tensor& p : params) dense_floats += p.numel();
+  const auto dense_floats = static_cast<int64_t>(dp_->dense_floats());  // set by ComputeShards
   torch::Tensor sum = torch::zeros({dense_floats});
   double loss = 0;
   uint64_t at = 0;

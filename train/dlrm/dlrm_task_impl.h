@@ -198,6 +198,7 @@ class DlrmTask : public Task {
     std::vector<int> owner;
     std::vector<uint64_t> use_begin;  // rank q's shards' uses: [use_begin[q], use_begin[q + 1])
     std::vector<float> use_grads;     // this rank's uses' gradients, width each, in use order
+    std::vector<std::vector<char>> needs;  // per rank: which distinct rows its shards use
   } step_rows_;
   RowDeduper all_dedupe_;
   // Device.
