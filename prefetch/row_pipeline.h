@@ -97,6 +97,7 @@ class RowPipeline {
       b.records.clear();
       b.keys.clear();
       b.keys_distinct = false;
+      b.lookahead_only = false;
       SLUICE_ASSIGN_OR_RETURN(const bool more, fill(t, p));
       if (!more) return more;
       if (b.keys_distinct) {

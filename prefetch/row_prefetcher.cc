@@ -269,7 +269,7 @@ Status RowPrefetcher::RunSteps() {
         interrupted = true;
         break;
       }
-      if (end >= appended) {
+      if (end >= appended || batch_of_(end).lookahead_only) {  // the pass's last step is planned
         ended = true;
         break;
       }
@@ -292,7 +292,7 @@ Status RowPrefetcher::RunSteps() {
       }
     }
     if (ended) {
-      ring_->End(stage_, appended);
+      ring_->End(stage_, end);
       return Status::Ok();
     }
     t = end;

@@ -108,6 +108,10 @@ struct RowBatch {
   // Tables sharded across processes (train/data_parallel.h): every use's row, where `keys`
   // holds only this process's rows (its cache loads no other).
   std::vector<RowKey> all_keys;
+  // A step of the next pass, filled only so the oracle's window reaches across the pass's end
+  // (the next epoch's first steps): its rows join the window, it is never planned, loaded or
+  // computed, and the prefetcher ends the pass before it.
+  bool lookahead_only = false;
   size_t uses() const { return keys_distinct ? unique.size() : keys.size(); }
   uint32_t row_of(size_t use) const { return keys_distinct ? static_cast<uint32_t>(use) : inverse[use]; }
   const RowKey& key_of(size_t use) const { return keys_distinct ? unique[use] : keys[use]; }

@@ -54,6 +54,24 @@ def dense_bytes(run_dir: pathlib.Path) -> bytes:
     return (run_dir / "checkpoints" / latest / "dense.pt").read_bytes()
 
 
+def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
+    """The oracle's window reaches into the next epoch's first steps: the rows those use stay
+    cached through the epoch's end, so the next epoch starts with fewer loads than when the
+    window ends with the epoch; the model is the same either way."""
+    loads, tables, dense = {}, {}, {}
+    for carry in ("true", "false"):
+        run_dir = tmp_path / carry
+        cfg = write_config(tmp_path / f"{carry}.yaml", clicks, run_dir,
+                           **dict(OOC, backend="rowfile", window=16, carry_over=carry))
+        out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0")
+        assert out.returncode == 0, out.stderr
+        loads[carry] = json.loads((run_dir / "summary.json").read_text())["cache"]["epoch_start_loads"]
+        tables[carry], dense[carry] = export(sluice_bin, run_dir), dense_bytes(run_dir)
+    assert loads["true"][0] == loads["false"][0], loads
+    assert loads["true"][1] < loads["false"][1], loads
+    assert tables["true"] == tables["false"] and dense["true"] == dense["false"]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, threads):
     tables, dense, stdout = {}, {}, {}

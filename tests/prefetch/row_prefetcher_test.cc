@@ -72,6 +72,26 @@ RowPipeline<RowBatch>::Fill ZipfSource(uint64_t steps, uint32_t samples, int fai
   };
 }
 
+// A pass whose cache pressure comes at its end: its first `head` steps use rows no other step
+// uses, the middle steps a few hot rows, and its last `head` steps fresh rows again (which
+// evict the first steps' rows unless the window says the next pass needs them). Steps past
+// `steps` are the next pass's first `tail` steps, lookahead-only.
+RowPipeline<RowBatch>::Fill PhasedSource(uint64_t steps, uint32_t samples, uint64_t head, uint64_t tail) {
+  return [=](uint64_t t, RowBatch& b) -> Result<bool> {
+    if (t >= steps + tail) return false;
+    b.lookahead_only = t >= steps;
+    const uint64_t s = t % steps;
+    b.samples = samples;
+    for (uint32_t i = 0; i < samples * kTables; ++i) {
+      uint64_t id = i % 40;                                                         // hot
+      if (s < head) id = 10000 + s * samples * kTables + i;                         // the first steps'
+      if (s + head >= steps) id = 20000 + (s + head - steps) * samples * kTables + i;  // the last steps'
+      b.keys.push_back(RowKey{id, i % kTables});
+    }
+    return true;
+  };
+}
+
 struct Model {
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> value;
   uint64_t Get(const RowKey& k) {
@@ -161,6 +181,49 @@ void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead, uint32_
 
 TEST(RowPrefetcher, OracleMatchesModel) {
   for (uint32_t d : {0u, 1u, 4u}) RunOutOfCore(PlannerKind::kOracle, 6, d);
+}
+
+// The oracle's window reaches across a pass's end into the next pass's first steps: compute
+// still sees exactly the pass's steps, every row holds what the model says, and the next pass
+// loads fewer rows than when the window ends with the pass (the rows its first steps use were
+// kept).
+TEST(RowPrefetcher, WindowAcrossPassesKeepsTheNextPassRows) {
+  const uint64_t steps = 60;
+  const uint32_t samples = 40, window = 8, run_ahead = 2;
+  uint64_t second_pass_loads[2] = {0, 0};
+  for (const uint64_t tail : {uint64_t{0}, uint64_t{window}}) {
+    RowCacheOptions co;
+    co.kind = PlannerKind::kOracle;
+    co.window_steps = window;
+    co.protect_steps = run_ahead;
+    co.capacity_rows = MinCapacityRows(window, run_ahead, samples * kPerSample) + 10;
+    RowCache cache(co);
+    AlignedBuffer arena(co.capacity_rows * kRowBytes, 64);
+    MapBacking backing;
+    Model model;
+    RowPrefetcherOptions po;
+    po.run_ahead = run_ahead;
+    po.io.backend = BackendKind::kPread;
+    for (int pass = 0; pass < 2; ++pass) {
+      const uint64_t before = cache.stats().loads;
+      RowPipeline<RowBatch> p(&cache, arena.data(), kRowBytes, &backing, po,
+                              PhasedSource(steps, samples, window, pass == 0 ? tail : 0),
+                              &RowPipeline<RowBatch>::Identity);
+      Drive(p, steps, model);
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_EQ(cache.appended_unplanned(), 0u) << "the lookahead-only steps stayed in the window";
+      if (pass == 1) second_pass_loads[tail > 0] = cache.stats().loads - before;
+    }
+    auto io = IoSession::Create(po.io);
+    ASSERT_TRUE(io.ok());
+    ASSERT_TRUE(FlushRowCache(cache, arena.data(), kRowBytes, backing, **io).ok());
+    for (const auto& [k, v] : model.value) {
+      uint64_t stored;
+      std::memcpy(&stored, backing.rows_.at(k).data(), 8);
+      EXPECT_EQ(stored, v);
+    }
+  }
+  EXPECT_LT(second_pass_loads[1], second_pass_loads[0]);
 }
 
 TEST(RowPrefetcher, LruMatchesModel) {

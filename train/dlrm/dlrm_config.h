@@ -133,6 +133,7 @@ struct DlrmStorageConfig {
   uint64_t write_back_rows = 0;  // 0 = from the share
   double preload_share = 0;  // off: it pays only when disk reads bound training (see the docs)
   int preload_horizon = 32;
+  bool carry_over = true;  // the oracle's window reaches into the next epoch
 
   template <class V>
   void VisitFields(V& v) {
@@ -164,6 +165,10 @@ struct DlrmStorageConfig {
     v.Field("preload_horizon", preload_horizon,
             "steps ahead whose rows are read ahead; every region of the row file is read once per "
             "horizon", InRange(1, 100000));
+    v.Field("carry_over", carry_over,
+            "the oracle's window carries over epoch boundaries: an epoch's last steps are planned "
+            "seeing the next epoch's first steps (every epoch reads the samples in one order), so "
+            "the rows those use stay cached (false: the window ends with the epoch)");
   }
 };
 

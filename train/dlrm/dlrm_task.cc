@@ -208,19 +208,32 @@ Result<uint64_t> DlrmTask::SampleDistinctRowsPerStep() {
 }
 
 std::unique_ptr<DlrmTask::Pipeline> DlrmTask::MakePipeline(const RecordSource* source,
-                                                          uint64_t first_step, bool writes) {
+                                                          uint64_t first_step, bool writes,
+                                                          uint64_t next_steps) {
   RowPrefetcherOptions po;
   po.run_ahead = run_ahead_;
   po.writes = writes;
   po.io = cfg_.io;
-  auto fill = [this, source, first_step](uint64_t t, RowBatch& b) -> Result<bool> {
-    SLUICE_ASSIGN_OR_RETURN(const bool more, source->Fill(first_step + t, b));
+  auto fill = [this, source, first_step, next_steps](uint64_t t, RowBatch& b) -> Result<bool> {
+    uint64_t step = first_step + t;
+    if (step >= source->steps()) {  // past the pass: the next one's first steps, for the window
+      step -= source->steps();
+      if (step >= next_steps) return false;
+      b.lookahead_only = true;
+    }
+    SLUICE_ASSIGN_OR_RETURN(const bool more, source->Fill(step, b));
     if (dp_ != nullptr) KeepOwnedKeys(b);
     return more;
   };
   if (in_memory_) return std::make_unique<Pipeline>(memory_.get(), po, fill, &Pipeline::Identity);
   return std::make_unique<Pipeline>(cache_.get(), arena_.data(), tables_->row_bytes(), backing_.get(),
                                     po, fill, &Pipeline::Identity);
+}
+
+uint64_t DlrmTask::CarriedWindow(uint64_t epoch) const {
+  if (in_memory_ || cache_ == nullptr || !cfg_.storage.carry_over) return 0;
+  if (epoch + 1 >= static_cast<uint64_t>(cfg_.train.epochs)) return 0;  // no next epoch
+  return cache_->options().kind == PlannerKind::kOracle ? cache_->options().window_steps : 0;
 }
 
 Status DlrmTask::FinishPass(Pipeline& p) {
@@ -580,12 +593,12 @@ void DlrmTask::SetLearningRateScale(double scale) {
   if (device_rows_ != nullptr) device_rows_->set_lr(static_cast<float>(cfg_.train.lr * scale));
 }
 
-Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t /*epoch*/, uint64_t first, StepSink& sink) {
+Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {
   if (device_rows_ != nullptr) return TrainEpochOnDevice(first, sink);
   const RecordSource* source = &*train_source_;
   const uint64_t steps = source->steps();
   StartPreload(source, first);
-  auto p = MakePipeline(source, first, /*writes=*/true);
+  auto p = MakePipeline(source, first, /*writes=*/true, CarriedWindow(epoch));
   p->Start();
   sink.EpochStart(source->RecordsBefore(first));
   for (uint64_t s = first; s < steps; ++s) {

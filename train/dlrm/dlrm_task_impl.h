@@ -95,7 +95,12 @@ class DlrmTask : public Task {
   Result<uint64_t> SampleDistinctRowsPerStep();
   Result<RecordSource> Source(const std::string& split, uint64_t max_records) const;
   using Pipeline = RowPipeline<RowBatch>;
-  std::unique_ptr<Pipeline> MakePipeline(const RecordSource* source, uint64_t first_step, bool writes);
+  // `next_steps`: after the source's last step, that many steps of the next pass (from step 0)
+  // as lookahead-only steps for the oracle's window (RowBatch::lookahead_only).
+  std::unique_ptr<Pipeline> MakePipeline(const RecordSource* source, uint64_t first_step, bool writes,
+                                         uint64_t next_steps = 0);
+  // Steps of the next epoch the window sees at the end of epoch `epoch` (storage.carry_over).
+  uint64_t CarriedWindow(uint64_t epoch) const;
   void StartPreload(const RecordSource* source, uint64_t first_step);
   Status FinishPass(Pipeline& p);
   Status ReadBatch(const RowBatch& b, const std::string& split, torch::Tensor& dense,
