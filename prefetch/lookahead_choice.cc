@@ -1,8 +1,10 @@
 #include "prefetch/lookahead_choice.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <list>
 #include <unordered_map>
 
@@ -110,6 +112,57 @@ LookaheadChoice ChooseLookahead(const LookaheadInput& in) {
                              " steps at " + FormatBytes(static_cast<uint64_t>(bw)) + "/s)";
   c.reason = c.read_ahead ? "read-ahead with LRU: predicted io per step " + sweeps + " against " + random
                           : "oracle without read-ahead: predicted io per step " + random + " against " + sweeps;
+  return c;
+}
+
+double SimulateOracleLoads(const std::vector<std::vector<RowKey>>& steps, uint64_t capacity, uint32_t window,
+                           uint32_t protect) {
+  if (steps.empty()) return 0;
+  size_t most = 0;
+  for (const auto& rows : steps) most = std::max(most, rows.size());
+  RowCacheOptions o;
+  o.kind = PlannerKind::kOracle;
+  o.capacity_rows = std::max<uint64_t>(capacity, 1);
+  o.window_steps = window;
+  o.protect_steps = protect;
+  o.window_rows = (uint64_t{window} + 1) * most;
+  RowCache cache(o);
+  RowStepPlan plan;
+  const size_t counted_from = steps.size() / 2;
+  uint64_t loads = 0;
+  size_t appended = 0;
+  for (size_t t = 0; t < steps.size(); ++t) {
+    // As the prefetcher does: the steps up to t + window are known before step t is planned.
+    while (appended < steps.size() && appended <= t + window) cache.Append(steps[appended++]);
+    if (!cache.Plan(steps[t], /*writes=*/true, plan).ok()) return std::numeric_limits<double>::infinity();
+    if (t >= counted_from) loads += plan.load_keys.size();
+  }
+  return static_cast<double>(loads) / static_cast<double>(steps.size() - counted_from);
+}
+
+WindowChoice ChooseWindow(const std::vector<std::vector<RowKey>>& steps, uint32_t sample_every, uint32_t protect,
+                          std::vector<WindowCandidate> candidates) {
+  WindowChoice c;
+  const uint32_t every = std::max<uint32_t>(sample_every, 1);
+  const WindowCandidate* best = nullptr;
+  for (WindowCandidate& w : candidates) {
+    w.loads = every * SimulateOracleLoads(steps, w.cache_rows / every, w.window, protect);
+    if (best == nullptr || w.loads < 0.99 * best->loads) best = &w;
+  }
+  std::string loads;
+  for (const WindowCandidate& w : candidates) {
+    loads += (loads.empty() ? "" : ", ") + std::to_string(w.window) + ": " +
+             (std::isinf(w.loads) ? std::string("does not fit") : Count(w.loads));
+  }
+  if (best == nullptr || std::isinf(best->loads)) {
+    c.window = candidates.empty() ? 0 : candidates.front().window;
+    c.reason = "window " + std::to_string(c.window) + " steps (auto: no window's cache holds the steps in flight)";
+  } else {
+    c.window = best->window;
+    c.reason = "window " + std::to_string(c.window) + " steps (auto: the fewest simulated loads a step among the "
+               "windows whose ring fits the budget, " + loads + ")";
+  }
+  c.candidates = std::move(candidates);
   return c;
 }
 

@@ -68,4 +68,29 @@ bool InRowSample(const RowKey& key, uint32_t every);
 
 LookaheadChoice ChooseLookahead(const LookaheadInput& in);
 
+// Rows an oracle cache of `capacity` rows loads per step over `steps` (distinct rows each), its
+// window `window` steps and `protect` steps in flight: the real RowCache plans them, averaged
+// over the second half (the first warms the cache). Infinity when the cache cannot hold the
+// steps in flight.
+double SimulateOracleLoads(const std::vector<std::vector<RowKey>>& steps, uint64_t capacity, uint32_t window,
+                           uint32_t protect);
+
+// The oracle's window sized by the budget (storage.window: 0): among the candidate windows whose
+// ring fits the budget, each with the cache the rest of the budget holds, the one whose
+// simulated loads are fewest; a longer window must save at least 1% of the loads to win (its
+// ring costs memory and planning time).
+struct WindowCandidate {
+  uint32_t window = 0;
+  uint64_t cache_rows = 0;  // the plan's cache with that window's ring
+  double loads = 0;         // per step, simulated (filled by ChooseWindow)
+};
+struct WindowChoice {
+  uint32_t window = 0;
+  std::vector<WindowCandidate> candidates;
+  std::string reason;  // one line for the summary
+};
+// `sample_every`: steps hold the rows of 1 in that many (InRowSample); capacities are scaled.
+WindowChoice ChooseWindow(const std::vector<std::vector<RowKey>>& steps, uint32_t sample_every, uint32_t protect,
+                          std::vector<WindowCandidate> candidates);
+
 }  // namespace sluice

@@ -54,6 +54,26 @@ def dense_bytes(run_dir: pathlib.Path) -> bytes:
     return (run_dir / "checkpoints" / latest / "dense.pt").read_bytes()
 
 
+def test_the_window_is_sized_at_start_up(sluice_bin, clicks, tmp_path):
+    """storage.window 0 (the default): the window whose simulated loads are fewest among those
+    whose ring fits the budget (a longer one must save 1%), said in the summary."""
+    cfg = write_config(tmp_path / "c.yaml", clicks, tmp_path / "run", **dict(OOC, backend="rowfile", window=0))
+    out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", "--set", "train.epochs=1")
+    assert out.returncode == 0, out.stderr
+    look = json.loads((tmp_path / "run/summary.json").read_text())["lookahead"]
+    loads = {int(w): v for w, v in look["window_simulated_loads"].items()}
+    assert sorted(loads) == [2, 4, 8, 16, 32, 64], look
+    best = None
+    for w in sorted(loads):
+        if best is None or loads[w] < 0.99 * loads[best]:
+            best = w
+    assert look["window"] == best and look["window_chosen"], look
+    assert loads[2] > loads[64], f"a longer window saved no load: {loads}"
+    assert re.search(rf"lookahead window {best} steps \(auto: the fewest simulated loads a step .*2: [\d,]+, "
+                     r"4: .*64: [\d,]+\) \([\d.]+ s at start-up\)", out.stdout), out.stdout
+    assert f"oracle window {best} steps" in out.stdout
+
+
 def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
     """The oracle's window reaches into the next epoch's first steps: the rows those use stay
     cached through the epoch's end, so the next epoch starts with fewer loads than when the

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "storage/disk_probe.h"
@@ -39,6 +40,34 @@ TEST(LookaheadChoiceTest, TheRowSampleKeepsAboutOneInEvery) {
   EXPECT_GT(kept, 700u);
   EXPECT_LT(kept, 1300u);
   EXPECT_TRUE(InRowSample(K(5), 1));
+}
+
+TEST(LookaheadChoiceTest, OracleSimulationKeepsRowsTheWindowSees) {
+  // Capacity 2, nothing in flight: row 1 comes back at step 4. A window that reaches step 4
+  // from step 2 keeps it (2 and 3 go instead); a window of 1 evicts it (used least recently).
+  const std::vector<std::vector<RowKey>> steps = {{K(1)}, {K(2)}, {K(3)}, {K(4)}, {K(1)}};
+  EXPECT_DOUBLE_EQ(SimulateOracleLoads(steps, 2, 4, 0), 2.0 / 3);  // steps 2-4 load 3, 4
+  EXPECT_DOUBLE_EQ(SimulateOracleLoads(steps, 2, 1, 0), 1.0);      // and 1 again
+  // A cache that cannot hold the steps in flight (2 rows a step, 1 in flight): infinite.
+  EXPECT_TRUE(std::isinf(SimulateOracleLoads({{K(1), K(2)}, {K(3), K(4)}}, 3, 0, 1)));
+}
+
+TEST(LookaheadChoiceTest, TheWindowWithFewerLoadsWinsWhenItSavesAtLeastOnePercent) {
+  const std::vector<std::vector<RowKey>> steps = {{K(1)}, {K(2)}, {K(3)}, {K(4)}, {K(1)}};
+  // The same cache: the longer window saves a third of the loads.
+  WindowChoice c = ChooseWindow(steps, 1, 0, {{1, 2, 0}, {4, 2, 0}});
+  EXPECT_EQ(c.window, 4u);
+  ASSERT_EQ(c.candidates.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.candidates[0].loads, 1.0);
+  EXPECT_DOUBLE_EQ(c.candidates[1].loads, 2.0 / 3);
+  EXPECT_NE(c.reason.find("window 4 steps (auto"), std::string::npos) << c.reason;
+  // Its ring leaves the cache one row: every step loads, as with the short window: the short one stays.
+  c = ChooseWindow(steps, 1, 0, {{1, 2, 0}, {4, 1, 0}});
+  EXPECT_EQ(c.window, 1u);
+  // No window's cache holds the steps in flight: the first candidate, said so.
+  c = ChooseWindow({{K(1), K(2)}, {K(3), K(4)}}, 1, 1, {{2, 3, 0}});
+  EXPECT_EQ(c.window, 2u);
+  EXPECT_NE(c.reason.find("no window's cache"), std::string::npos) << c.reason;
 }
 
 LookaheadInput Input(double reads_per_s, double bytes_per_s) {

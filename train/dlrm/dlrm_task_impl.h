@@ -87,6 +87,9 @@ class DlrmTask : public Task {
   // storage.planner: auto: the cost model's choice of planner and read-ahead, written into `in`
   // (prefetch/lookahead_choice.h); creates the row file it probes.
   Status ChoosePlanner(bool fresh, const std::string& rows_from, RowPlanInput& in);
+  // storage.window 0: the oracle's window from the budget and the first steps (ChooseWindow in
+  // prefetch/lookahead_choice.h); sets in.window.
+  Status SizeWindow(RowPlanInput& in);
   // The first steps' distinct rows, for the cost model.
   // (Those in the 1-in-sample_every sample of rows: prefetch/lookahead_choice.h.)
   Result<std::vector<std::vector<RowKey>>> FirstStepsRows(uint64_t steps, uint32_t sample_every);
@@ -178,6 +181,8 @@ class DlrmTask : public Task {
   std::string lookahead_;                       // why (the summary's lookahead line)
   std::optional<LookaheadChoice> choice_;       // auto's figures
   double choice_s_ = 0;                         // and the time it took
+  std::optional<WindowChoice> window_choice_;   // storage.window 0: the window's figures
+  std::string window_line_;                     // and why (the summary's line)
   bool created_table_ = false;                  // ChoosePlanner made the fresh row file
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
   // Model.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -90,6 +91,7 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   planner_ = cfg_.storage.planner;
   lookahead_ = std::string(EnumName(planner_)) + (in.preload_share > 0 ? " with read-ahead" : "") + " (configured)";
   if (planner_ == PlannerKind::kAuto) SLUICE_RETURN_IF_ERROR(ChoosePlanner(fresh, rows_from, in));
+  SLUICE_RETURN_IF_ERROR(SizeWindow(in));
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
   run_ahead_ = plan_.run_ahead;
   RowCacheOptions co;
@@ -142,6 +144,7 @@ Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps
   for (uint64_t t = 0; t < std::min(source.steps(), steps); ++t) {
     SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
     if (!more) break;
+    if (dp_ != nullptr) KeepOwnedKeys(b);  // the rank's cache sees its own rows only
     dedupe.Dedupe(b);
     auto& rows = out.emplace_back();
     for (const RowKey& k : b.unique) {
@@ -194,6 +197,37 @@ Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlan
   char took[64];
   std::snprintf(took, sizeof took, " (auto, %.1f s at start-up)", choice_s_);
   lookahead_ = choice_->reason + took;
+  return Status::Ok();
+}
+
+Status DlrmTask::SizeWindow(RowPlanInput& in) {
+  if (cfg_.storage.window != 0) return Status::Ok();
+  constexpr uint32_t kDefault = 16;
+  in.window = kDefault;  // the plan shrinks it when its ring does not fit
+  if (!in.oracle) return Status::Ok();
+  std::vector<WindowCandidate> candidates;
+  for (const uint32_t w : {2u, 4u, 8u, 16u, 32u, 64u}) {
+    RowPlanInput t = in;
+    t.window = w;
+    Result<RowMemoryPlan> p = PlanRowMemory(t);
+    if (!p.ok() || p->window < w) break;  // its ring does not fit: nor does a longer one's
+    if (!in.raw_ids && p->cache_rows >= in.total_rows) {
+      window_line_ = "window " + std::to_string(kDefault) + " steps (auto: the cache holds every row)";
+      return Status::Ok();
+    }
+    candidates.push_back(WindowCandidate{w, p->cache_rows, 0});
+  }
+  if (candidates.empty()) return Status::Ok();  // the plan says what does not fit
+  const auto start = std::chrono::steady_clock::now();
+  // A sample of about 20,000 cached rows keeps their reuse (SHARDS) over the first 512 steps.
+  const auto every = static_cast<uint32_t>(std::clamp<uint64_t>(candidates.back().cache_rows / 20000, 1, 64));
+  SLUICE_ASSIGN_OR_RETURN(auto steps, FirstStepsRows(512, every));
+  window_choice_ = ChooseWindow(steps, every, in.run_ahead, std::move(candidates));
+  in.window = window_choice_->window;
+  char took[48];
+  std::snprintf(took, sizeof took, " (%.1f s at start-up)",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  window_line_ = window_choice_->reason + took;
   return Status::Ok();
 }
 
@@ -477,6 +511,17 @@ void DlrmTask::Summarize(RunSummary& s) const {
   if (dp_ != nullptr) SummarizeDataParallel(*dp_, tables_->total_rows(), s);
   if (!in_memory_) {
     s.Line("  lookahead: " + lookahead_);
+    if (!window_line_.empty() && planner_ == PlannerKind::kOracle) s.Line("  lookahead " + window_line_);
+    s.Set("lookahead", "window", uint64_t{plan_.window});
+    s.Set("lookahead", "window_chosen", window_choice_.has_value());
+    if (window_choice_) {
+      std::string loads = "{";
+      for (const WindowCandidate& w : window_choice_->candidates) {
+        loads += (loads.size() > 1 ? "," : "") + ("\"" + std::to_string(w.window) + "\":") +
+                 (std::isinf(w.loads) ? std::string("null") : std::to_string(w.loads));
+      }
+      s.SetRaw("lookahead", "window_simulated_loads", loads + "}");
+    }
     s.Set("lookahead", "planner", std::string(EnumName(planner_)));
     s.Set("lookahead", "read_ahead", plan_.preload_rows > 0);
     s.Set("lookahead", "chosen", cfg_.storage.planner == PlannerKind::kAuto);
