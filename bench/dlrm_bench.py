@@ -61,6 +61,8 @@ def parse_summary(summary: dict) -> dict:
     look = summary.get("lookahead")
     if look and look.get("chosen"):
         s["choice"] = look["planner"] + (" + read-ahead" if look["read_ahead"] else "")
+    if look and look.get("window_chosen") and look["planner"] == "oracle":
+        s["choice"] = s.get("choice", "") + (", " if "choice" in s else "") + f"window {look['window']}"
     cache = summary.get("cache")
     if cache:
         steps = max(1, cache["steps"])
@@ -98,10 +100,15 @@ def bench_planted(args, tmp):
                ("row file, oracle, LRU's cache rows", ["storage.backend=rowfile", "storage.planner=oracle",
                                                       "storage.cache_rows=LRU"]),
                ("row file, auto (the cost model's choice)", ["storage.backend=rowfile", "storage.planner=auto"]),
+               # The oracle's window fixed (the configs above size it at start-up: storage.window 0).
+               ("row file, oracle, window 4", ["storage.backend=rowfile", "storage.planner=oracle", "storage.window=4"]),
+               ("row file, oracle, window 16", ["storage.backend=rowfile", "storage.planner=oracle",
+                                               "storage.window=16"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
-    keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "auto", "rocksdb"]
+    keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "auto",
+            "oracle-w4", "oracle-w16", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):

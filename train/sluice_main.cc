@@ -40,7 +40,7 @@ int Fail(const Status& status) {
 struct Args {
   std::string config, run_dir, dataset, split = "test", out, checkpoint = "default";
   std::vector<std::string> overrides;
-  bool print_config = false, resume = false, overwrite = false, verify = false;
+  bool print_config = false, resume = false, overwrite = false, verify = false, json = false;
   PredictRequest predict;
   int k = 10;
   int world_size = 0, rank = -1;  // unset: the environment's (train/dist.h)
@@ -140,7 +140,12 @@ int RunRead(const std::string& command, const Args& a) {
   if (command == "eval") {
     auto m = run->Evaluate(a.split, a.checkpoint);
     if (!m.ok()) return Fail(m.status());
-    std::printf("%s %s (checkpoint %s)\n", a.split.c_str(), m->text.c_str(), run->checkpoint().c_str());
+    if (a.json) {
+      std::printf("{\"split\": \"%s\", \"checkpoint\": \"%s\", \"metrics\": %s}\n", a.split.c_str(),
+                  run->checkpoint().c_str(), m->json.c_str());
+    } else {
+      std::printf("%s %s (checkpoint %s)\n", a.split.c_str(), m->text.c_str(), run->checkpoint().c_str());
+    }
     return 0;
   }
   if (command == "predict") {
@@ -187,6 +192,7 @@ void AddReaders(CLI::App& app, Args& a) {
   eval->add_option("RUN_DIR", a.run_dir, "run directory (written by sluice train)")->required();
   eval->add_option("--split", a.split, "valid or test");
   eval->add_option("--checkpoint", a.checkpoint, kCheckpointHelp);
+  eval->add_flag("--json", a.json, "print the metrics as one JSON object, full precision (for scripts)");
   auto* exp = app.add_subcommand(
       "export", "write embeddings as .npy with the original-id maps (best checkpoint, else latest)");
   exp->add_option("RUN_DIR", a.run_dir, "run directory")->required();

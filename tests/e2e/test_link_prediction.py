@@ -186,6 +186,13 @@ def test_eval_export_predict(sluice_bin, graph, tmp_path):
     assert ev.returncode == 0, ev.stderr
     mrr = float(ev.stdout.split("MRR ")[1].split()[0])
     assert 0 < mrr <= 1
+    # --json: the same evaluation, full precision, for scripts.
+    js = run(sluice_bin, "eval", str(tmp_path / "r"), "--split", "test", "--json")
+    assert js.returncode == 0, js.stderr
+    doc = json.loads(js.stdout)
+    assert doc["split"] == "test" and doc["checkpoint"] in ev.stdout
+    assert f"{doc['metrics']['mrr']:.4f}" == f"{mrr:.4f}" and doc["metrics"]["edges"] > 0
+    assert set(doc["metrics"]["tails"]) == {"mrr", "hits1", "hits3", "hits10"}
     ex = run(sluice_bin, "export", str(tmp_path / "r"), "--out", str(tmp_path / "emb"))
     assert ex.returncode == 0, ex.stderr
     nodes = np.load(tmp_path / "emb/nodes.npy")
