@@ -122,7 +122,10 @@ void PlanPreload(const RowPlanInput& in, uint64_t rows_memory, RowMemoryPlan& p)
                        in.total_rows < (uint64_t{1} << 32);
   if (!allowed) return;
   const uint64_t fixed = RowPreloader::HorizonBytes(in.preload_horizon, p.step_rows) + in.total_rows / 8;
-  const auto memory = static_cast<uint64_t>(static_cast<double>(rows_memory) * in.preload_share);
+  // Never the bytes the cache needs for the steps in flight.
+  const uint64_t cache_min = CacheBytes(in, p.min_rows, p.window_rows);
+  const uint64_t spare = rows_memory > cache_min ? rows_memory - cache_min : 0;
+  const auto memory = std::min(spare, static_cast<uint64_t>(static_cast<double>(rows_memory) * in.preload_share));
   if (memory <= fixed) return;
   p.preload_rows = std::min<uint64_t>({(memory - fixed) / RowPreloader::BytesPerRow(in.row_bytes),
                                        in.total_rows, (uint64_t{1} << 31) - 1});
@@ -172,9 +175,10 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   // Rows pending in the window: measured on the first steps, with a margin (the index grows if
   // later steps have more).
   p.step_rows = std::min(in.keys_per_step, in.sampled_rows_per_step + in.sampled_rows_per_step / 4);
+  // The steps in flight's rows with the index sized as the cache will be: for the window's rows
+  // and the planned step's ((w + 1) steps), so a window that fits here leaves the cache its rows.
   auto need = [&](uint64_t w) {
-    return fixed + (w + d + 2) * per_step + p.min_rows * in.row_bytes +
-           RowCacheIndexBytes(p.min_rows, w * p.step_rows);
+    return fixed + (w + d + 2) * per_step + CacheBytes(in, p.min_rows, (w + 1) * p.step_rows);
   };
   if (need(0) > in.budget_bytes && in.cache_rows == 0) {
     return InvalidArgument("storage.budget " + FormatBytes(in.budget_bytes) +

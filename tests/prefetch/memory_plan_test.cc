@@ -159,6 +159,42 @@ TEST(RowMemoryPlanTest, ExactlyEnoughForTheStepsInFlight) {
   EXPECT_FALSE(PlanRowMemory(in).ok());
 }
 
+TEST(RowMemoryPlanTest, AnyWindowPlansWhereNoWindowDoes) {
+  // A budget that holds the steps in flight without a window holds them with any window asked
+  // for: the window shrinks to what fits, never the cache below the steps in flight. (A window
+  // of 16 at 400 MiB once failed at start-up: the window's fit counted the cache's index for
+  // one step fewer than the cache then sized it for, and read-ahead took its share regardless.)
+  for (const double preload : {0.0, 0.25}) {
+    for (const uint64_t step_rows : {30'000ull, 53'248ull}) {
+      RowPlanInput in = Planted();
+      in.preload_share = preload;
+      in.sampled_rows_per_step = step_rows;
+      in.window = 0;
+      uint64_t lo = 1 << 20, hi = 1ull << 34;
+      while (lo + 1 < hi) {
+        in.budget_bytes = lo + (hi - lo) / 2;
+        (PlanRowMemory(in).ok() ? hi : lo) = in.budget_bytes;
+      }
+      for (uint64_t budget = hi; budget < 8 * hi; budget += budget / 37) {
+        for (const uint32_t window : {1u, 4u, 16u, 64u}) {
+          SCOPED_TRACE("preload " + std::to_string(preload) + ", step rows " + std::to_string(step_rows) +
+                       ", budget " + std::to_string(budget) + ", window " + std::to_string(window));
+          in.budget_bytes = budget;
+          in.window = window;
+          auto p = PlanRowMemory(in);
+          ASSERT_TRUE(p.ok()) << p.status().ToString();
+          EXPECT_LE(p->window, window);
+          EXPECT_GE(p->cache_rows, p->min_rows);
+          EXPECT_LE(p->predicted_bytes, budget);
+        }
+      }
+      in.budget_bytes = 8 * hi;
+      in.window = 16;
+      EXPECT_EQ(PlanRowMemory(in)->window, 16u);  // room enough: the window asked for
+    }
+  }
+}
+
 TEST(RowMemoryPlanTest, RawIdsInRocksDbPlanNoRowFileParts) {
   // model.ids: raw has no dense tables (total_rows 0). The old inline plan read the last row
   // offset of an empty vector here (found by UBSan); the plan must not touch it.
