@@ -74,6 +74,29 @@ def test_the_window_is_sized_at_start_up(sluice_bin, clicks, tmp_path):
     assert f"oracle window {best} steps" in out.stdout
 
 
+def test_a_window_too_long_for_the_budget_is_shortened_and_said(sluice_bin, clicks, tmp_path):
+    """An explicit storage.window whose ring of steps does not fit the budget beside the steps in
+    flight is shortened to the longest that fits (the run does not fail), and the summary says
+    so; the cache still holds the steps in flight."""
+    storage = {k: v for k, v in OOC.items() if k != "cache_rows"}
+    cfg = write_config(tmp_path / "c.yaml", clicks, tmp_path / "run",
+                       **dict(storage, backend="rowfile", window=64, budget="200MiB"))
+    out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", "--set", "train.epochs=1")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    window = summary["lookahead"]["window"]
+    assert 0 < window < 64, summary["lookahead"]
+    assert not summary["lookahead"]["window_chosen"]
+    assert f"lookahead window {window} steps (storage.window 64 shortened" in out.stdout, out.stdout
+    # The same run with room to spare keeps the window asked for, and says nothing of it.
+    cfg = write_config(tmp_path / "d.yaml", clicks, tmp_path / "roomy",
+                       **dict(storage, backend="rowfile", window=64, budget="1GiB"))
+    out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", "--set", "train.epochs=1")
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "roomy/summary.json").read_text())["lookahead"]["window"] == 64
+    assert "shortened" not in out.stdout
+
+
 def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
     """The oracle's window reaches into the next epoch's first steps: the rows those use stay
     cached through the epoch's end, so the next epoch starts with fewer loads than when the

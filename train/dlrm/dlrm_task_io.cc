@@ -93,6 +93,12 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   if (planner_ == PlannerKind::kAuto) SLUICE_RETURN_IF_ERROR(ChoosePlanner(fresh, rows_from, in));
   SLUICE_RETURN_IF_ERROR(SizeWindow(in));
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
+  if (in.oracle && cfg_.storage.window != 0 && int64_t{plan_.window} < int64_t{cfg_.storage.window}) {
+    window_line_ = "window " + std::to_string(plan_.window) + " steps (storage.window " +
+                   std::to_string(cfg_.storage.window) +
+                   " shortened: a longer window's ring of steps does not fit the budget beside the "
+                   "steps in flight; storage.window 0 sizes it by simulated loads)";
+  }
   run_ahead_ = plan_.run_ahead;
   RowCacheOptions co;
   co.kind = in.oracle ? PlannerKind::kOracle : PlannerKind::kLru;
