@@ -135,6 +135,21 @@ void Drive(RowPipeline<RowBatch>& p, uint64_t steps, Model& model) {
   EXPECT_TRUE(p.Stop().ok());
 }
 
+// Writes the cache's dirty rows back and checks every row the model knows holds its value.
+void ExpectBackingMatchesModel(RowCache& cache, AlignedBuffer& arena, MapBacking& backing,
+                               const Model& model, const RowPrefetcherOptions& po) {
+  auto io = IoSession::Create(po.io);
+  ASSERT_TRUE(io.ok());
+  ASSERT_TRUE(FlushRowCache(cache, arena.data(), kRowBytes, backing, **io).ok());
+  for (const auto& [k, v] : model.value) {
+    auto it = backing.rows_.find(k);
+    ASSERT_NE(it, backing.rows_.end());
+    uint64_t stored;
+    std::memcpy(&stored, it->second.data(), 8);
+    EXPECT_EQ(stored, v);
+  }
+}
+
 void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead, uint32_t group = 1) {
   const uint64_t steps = 120;
   const uint32_t samples = 40;
@@ -165,18 +180,9 @@ void RunOutOfCore(PlannerKind kind, uint32_t window, uint32_t run_ahead, uint32_
     Drive(p, steps, model);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  auto io = IoSession::Create(po.io);
-  ASSERT_TRUE(io.ok());
-  ASSERT_TRUE(FlushRowCache(cache, arena.data(), kRowBytes, backing, **io).ok());
+  ExpectBackingMatchesModel(cache, arena, backing, model, po);
   ASSERT_GT(cache.stats().loads, 0u);
   ASSERT_GT(cache.stats().evictions, 0u);
-  for (const auto& [k, v] : model.value) {
-    auto it = backing.rows_.find(k);
-    ASSERT_NE(it, backing.rows_.end());
-    uint64_t stored;
-    std::memcpy(&stored, it->second.data(), 8);
-    EXPECT_EQ(stored, v);
-  }
 }
 
 TEST(RowPrefetcher, OracleMatchesModel) {
@@ -214,14 +220,8 @@ TEST(RowPrefetcher, WindowAcrossPassesKeepsTheNextPassRows) {
       EXPECT_EQ(cache.appended_unplanned(), 0u) << "the lookahead-only steps stayed in the window";
       if (pass == 1) second_pass_loads[tail > 0] = cache.stats().loads - before;
     }
-    auto io = IoSession::Create(po.io);
-    ASSERT_TRUE(io.ok());
-    ASSERT_TRUE(FlushRowCache(cache, arena.data(), kRowBytes, backing, **io).ok());
-    for (const auto& [k, v] : model.value) {
-      uint64_t stored;
-      std::memcpy(&stored, backing.rows_.at(k).data(), 8);
-      EXPECT_EQ(stored, v);
-    }
+    ExpectBackingMatchesModel(cache, arena, backing, model, po);
+    if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_LT(second_pass_loads[1], second_pass_loads[0]);
 }
