@@ -63,6 +63,9 @@ def parse_summary(summary: dict) -> dict:
         s["choice"] = look["planner"] + (" + read-ahead" if look["read_ahead"] else "")
     if look and look.get("window_chosen") and look["planner"] == "oracle":
         s["choice"] = s.get("choice", "") + (", " if "choice" in s else "") + f"window {look['window']}"
+    io = summary.get("io", {})
+    if io.get("queue_depth_chosen"):
+        s["choice"] = s.get("choice", "") + (", " if "choice" in s else "") + f"io depth {io['queue_depth']}"
     cache = summary.get("cache")
     if cache:
         steps = max(1, cache["steps"])
@@ -104,11 +107,14 @@ def bench_planted(args, tmp):
                ("row file, oracle, window 4", ["storage.backend=rowfile", "storage.planner=oracle", "storage.window=4"]),
                ("row file, oracle, window 16", ["storage.backend=rowfile", "storage.planner=oracle",
                                                "storage.window=16"]),
+               # The io depth fixed at the old default (the configs above probe it: io.queue_depth 0).
+               ("row file, oracle, io depth 32", ["storage.backend=rowfile", "storage.planner=oracle",
+                                                 "io.queue_depth=32"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
     keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "auto",
-            "oracle-w4", "oracle-w16", "rocksdb"]
+            "oracle-w4", "oracle-w16", "oracle-d32", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):

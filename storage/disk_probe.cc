@@ -59,4 +59,54 @@ Result<DiskProbe> ProbeDisk(IoSession& io, const File& file, uint64_t file_bytes
   return p;
 }
 
+Result<std::vector<DepthRate>> ProbeDepths(IoSession& io, const File& file, uint64_t file_bytes,
+                                           std::span<const uint32_t> depths, double seconds) {
+  if (file_bytes < kDirectAlignBytes) {
+    return InvalidArgument("disk probe of " + file.path() + ": the file is smaller than one page");
+  }
+  const uint64_t pages = file_bytes / kDirectAlignBytes;
+  std::mt19937_64 rng(0x5eed);
+  std::vector<DepthRate> rates;
+  for (const uint32_t asked : depths) {
+    const uint32_t depth = std::clamp<uint32_t>(asked, 1, io.queue_depth());
+    SLUICE_ASSIGN_OR_RETURN(auto random,
+                            Drive(io, file, kDirectAlignBytes, depth,
+                                  seconds / static_cast<double>(depths.size()),
+                                  [&](uint64_t) { return rng() % pages * kDirectAlignBytes; }));
+    rates.push_back(DepthRate{depth, static_cast<double>(random.first) / std::max(random.second, 1e-9)});
+  }
+  return rates;
+}
+
+namespace {
+
+std::string Thousands(double x) {
+  return x >= 1000 ? std::to_string(static_cast<int64_t>(x / 1000 + 0.5)) + "k"
+                   : std::to_string(static_cast<int64_t>(x + 0.5));
+}
+
+}  // namespace
+
+DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance) {
+  std::sort(rates.begin(), rates.end(), [](const DepthRate& a, const DepthRate& b) { return a.depth < b.depth; });
+  double best = 0;
+  for (const DepthRate& r : rates) best = std::max(best, r.reads_per_s);
+  DepthChoice c;
+  for (const DepthRate& r : rates) {
+    if (r.reads_per_s >= (1 - tolerance) * best) {
+      c.depth = r.depth;
+      break;
+    }
+  }
+  std::string list;
+  for (const DepthRate& r : rates) {
+    list += (list.empty() ? "" : ", ") + std::to_string(r.depth) + ": " + Thousands(r.reads_per_s);
+  }
+  c.reason = std::to_string(c.depth) + " (auto: the shallowest within " +
+             std::to_string(static_cast<int>(tolerance * 100 + 0.5)) +
+             "% of the best random 4 KiB reads/s, " + list + ")";
+  c.rates = std::move(rates);
+  return c;
+}
+
 }  // namespace sluice

@@ -5,6 +5,9 @@
 // so by being large).
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "storage/file.h"
@@ -21,5 +24,28 @@ struct DiskProbe {
 // Reads `file` (its first file_bytes) for about `seconds` in all, half random and half
 // sequential (1 MiB requests). The file must be at least 4 KiB long.
 Result<DiskProbe> ProbeDisk(IoSession& io, const File& file, uint64_t file_bytes, double seconds);
+
+// io.queue_depth 0: the depth a run's io rings use, from random 4 KiB reads of its own row file
+// at several depths. The deepest queue is not free (each slot stages a merged read: depth x
+// io.merge_max bytes of the budget) nor always faster (a disk saturates), so the choice is the
+// shallowest depth within `tolerance` of the best rate measured.
+struct DepthRate {
+  uint32_t depth = 0;
+  double reads_per_s = 0;
+};
+
+// Random 4 KiB reads at each depth (each at most io.queue_depth()), `seconds` shared evenly.
+Result<std::vector<DepthRate>> ProbeDepths(IoSession& io, const File& file, uint64_t file_bytes,
+                                           std::span<const uint32_t> depths, double seconds);
+
+struct DepthChoice {
+  uint32_t depth = 0;
+  std::vector<DepthRate> rates;
+  std::string reason;  // the summary's line, e.g. "32 (auto: ... 4: 41k, 8: 60k, ...)"
+};
+
+// The shallowest depth whose rate is at least (1 - tolerance) of the best. Requires: rates not
+// empty.
+DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance = 0.1);
 
 }  // namespace sluice

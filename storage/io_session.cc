@@ -9,7 +9,7 @@ namespace sluice {
 Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
   const BackendKind kind = config.backend;
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                          MakeBackend(kind, static_cast<uint32_t>(config.queue_depth)));
+                          MakeBackend(kind, static_cast<uint32_t>(config.EffectiveQueueDepth())));
   if (ProcessFaults* faults = ProcessFaults::Get()) {  // SLUICE_FAULT: the fault-matrix tests
     auto wrapped = std::make_unique<FaultBackend>(std::move(backend));
     wrapped->SetProcessFaults(faults);

@@ -15,15 +15,23 @@ namespace sluice {
 
 struct IoConfig {
   BackendKind backend = BackendKind::kAuto;
-  int queue_depth = 32;                  // io requests in flight per thread
+  int queue_depth = 0;                   // io requests in flight per thread (0: sized, below)
   Bytes merge_max{128 * 1024};           // largest merged read of neighbouring rows
   Bytes merge_gap{0};                    // rows this close are merged, reading the gap too
   bool direct = true;                    // O_DIRECT where the filesystem allows it
 
+  static constexpr int kDefaultQueueDepth = 32;
+  // queue_depth, 0 read as the default (for what does not size it).
+  int EffectiveQueueDepth() const { return queue_depth > 0 ? queue_depth : kDefaultQueueDepth; }
+
   template <class V>
   void VisitFields(V& v) {
     v.Field("backend", backend, "io backend: auto (io_uring, else pread), uring, pread");
-    v.Field("queue_depth", queue_depth, "io requests in flight per io thread", InRange(1, 4096));
+    v.Field("queue_depth", queue_depth,
+            "io requests in flight per io thread; 0: probed at start-up where a run reads a row "
+            "file out of core (the shallowest depth within 10% of the disk's best random-read "
+            "rate, at most what the budget's io share holds), else 32",
+            InRange(0, 4096));
     v.Field("merge_max", merge_max,
             "largest read made by merging neighbouring rows (4KiB: no merging)",
             InRange(Bytes{4096}, Bytes{64 * 1024 * 1024}));

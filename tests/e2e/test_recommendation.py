@@ -97,6 +97,29 @@ def test_a_window_too_long_for_the_budget_is_shortened_and_said(sluice_bin, clic
     assert "shortened" not in out.stdout
 
 
+def test_the_io_depth_is_probed_at_start_up(sluice_bin, clicks, tmp_path):
+    """io.queue_depth 0 (the default): random reads of the run's row file at depths 4 up to what
+    2% of the budget stages, the shallowest within 10% of the best rate kept and said; an
+    explicit depth is used as given, without a probe."""
+    storage = {k: v for k, v in OOC.items() if k != "cache_rows"}
+    cfg = write_config(tmp_path / "c.yaml", clicks, tmp_path / "run", **dict(storage, backend="rowfile", budget="400MiB"))
+    out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", "--set", "train.epochs=1")
+    assert out.returncode == 0, out.stderr
+    io = json.loads((tmp_path / "run/summary.json").read_text())["io"]
+    rates = {int(d): r for d, r in io["queue_depth_reads_per_s"].items()}
+    assert sorted(rates) == [4, 8, 16, 32, 64], io  # 2% of 400 MiB in 128 KiB slots: 64
+    best = max(rates.values())
+    assert io["queue_depth_chosen"] and io["queue_depth"] == min(d for d, r in rates.items() if r >= 0.9 * best), io
+    assert re.search(rf"io queue depth {io['queue_depth']} \(auto: the shallowest within 10% .*4: [\d]+k?, "
+                     r".*64: [\d]+k?\) \([\d.]+ s at start-up\)", out.stdout), out.stdout
+    out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", "--set", "train.epochs=1",
+              "--set", "io.queue_depth=8", "--set", f"run_dir={tmp_path / 'fixed'}")
+    assert out.returncode == 0, out.stderr
+    io = json.loads((tmp_path / "fixed/summary.json").read_text())["io"]
+    assert io["queue_depth"] == 8 and not io["queue_depth_chosen"], io
+    assert "io queue depth" not in out.stdout
+
+
 def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
     """The oracle's window reaches into the next epoch's first steps: the rows those use stay
     cached through the epoch's end, so the next epoch starts with fewer loads than when the

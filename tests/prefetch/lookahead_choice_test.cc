@@ -129,5 +129,40 @@ TEST(DiskProbeTest, MeasuresRandomAndSequentialReads) {
   EXPECT_FALSE(ProbeDisk(*io, *file, 100, 0.1).ok());
 }
 
+TEST(DiskProbeTest, MeasuresEachDepthWithinTheSessionsRing) {
+  testing::TempDir dir;
+  std::vector<std::byte> bytes(8 << 20, std::byte{7});
+  ASSERT_TRUE(WriteFileDurable(dir.File("t"), bytes).ok());
+  auto file = File::Open(dir.File("t"), OpenMode::kRead, true);
+  ASSERT_TRUE(file.ok());
+  IoConfig config;
+  config.queue_depth = 16;
+  auto io = IoSession::Create(config);
+  ASSERT_TRUE(io.ok());
+  const std::vector<uint32_t> depths = {4, 8, 32};
+  auto rates = ProbeDepths(**io, *file, bytes.size(), depths, 0.06);
+  ASSERT_TRUE(rates.ok()) << rates.status().ToString();
+  ASSERT_EQ(rates->size(), 3u);
+  EXPECT_EQ((*rates)[0].depth, 4u);
+  EXPECT_EQ((*rates)[2].depth, 16u);  // no deeper than the session's ring
+  for (const DepthRate& r : *rates) EXPECT_GT(r.reads_per_s, 100);
+  EXPECT_FALSE(ProbeDepths(**io, *file, 100, depths, 0.06).ok());
+}
+
+TEST(DiskProbeTest, TheShallowestDepthNearTheBestRateIsChosen) {
+  // A disk that saturates at 32: 64 is 2% faster, so 32 (within 10%) wins; the order of the
+  // measurements does not matter.
+  DepthChoice c = ChooseQueueDepth({{64, 102'000}, {4, 30'000}, {8, 55'000}, {16, 80'000}, {32, 100'000}});
+  EXPECT_EQ(c.depth, 32u);
+  EXPECT_EQ(c.reason, "32 (auto: the shallowest within 10% of the best random 4 KiB reads/s, "
+                      "4: 30k, 8: 55k, 16: 80k, 32: 100k, 64: 102k)");
+  ASSERT_EQ(c.rates.size(), 5u);
+  EXPECT_EQ(c.rates.front().depth, 4u);
+  // One that gains nothing from depth (a page cache, a RAM disk): the shallowest.
+  EXPECT_EQ(ChooseQueueDepth({{4, 500'000}, {8, 480'000}, {16, 510'000}}).depth, 4u);
+  // Within 30%: 16.
+  EXPECT_EQ(ChooseQueueDepth({{4, 30'000}, {8, 55'000}, {16, 80'000}, {32, 100'000}}, 0.3).depth, 16u);
+}
+
 }  // namespace
 }  // namespace sluice

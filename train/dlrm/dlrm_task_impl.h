@@ -90,6 +90,9 @@ class DlrmTask : public Task {
   // storage.window 0: the oracle's window from the budget and the first steps (ChooseWindow in
   // prefetch/lookahead_choice.h); sets in.window.
   Status SizeWindow(RowPlanInput& in);
+  // io.queue_depth 0: the io rings' depth from a probe of the row file at depths of 4 up to what
+  // 2% of the budget stages (ChooseQueueDepth, storage/disk_probe.h); creates the row file.
+  Status SizeQueueDepth(bool fresh, const std::string& rows_from);
   // The first steps' distinct rows, for the cost model.
   // (Those in the 1-in-sample_every sample of rows: prefetch/lookahead_choice.h.)
   Result<std::vector<std::vector<RowKey>>> FirstStepsRows(uint64_t steps, uint32_t sample_every);
@@ -183,6 +186,7 @@ class DlrmTask : public Task {
   double choice_s_ = 0;                         // and the time it took
   std::optional<WindowChoice> window_choice_;   // storage.window 0: the window's figures
   std::string window_line_;                     // and why (the summary's line)
+  std::optional<DepthChoice> depth_choice_;     // io.queue_depth 0: the probe's figures
   bool created_table_ = false;                  // ChoosePlanner made the fresh row file
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
   // Model.

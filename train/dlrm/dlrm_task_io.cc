@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/units.h"
+#include "storage/disk_probe.h"
 #include "storage/io_session.h"
 #include "train/dist.h"
 #include "train/dlrm/dlrm_task_impl.h"
@@ -72,7 +73,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   // On a device step t + 1 is made ready before step t has computed: its plan must not evict
   // step t's rows (run-ahead at least 1).
   in.run_ahead = static_cast<uint32_t>(std::max(sc.run_ahead, acc_ != nullptr ? 1 : 0));
-  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
+  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.EffectiveQueueDepth());
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
   in.kv_bytes = KvTable::BudgetBytes(KvOptions(sc, false));
   SLUICE_ASSIGN_OR_RETURN(in.sampled_rows_per_step, SampleDistinctRowsPerStep());
@@ -87,6 +88,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
 Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   if (in_memory_) return SetUpInMemory(rows_from);
   fs::create_directories(tables_dir_);
+  SLUICE_RETURN_IF_ERROR(SizeQueueDepth(fresh, rows_from));
   SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
   planner_ = cfg_.storage.planner;
   lookahead_ = std::string(EnumName(planner_)) + (in.preload_share > 0 ? " with read-ahead" : "") + " (configured)";
@@ -160,6 +162,36 @@ Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps
   return out;
 }
 
+Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
+  if (cfg_.io.queue_depth != 0) return Status::Ok();
+  cfg_.io.queue_depth = IoConfig::kDefaultQueueDepth;
+  if (rocksdb_ || !rows_from.empty()) return Status::Ok();  // nothing to probe, or only reading
+  const std::string path = tables_dir_ + "/rows.bin";
+  if (fresh || !fs::exists(path)) {
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
+    created_table_ = true;
+  }
+  const auto start = std::chrono::steady_clock::now();  // the probe's own time
+  // Each slot stages a merged read: at most 2% of the budget in slots, and never under 4.
+  const uint64_t most = std::clamp<uint64_t>(cfg_.storage.budget.value / 50 / cfg_.io.merge_max.value, 4, 256);
+  std::vector<uint32_t> depths;
+  for (uint32_t d = 4; d <= most; d *= 2) depths.push_back(d);
+  IoConfig probe = cfg_.io;
+  probe.queue_depth = static_cast<int>(depths.back());
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, cfg_.io.direct));
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(probe));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<DepthRate> rates,
+                          ProbeDepths(*io, file, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
+                                      depths, 0.5));
+  depth_choice_ = ChooseQueueDepth(std::move(rates));
+  cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char text[64];
+  std::snprintf(text, sizeof text, " (%.1f s at start-up)", took);
+  depth_choice_->reason += text;
+  return Status::Ok();
+}
+
 Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlanInput& in) {
   const bool applies = !rocksdb_ && !tables_->raw_ids() && rows_from.empty() && acc_ == nullptr;
   const double share = cfg_.storage.preload_share > 0 ? cfg_.storage.preload_share : 0.25;
@@ -175,7 +207,7 @@ Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlan
     return Status::Ok();
   }
   const std::string path = tables_dir_ + "/rows.bin";
-  if (fresh || !fs::exists(path)) {
+  if ((fresh && !created_table_) || !fs::exists(path)) {
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
     created_table_ = true;
   }
@@ -518,6 +550,17 @@ void DlrmTask::Summarize(RunSummary& s) const {
   if (!in_memory_) {
     s.Line("  lookahead: " + lookahead_);
     if (!window_line_.empty() && planner_ == PlannerKind::kOracle) s.Line("  lookahead " + window_line_);
+    s.Set("io", "queue_depth", uint64_t(cfg_.io.EffectiveQueueDepth()));
+    s.Set("io", "queue_depth_chosen", depth_choice_.has_value());
+    if (depth_choice_) {
+      s.Line("  io queue depth " + depth_choice_->reason);
+      std::string rates = "{";
+      for (const DepthRate& r : depth_choice_->rates) {
+        rates += (rates.size() > 1 ? "," : "") + ("\"" + std::to_string(r.depth) + "\":") +
+                 std::to_string(static_cast<uint64_t>(r.reads_per_s));
+      }
+      s.SetRaw("io", "queue_depth_reads_per_s", rates + "}");
+    }
     s.Set("lookahead", "window", uint64_t{plan_.window});
     s.Set("lookahead", "window_chosen", window_choice_.has_value());
     if (window_choice_) {

@@ -439,7 +439,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
   // A group's io runs while the previous group computes.
   in.run_ahead = std::max<uint32_t>(static_cast<uint32_t>(cfg_.storage.run_ahead),
                                     2 * static_cast<uint32_t>(cfg_.storage.io_group) - 1);
-  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.queue_depth);
+  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.EffectiveQueueDepth());
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
   in.sampled_rows_per_step = most;
   in.cache_rows = cfg_.storage.cache_rows;
