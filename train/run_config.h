@@ -93,6 +93,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.max_minutes = c.train.max_minutes;
   s.lr_decay = c.train.lr_decay;
   s.lr_decay_patience = c.train.lr_decay_patience;
+  if constexpr (requires { c.train.lr_decay_restore; }) s.lr_decay_restore = c.train.lr_decay_restore;
   s.checkpoint_every = c.checkpoint_every;
   s.checkpoint_incremental = c.checkpoint_incremental;
   s.progress = c.progress;

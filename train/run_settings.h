@@ -19,6 +19,7 @@ struct RunSettings {
   double max_minutes = 0;    // training time budget (0: none)
   double lr_decay = 1;       // learning rates x this on a plateau (1: never)
   int lr_decay_patience = 1;  // validations without a better score before a decay
+  bool lr_decay_restore = false;  // a decay first restores the best checkpoint (link prediction)
   // Epochs between checkpoints: a whole number, or a fraction below 1 (a checkpoint every that
   // share of an epoch's units); 0: only at the end; -1: never.
   double checkpoint_every = 1;

@@ -358,6 +358,11 @@ Status CheckRunDirOutsideDataset(const std::string& run_dir, const std::string& 
 
 Status Runner::Run() {
   SLUICE_RETURN_IF_ERROR(CheckRunDirOutsideDataset(s_.run_dir, s_.dataset));
+  if (s_.lr_decay_restore && (s_.checkpoint_every < 0 || group_ != nullptr)) {
+    return InvalidArgument(std::string("train.lr_decay_restore: ") +
+                           (group_ != nullptr ? "runs in one process only (dist.world_size is above 1)"
+                                              : "needs checkpoints to restore (checkpoint_every is -1)"));
+  }
   // A run directory this run created holds nothing of value until the run is accepted: a
   // refusal (a damaged dataset, say) removes it rather than leave an empty skeleton behind.
   std::error_code ec;
@@ -591,6 +596,12 @@ Status Runner::Validate(uint64_t epoch, bool last, JsonObject& line, bool& stop)
       ++since_decay_ >= static_cast<uint32_t>(s_.lr_decay_patience)) {
     since_decay_ = 0;
     lr_scale_ *= s_.lr_decay;
+    if (s_.lr_decay_restore && !best_name_.empty()) {  // back to the best model first
+      SLUICE_ASSIGN_OR_RETURN(CheckpointReader best, store_.Open(best_name_));
+      SLUICE_RETURN_IF_ERROR(task_.RestoreTraining(best).WithContext("train.lr_decay_restore"));
+      std::printf("; restored %s", best_name_.c_str());
+      line.Add("restored", best_name_);
+    }
     task_.SetLearningRateScale(lr_scale_);
     std::printf("; learning rates now x%.4g of the config's", lr_scale_);
     line.Add("lr_scale", lr_scale_);

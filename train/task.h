@@ -91,6 +91,11 @@ class Task {
   virtual Status PrepareTraining(const CheckpointReader* resumed) = 0;
   // Read-only storage over a checkpoint's tables (eval, export, predict). Never writes a row.
   virtual Status PrepareReading(const CheckpointReader& checkpoint) = 0;
+  // Between epochs of a training run: the model, optimizer state and tables become the
+  // checkpoint's (train.lr_decay_restore); the learning rates are set again afterwards.
+  virtual Status RestoreTraining(const CheckpointReader& checkpoint) {
+    return FailedPrecondition(checkpoint.dir() + ": this task cannot restore a checkpoint during a run");
+  }
 
   // Settings outside the config fingerprint that shape the trajectory (after PrepareTraining),
   // e.g. the resident partition count; a resume with other values is warned about.

@@ -164,7 +164,8 @@ NUMERIC_CASES = [
     ("max-minutes-negative", ["train.max_minutes=-3"], "train.max_minutes"),
     ("patience-negative", ["eval.patience=-1"], "eval.patience"),
     ("seed-negative", ["train.seed=-1"], "train.seed"),
-    ("queue-depth-zero", ["io.queue_depth=0"], "io.queue_depth"),
+    ("queue-depth-negative", ["io.queue_depth=-1"], "io.queue_depth"),
+    ("queue-depth-huge", ["io.queue_depth=4097"], "io.queue_depth"),
     ("regularization-nan", ["train.regularization=nan"], "train.regularization"),
 ]
 

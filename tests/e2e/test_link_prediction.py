@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -365,6 +366,17 @@ def interrupt_and_resume(sluice_bin, cfg: pathlib.Path, sets: list[str], run_dir
     assert res.returncode == 0, res.stderr
 
 
+def tensor_bytes(path: pathlib.Path) -> bytes:
+    """A table file's bytes, or a torch archive's tensor data (an optimizer's archive also pickles
+    its options, the learning rate among them)."""
+    if path.suffix != ".pt":
+        return path.read_bytes()
+    with zipfile.ZipFile(path) as z:
+        names = sorted(n for n in z.namelist() if "/data/" in n)
+        assert names, path
+        return b"".join(z.read(n) for n in names)
+
+
 def decays(run_dir: pathlib.Path) -> list[tuple[int, float, float | None]]:
     """(epoch, validation MRR, lr_scale after it or None) of each metrics.jsonl line."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -427,6 +439,44 @@ def test_learning_rate_decay_reaches_rows_and_relations(sluice_bin, graph, tmp_p
         relations = [(d / "relations.pt").read_bytes() for d in latest]
         assert (nodes[0] != nodes[1]) == (rates == "train.relation_lr=0"), rates
         assert (relations[0] != relations[1]) == (rates == "train.lr=0"), rates
+
+
+def test_a_decay_restores_the_best_checkpoint_when_asked(sluice_bin, graph, tmp_path):
+    """Every validation after the first is a stall (the test hook): with train.lr_decay_restore
+    the decay after epoch 2 puts epoch 1's model back (rows with their Adagrad state, relations,
+    the relations' optimizer), so the checkpoint written after epoch 2 equals epoch 1's bit for
+    bit; epoch 3 then trains from it at half the rates, out of core as in memory. Without the
+    key the same run keeps epoch 2's model."""
+    env = dict(os.environ, SLUICE_TEST_STALL="1")
+    sets = ["train.epochs=3", "eval.every=1", "train.relation_optimizer=adagrad", "train.lr_decay=0.5",
+            "train.lr_decay_patience=1"]
+    runs = {"mem": {"mode": "in_memory", "resident": 4}, "ooc": {"mode": "out_of_core", "resident": 4, "slots": 5},
+            "keep": {"mode": "in_memory", "resident": 4}}
+    for name, storage in runs.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", graph, tmp_path / name, **storage)
+        restore = [] if name == "keep" else ["train.lr_decay_restore=true"]
+        args = [a for kv in sets + restore for a in ("--set", kv)]
+        out = subprocess.run([str(sluice_bin), "train", str(cfg), *args], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert ("; restored epoch-1-step-0" in out.stdout) == (name != "keep"), out.stdout
+    ckpt = {name: tmp_path / name / "checkpoints" for name in runs}
+    for f in ("nodes.bin", "relations.pt", "relation_optimizer.pt"):
+        one, two, kept = (tensor_bytes(d / e / f) for d, e in ((ckpt["mem"], "epoch-1-step-0"),
+                          (ckpt["mem"], "epoch-2-step-0"), (ckpt["keep"], "epoch-2-step-0")))
+        assert one == two and kept != one, f
+    lines = [json.loads(x) for x in (tmp_path / "mem/metrics.jsonl").read_text().splitlines()]
+    assert [x.get("restored") for x in lines] == [None, "epoch-1-step-0", None]
+    assert [x.get("lr_scale") for x in lines] == [None, 0.5, None]
+    # Epoch 3 trained on from the restored model: not epoch 1's, nor the run that kept epoch 2's.
+    assert table_bytes(tmp_path / "mem") != (ckpt["mem"] / "epoch-1-step-0/nodes.bin").read_bytes()
+    assert table_bytes(tmp_path / "mem") != table_bytes(tmp_path / "keep")
+    assert table_bytes(tmp_path / "ooc") == table_bytes(tmp_path / "mem")
+    # Refused where there is no checkpoint to restore, before the run directory exists.
+    cfg = write_config(tmp_path / "never.yaml", graph, tmp_path / "never", mode="in_memory", resident=4)
+    out = run(sluice_bin, "train", str(cfg), "--set", "train.lr_decay_restore=true", "--set", "checkpoint_every=-1")
+    assert out.returncode != 0 and "train.lr_decay_restore: needs checkpoints" in out.stderr, out.stderr
+    assert not (tmp_path / "never").exists()
 
 
 def test_graphsage_encoder_trains_evaluates_exports_and_resumes(sluice_bin, graph, tmp_path):

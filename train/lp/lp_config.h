@@ -107,6 +107,7 @@ struct LpTrainConfig {
   double max_minutes = 0;   // training time budget (0: none)
   double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
   int lr_decay_patience = 1;
+  bool lr_decay_restore = false;  // a decay goes back to the best checkpoint first
   uint64_t max_steps = 0;   // per epoch, 0 = all
   LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
@@ -139,6 +140,10 @@ struct LpTrainConfig {
             "the negatives", InRange(0.0, 0.99));
     MaxMinutesField(v, max_minutes);
     LrDecayFields(v, lr_decay, lr_decay_patience);
+    v.Field("lr_decay_restore", lr_decay_restore,
+            "at each decay, training goes on from the best checkpoint (rows, relations, optimizer "
+            "state) at the lower rates, not from the last epoch's model; needs checkpoints "
+            "(checkpoint_every >= 0) and one process");
     v.Field("max_steps", max_steps,
             "train at most this many steps per epoch, the first of its schedule (0: all; "
             "benchmarks and smoke runs)");

@@ -54,6 +54,7 @@ class LpTask : public Task {
   Status Open(Purpose purpose) override;
   Status LoadState(const CheckpointReader& checkpoint) override;
   Status PrepareTraining(const CheckpointReader* resumed) override;
+  Status RestoreTraining(const CheckpointReader& checkpoint) override;
   Status PrepareReading(const CheckpointReader& checkpoint) override;
   std::map<std::string, std::string> Conditions() const override;
   std::string Describe() const override;
@@ -282,6 +283,20 @@ Status LpTask::PrepareTraining(const CheckpointReader* resumed) {
   rows_path_.clear();
   SLUICE_RETURN_IF_ERROR(SetUpStorage());
   return SetUpDeviceRows();
+}
+
+// The storage is dropped without writing back (what it holds is the model being abandoned),
+// then set up again over a copy of the checkpoint's table, as a resumed run's is. The epoch's
+// context takes the new storage when the next epoch starts; the ordering is a function of seed
+// and epoch, so an empty partition buffer changes which loads happen, not the model.
+Status LpTask::RestoreTraining(const CheckpointReader& checkpoint) {
+  if (device_rows_ != nullptr) stepper_->UseDevice(nullptr);
+  device_rows_.reset();
+  cache_.reset();
+  table_.reset();
+  memory_table_ = AlignedBuffer();
+  SLUICE_RETURN_IF_ERROR(LoadState(checkpoint));
+  return PrepareTraining(&checkpoint);
 }
 
 DeviceRowsOptions LpTask::DeviceOptions() const {
