@@ -39,7 +39,8 @@ PY = sys.executable
 # that sluice writes every one).
 SUMMARY_FIELDS = ["peak_rss_bytes", "cache.distinct_rows_per_step", "cache.hit_rate",
                   "cache.loads_per_step", "cache.write_backs_per_step", "cache.rows_read_per_step",
-                  "cache.capacity_rows", "cache.steps", "memory.write_back_buffer_rows", "io.requests", "io.bytes"]
+                  "cache.capacity_rows", "cache.steps", "memory.write_back_buffer_rows", "io.requests", "io.bytes",
+                  "cache.epoch_start_loads", "cache.kept_rows", "cache.kept_steps", "cache.loads"]
 
 
 def train(binary, config, run_dir, sets):
@@ -72,7 +73,9 @@ def parse_summary(summary: dict) -> dict:
         s.update(distinct=cache["distinct_rows_per_step"], hit=100 * cache["hit_rate"],
                  loads=cache["loads_per_step"], writes=cache["write_backs_per_step"],
                  reads=cache["rows_read_per_step"], cache_rows=cache["capacity_rows"],
-                 requests=summary["io"]["requests"] / steps, mb=summary["io"]["bytes"] / steps / 1e6)
+                 requests=summary["io"]["requests"] / steps, mb=summary["io"]["bytes"] / steps / 1e6,
+                 head=cache["epoch_start_loads"], kept=cache["kept_rows"], kept_steps=cache["kept_steps"],
+                 loads_total=cache["loads"])
     return s
 
 
@@ -85,7 +88,8 @@ def bench_planted(args, tmp):
     manifest = json.loads((pathlib.Path(args.planted) / "manifest.json").read_text())
     # One table row per value of the log's vocabulary (ids modulo the table size).
     table_rows = manifest["stats"].get("vocab_per_feature", 1_000_000)
-    base = [f"dataset={args.planted}", f"train.max_steps={args.steps}", "eval.every=0", "checkpoint_every=0",
+    base = [f"dataset={args.planted}", f"train.max_steps={args.steps}", f"train.epochs={args.epochs}",
+            "eval.every=0", "checkpoint_every=0",
             f"threads.compute={args.threads}", f"storage.budget={args.budget}", f"model.table_rows={table_rows}"]
     if args.layout:  # the same log with rows numbered by count: every out-of-core row again on it
         lay = json.loads((pathlib.Path(args.layout) / "manifest.json").read_text())
@@ -110,11 +114,15 @@ def bench_planted(args, tmp):
                # The io depth fixed at the old default (the configs above probe it: io.queue_depth 0).
                ("row file, oracle, io depth 32", ["storage.backend=rowfile", "storage.planner=oracle",
                                                  "io.queue_depth=32"]),
+               # Without the first steps' rows kept for the next epoch (the configs above keep them
+               # where at least 16 steps' rows fit half the cache: storage.carry_rows 0.5).
+               ("row file, oracle, no rows kept", ["storage.backend=rowfile", "storage.planner=oracle",
+                                                  "storage.carry_rows=0"]),
                # RocksDB's block cache and memtables come out of the same budget.
                ("RocksDB, oracle", ["storage.backend=rocksdb", "storage.planner=oracle",
                                     "storage.rocksdb_cache=16MiB", "storage.rocksdb_memtable=8MiB"])]
     keys = ["mem", "oracle", "readahead", "direct", "lru", "lru-readahead", "oracle-lru-rows", "auto",
-            "oracle-w4", "oracle-w16", "oracle-d32", "rocksdb"]
+            "oracle-w4", "oracle-w16", "oracle-d32", "oracle-nokeep", "rocksdb"]
     if args.configs:
         wanted = args.configs.split(",")
         if unknown := set(wanted) - set(keys):
@@ -157,6 +165,15 @@ def bench_planted(args, tmp):
                  f"{s['mb']:.2f}") if "hit" in s else "- | - | - | - | - | - | - | - | -"
         label = f"{name}: {s['choice']}" if "choice" in s else name
         print(f"| {label} | {m:,.0f} | {m / mem:.2f} | {cache} | {s['rss'] / 2**20:,.0f} MiB |")
+    if args.epochs > 1:  # samples/s above are the last epoch's
+        print(f"\nRows loaded in each epoch's first 100 steps, rows kept for the next epoch (last round):\n")
+        print("| configuration | first-100-step loads per epoch | rows kept (steps) | loads over the run |")
+        print("|---|---|---:|---:|")
+        for name, _ in configs:
+            s = info[name]
+            if "head" in s:
+                print(f"| {name} | {', '.join(f'{x:,}' for x in s['head'])} | {s['kept']:,} ({s['kept_steps']}) | "
+                      f"{s['loads_total']:,} |")
 
 
 def bench_torch(args, tmp):
@@ -274,7 +291,10 @@ def main() -> int:
     p.add_argument("--movielens", type=pathlib.Path)
     p.add_argument("--quality", type=pathlib.Path)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=300, help="steps per run (0: a whole epoch)")
+    p.add_argument("--steps", type=int, default=300, help="steps per epoch (0: a whole epoch)")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="--planted: epochs per run (samples/s then the last epoch's; a table of each "
+                        "epoch's first loads follows)")
     p.add_argument("--configs", help="--planted: a comma-separated subset of mem, oracle, readahead, direct, lru, "
                                      "lru-readahead, oracle-lru-rows, rocksdb (in memory always runs)")
     p.add_argument("--threads", type=int, default=1)

@@ -137,12 +137,20 @@ bool RowCache::Pinned(const Entry& e) const {
   return p != nullptr && e.table == 0 && e.id / 64 < p->size() && ((*p)[e.id / 64] >> (e.id % 64) & 1);
 }
 
+bool RowCache::Kept(const Entry& e) const {
+  const std::vector<uint64_t>* k = options_.keep;
+  if (k == nullptr || e.table >= options_.keep_offsets->size()) return false;
+  const uint64_t row = (*options_.keep_offsets)[e.table] + e.id;
+  return row / 64 < k->size() && ((*k)[row / 64] >> (row % 64) & 1);
+}
+
 void RowCache::PushCandidate(const Entry& e) {
   if (fits_) return;                                                 // nothing is ever evicted
   if (options_.kind == PlannerKind::kStatic && Pinned(e)) return;  // never evicted
   uint64_t priority = e.last_step;
   if (options_.kind == PlannerKind::kOracle) {
-    priority = (uint64_t{std::min<uint32_t>(e.uses, 0xFFFFFFFF)} << 32) | e.last_step;
+    // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
+    priority = (uint64_t{Kept(e)} << 63) | (uint64_t{std::min<uint32_t>(e.uses, 0x7FFFFFFF)} << 32) | e.last_step;
   }
   // Stale candidates (rows used again since) pile up when evictions are rare: drop them. (At
   // most one candidate per resident row is live, so this always makes room.)

@@ -52,6 +52,13 @@ struct RowCacheOptions {
   // static: table 0's pinned rows, a bitmap by id (not owned; outlives the cache). Pinned rows
   // are never evicted, so they must leave room for the steps in flight.
   const std::vector<uint64_t>* pinned = nullptr;
+  // oracle: rows kept over the others beyond the window (the next pass's first rows, which a
+  // pass that starts over in the same order needs first): a bitmap by global row,
+  // keep_offsets[table] + id (neither owned; both outlive the cache). A kept row is evicted only
+  // when no row outside the window and outside the set is left; among kept rows the usual order
+  // holds. The set should leave most of the cache to the others.
+  const std::vector<uint64_t>* keep = nullptr;
+  const std::vector<uint64_t>* keep_offsets = nullptr;
   // Keys are table 0's ids below total_rows (0: any keys). The index is then an array by id
   // when that takes at most twice the hashed index's memory, and with capacity_rows >=
   // total_rows no row is ever evicted, so the cache keeps no eviction candidates.
@@ -163,6 +170,7 @@ class RowCache {
   void Grow();
   void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
   bool Pinned(const Entry& e) const;
+  bool Kept(const Entry& e) const;
   void PushCandidate(const Entry& e);
   void CompactHeap();
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);

@@ -128,7 +128,7 @@ def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
     for carry in ("true", "false"):
         run_dir = tmp_path / carry
         cfg = write_config(tmp_path / f"{carry}.yaml", clicks, run_dir,
-                           **dict(OOC, backend="rowfile", window=16, carry_over=carry))
+                           **dict(OOC, backend="rowfile", window=16, carry_over=carry, carry_rows=0))
         out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0")
         assert out.returncode == 0, out.stderr
         loads[carry] = json.loads((run_dir / "summary.json").read_text())["cache"]["epoch_start_loads"]
@@ -136,6 +136,42 @@ def test_the_window_carries_over_epoch_boundaries(sluice_bin, clicks, tmp_path):
     assert loads["true"][0] == loads["false"][0], loads
     assert loads["true"][1] < loads["false"][1], loads
     assert tables["true"] == tables["false"] and dense["true"] == dense["false"]
+
+
+CACHE_ROWS = 10000
+
+
+def test_the_first_steps_rows_are_kept_for_the_next_epoch(sluice_bin, clicks, tmp_path):
+    """storage.carry_rows: the rows of the epoch's first steps, as many steps as fit that share
+    of the cache (at least 16), are evicted after every other row outside the window, so the
+    next epoch (the same samples in the same order) finds them cached. Only the order of
+    evictions changes: the model is the same bit for bit. (What it saves is measured by the
+    row cache's test and bench/dlrm_bench.py: this log's 108-step epochs are too short for it.)"""
+    cache, tables, dense, stdout = {}, {}, {}, {}
+    for share in ("0.8", "0"):
+        run_dir = tmp_path / share
+        cfg = write_config(tmp_path / f"{share}.yaml", clicks, run_dir,
+                           **dict(OOC, backend="rowfile", cache_rows=CACHE_ROWS, window=16, carry_rows=share))
+        out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0")
+        assert out.returncode == 0, out.stderr
+        cache[share] = json.loads((run_dir / "summary.json").read_text())["cache"]
+        tables[share], dense[share], stdout[share] = export(sluice_bin, run_dir), dense_bytes(run_dir), out.stdout
+    kept, plain = cache["0.8"], cache["0"]
+    # Whole steps while their distinct rows fit the share of the cache, at least 16 of them.
+    assert 0 < kept["kept_rows"] <= CACHE_ROWS * 0.8 and kept["kept_steps"] >= 16, kept
+    assert plain["kept_rows"] == 0 and plain["kept_steps"] == 0
+    assert (f"first {kept['kept_steps']} steps for the next epoch (storage.carry_rows 0.8 of the cache)"
+            in stdout["0.8"]), stdout["0.8"]
+    assert kept["loads"] != plain["loads"], "the kept rows changed no eviction"
+    assert tables["0.8"] == tables["0"] and dense["0.8"] == dense["0"]
+    # One epoch: nothing to keep rows for. Half of a 5,000-row cache holds fewer than 16 steps'
+    # rows, and keeping so few costs more loads than it saves.
+    for name, sets in (("one", ["train.epochs=1", f"storage.cache_rows={CACHE_ROWS}", "storage.carry_rows=0.8"]),
+                       ("small", ["storage.carry_rows=0.5"])):
+        cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **dict(OOC, backend="rowfile"))
+        out = run(sluice_bin, "train", str(cfg), "--set", "eval.every=0", *[a for s in sets for a in ("--set", s)])
+        assert out.returncode == 0, out.stderr
+        assert json.loads((tmp_path / name / "summary.json").read_text())["cache"]["kept_rows"] == 0, name
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -134,6 +134,7 @@ struct DlrmStorageConfig {
   double preload_share = 0;  // off: it pays only when disk reads bound training (see the docs)
   int preload_horizon = 32;
   bool carry_over = true;  // the oracle's window reaches into the next epoch
+  double carry_rows = 0.5;  // share of the cache the next epoch's first rows may keep
 
   template <class V>
   void VisitFields(V& v) {
@@ -173,6 +174,12 @@ struct DlrmStorageConfig {
             "the oracle's window carries over epoch boundaries: an epoch's last steps are planned "
             "seeing the next epoch's first steps (every epoch reads the samples in one order), so "
             "the rows those use stay cached (false: the window ends with the epoch)");
+    v.Field("carry_rows", carry_rows,
+            "oracle, with carry_over and more than one epoch: the rows of the epoch's first steps "
+            "(which the next epoch needs first) are evicted after every other row outside the "
+            "window, as many first steps as fit this share of the cache, when at least 16 do "
+            "(0: none)",
+            InRange(0.0, 0.9));
   }
 };
 

@@ -96,6 +96,12 @@ class DlrmTask : public Task {
   // The first steps' distinct rows, for the cost model.
   // (Those in the 1-in-sample_every sample of rows: prefetch/lookahead_choice.h.)
   Result<std::vector<std::vector<RowKey>>> FirstStepsRows(uint64_t steps, uint32_t sample_every);
+  // storage.carry_rows: whether this run keeps the first steps' rows, and the bitmap's bytes.
+  bool KeepsFirstRows(bool oracle) const;
+  // Marks the rows of as many first steps as fit `most` rows in kept_; none when fewer than
+  // kMinKeptSteps steps fit.
+  static constexpr uint64_t kMinKeptSteps = 16;
+  Status ChooseKeptRows(uint64_t most);
   std::string DescribePlan() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
@@ -147,6 +153,7 @@ class DlrmTask : public Task {
   Status ExportTable(uint32_t t, const std::string& dir);
   Status ExportRawTables(const std::string& dir);
   void SummarizeCache(RunSummary& s) const;
+  void SummarizeLookahead(RunSummary& s) const;
   // The device path (dlrm_task_device.cc): the accelerator and the model on it (training only;
   // reading runs on the CPU), the device rows, and a pass whose steps are staged while the
   // previous one computes.
@@ -187,6 +194,9 @@ class DlrmTask : public Task {
   std::optional<WindowChoice> window_choice_;   // storage.window 0: the window's figures
   std::string window_line_;                     // and why (the summary's line)
   std::optional<DepthChoice> depth_choice_;     // io.queue_depth 0: the probe's figures
+  // storage.carry_rows: the rows of the epoch's first kept_steps_ steps, a bitmap by global row.
+  std::vector<uint64_t> kept_;
+  uint64_t kept_rows_ = 0, kept_steps_ = 0;
   bool created_table_ = false;                  // ChoosePlanner made the fresh row file
   std::string resume_dir_;  // the checkpoint LoadState read (training resumes from it)
   // Model.

@@ -94,6 +94,8 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   lookahead_ = std::string(EnumName(planner_)) + (in.preload_share > 0 ? " with read-ahead" : "") + " (configured)";
   if (planner_ == PlannerKind::kAuto) SLUICE_RETURN_IF_ERROR(ChoosePlanner(fresh, rows_from, in));
   SLUICE_RETURN_IF_ERROR(SizeWindow(in));
+  const bool keeps = rows_from.empty() && KeepsFirstRows(in.oracle);
+  if (keeps) in.runtime_bytes += (tables_->total_rows() + 63) / 64 * 8;  // the bitmap
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
   if (in.oracle && cfg_.storage.window != 0 && int64_t{plan_.window} < int64_t{cfg_.storage.window}) {
     window_line_ = "window " + std::to_string(plan_.window) + " steps (storage.window " +
@@ -108,6 +110,11 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   co.window_steps = plan_.window;
   co.protect_steps = plan_.run_ahead;
   co.window_rows = plan_.window_rows;
+  if (keeps) {
+    SLUICE_RETURN_IF_ERROR(ChooseKeptRows(static_cast<uint64_t>(cfg_.storage.carry_rows * static_cast<double>(plan_.cache_rows))));
+    if (kept_steps_ > 0) co.keep = &kept_;
+    co.keep_offsets = &tables_->offsets();
+  }
   cache_ = std::make_unique<RowCache>(co);
   arena_ = AlignedBuffer(plan_.cache_rows * tables_->row_bytes(), 4096);
   SLUICE_RETURN_IF_ERROR(OpenBacking(fresh, rows_from));
@@ -160,6 +167,45 @@ Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps
     }
   }
   return out;
+}
+
+bool DlrmTask::KeepsFirstRows(bool oracle) const {
+  return oracle && cfg_.storage.carry_over && cfg_.storage.carry_rows > 0 && cfg_.train.epochs > 1 &&
+         !tables_->raw_ids() && tables_->total_rows() > 0;
+}
+
+// Every epoch reads the samples in one order, so the next epoch starts with this one's first
+// steps: their rows are the ones to keep (steps whole, in order, while they fit).
+Status DlrmTask::ChooseKeptRows(uint64_t most) {
+  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
+  const std::vector<uint64_t>& offsets = tables_->offsets();
+  kept_.assign((tables_->total_rows() + 63) / 64, 0);
+  kept_rows_ = kept_steps_ = 0;
+  RowBatch b;
+  RowDeduper dedupe;
+  std::vector<uint64_t> fresh;
+  for (uint64_t t = 0; t < source.steps(); ++t) {
+    SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
+    if (!more) break;
+    if (dp_ != nullptr) KeepOwnedKeys(b);
+    dedupe.Dedupe(b);
+    fresh.clear();
+    for (const RowKey& k : b.unique) {
+      const uint64_t row = offsets[k.table] + k.id;
+      if (!(kept_[row / 64] >> (row % 64) & 1)) fresh.push_back(row);
+    }
+    if (kept_rows_ + fresh.size() > most) break;
+    for (uint64_t row : fresh) kept_[row / 64] |= uint64_t{1} << (row % 64);
+    kept_rows_ += fresh.size();
+    ++kept_steps_;
+  }
+  // Where only a few steps' rows fit, the next epoch's start is a small part of its loads and
+  // holding them through the epoch costs more loads than it saves (docs/recommendation.md).
+  if (kept_steps_ < kMinKeptSteps && kept_steps_ < source.steps()) {
+    std::vector<uint64_t>().swap(kept_);
+    kept_rows_ = kept_steps_ = 0;
+  }
+  return Status::Ok();
 }
 
 Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
@@ -530,6 +576,55 @@ void SummarizePreload(const RowPreloaderStats& ps, double steps, RunSummary& s) 
 
 }  // namespace
 
+// The out-of-core run's choices made at start-up: planner, window, io depth, kept rows.
+void DlrmTask::SummarizeLookahead(RunSummary& s) const {
+  s.Line("  lookahead: " + lookahead_);
+  if (!window_line_.empty() && planner_ == PlannerKind::kOracle) s.Line("  lookahead " + window_line_);
+  s.Set("io", "queue_depth", uint64_t(cfg_.io.EffectiveQueueDepth()));
+  s.Set("io", "queue_depth_chosen", depth_choice_.has_value());
+  if (depth_choice_) {
+    s.Line("  io queue depth " + depth_choice_->reason);
+    std::string rates = "{";
+    for (const DepthRate& r : depth_choice_->rates) {
+      rates += (rates.size() > 1 ? "," : "") + ("\"" + std::to_string(r.depth) + "\":") +
+               std::to_string(static_cast<uint64_t>(r.reads_per_s));
+    }
+    s.SetRaw("io", "queue_depth_reads_per_s", rates + "}");
+  }
+  s.Set("lookahead", "window", uint64_t{plan_.window});
+  s.Set("lookahead", "window_chosen", window_choice_.has_value());
+  if (window_choice_) {
+    std::string loads = "{";
+    for (const WindowCandidate& w : window_choice_->candidates) {
+      loads += (loads.size() > 1 ? "," : "") + ("\"" + std::to_string(w.window) + "\":") +
+               (std::isinf(w.loads) ? std::string("null") : std::to_string(w.loads));
+    }
+    s.SetRaw("lookahead", "window_simulated_loads", loads + "}");
+  }
+  s.Set("lookahead", "planner", std::string(EnumName(planner_)));
+  s.Set("cache", "kept_rows", kept_rows_), s.Set("cache", "kept_steps", kept_steps_);
+  if (kept_steps_ > 0) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", cfg_.storage.carry_rows);
+    s.Line("  cache keeps the " + FormatCount(static_cast<double>(kept_rows_)) + " rows of the epoch's first " +
+           std::to_string(kept_steps_) + " steps for the next epoch (storage.carry_rows " + share +
+           " of the cache)");
+  }
+  s.Set("lookahead", "read_ahead", plan_.preload_rows > 0);
+  s.Set("lookahead", "chosen", cfg_.storage.planner == PlannerKind::kAuto);
+  if (choice_) {
+    s.Set("lookahead", "predicted_random_s", choice_->random_s);
+    s.Set("lookahead", "predicted_read_ahead_s", choice_->read_ahead_s);
+    s.Set("lookahead", "simulated_reads_per_step", choice_->reads_plain);
+    s.Set("lookahead", "simulated_reads_per_step_read_ahead", choice_->reads_read_ahead);
+    s.Set("lookahead", "read_ahead_rows", choice_->read_ahead_rows);
+    s.Set("lookahead", "disk_random_reads_per_s", choice_->disk.random_reads_per_s);
+    s.Set("lookahead", "disk_bytes_per_s", choice_->disk.sequential_bytes_per_s);
+    s.Set("lookahead", "probe_s", choice_->disk.seconds);
+    s.Set("lookahead", "choice_s", choice_s_);
+  }
+}
+
 void DlrmTask::Summarize(RunSummary& s) const {
   std::ostringstream line;
   line << "compute thread: waiting for rows " << time_.wait_s << " s, gather " << time_.gather_s
@@ -547,45 +642,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
   SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
   if (dp_ != nullptr) SummarizeDataParallel(*dp_, tables_->total_rows(), s);
-  if (!in_memory_) {
-    s.Line("  lookahead: " + lookahead_);
-    if (!window_line_.empty() && planner_ == PlannerKind::kOracle) s.Line("  lookahead " + window_line_);
-    s.Set("io", "queue_depth", uint64_t(cfg_.io.EffectiveQueueDepth()));
-    s.Set("io", "queue_depth_chosen", depth_choice_.has_value());
-    if (depth_choice_) {
-      s.Line("  io queue depth " + depth_choice_->reason);
-      std::string rates = "{";
-      for (const DepthRate& r : depth_choice_->rates) {
-        rates += (rates.size() > 1 ? "," : "") + ("\"" + std::to_string(r.depth) + "\":") +
-                 std::to_string(static_cast<uint64_t>(r.reads_per_s));
-      }
-      s.SetRaw("io", "queue_depth_reads_per_s", rates + "}");
-    }
-    s.Set("lookahead", "window", uint64_t{plan_.window});
-    s.Set("lookahead", "window_chosen", window_choice_.has_value());
-    if (window_choice_) {
-      std::string loads = "{";
-      for (const WindowCandidate& w : window_choice_->candidates) {
-        loads += (loads.size() > 1 ? "," : "") + ("\"" + std::to_string(w.window) + "\":") +
-                 (std::isinf(w.loads) ? std::string("null") : std::to_string(w.loads));
-      }
-      s.SetRaw("lookahead", "window_simulated_loads", loads + "}");
-    }
-    s.Set("lookahead", "planner", std::string(EnumName(planner_)));
-    s.Set("lookahead", "read_ahead", plan_.preload_rows > 0);
-    s.Set("lookahead", "chosen", cfg_.storage.planner == PlannerKind::kAuto);
-    if (choice_) {
-      s.Set("lookahead", "predicted_random_s", choice_->random_s);
-      s.Set("lookahead", "predicted_read_ahead_s", choice_->read_ahead_s);
-      s.Set("lookahead", "simulated_reads_per_step", choice_->reads_plain);
-      s.Set("lookahead", "simulated_reads_per_step_read_ahead", choice_->reads_read_ahead);
-      s.Set("lookahead", "read_ahead_rows", choice_->read_ahead_rows);
-      s.Set("lookahead", "disk_random_reads_per_s", choice_->disk.random_reads_per_s);
-      s.Set("lookahead", "disk_bytes_per_s", choice_->disk.sequential_bytes_per_s);
-      s.Set("lookahead", "probe_s", choice_->disk.seconds);
-      s.Set("lookahead", "choice_s", choice_s_);
-    }
-  }
+  if (!in_memory_) SummarizeLookahead(s);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
