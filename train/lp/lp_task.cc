@@ -296,7 +296,14 @@ Status LpTask::RestoreTraining(const CheckpointReader& checkpoint) {
   table_.reset();
   memory_table_ = AlignedBuffer();
   SLUICE_RETURN_IF_ERROR(LoadState(checkpoint));
-  return PrepareTraining(&checkpoint);
+  // The buffer keeps its shape: planned again from the process's size now (evaluation's
+  // buffers included) it could hold fewer partitions, and the schedule would change mid-run.
+  LpStorageConfig& st = cfg_.storage;
+  const int resident = st.resident, slots = st.slots;
+  st.resident = static_cast<int>(plan_.resident), st.slots = static_cast<int>(plan_.slots);
+  Status prepared = PrepareTraining(&checkpoint);
+  st.resident = resident, st.slots = slots;
+  return prepared;
 }
 
 DeviceRowsOptions LpTask::DeviceOptions() const {
