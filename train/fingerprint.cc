@@ -19,7 +19,7 @@ bool InConfigFingerprint(std::string_view path) {
 
 bool NeutralLaterKey(std::string_view path, std::string_view value) {
   static constexpr std::pair<std::string_view, std::string_view> kNeutral[] = {
-      {"train.lr_decay", "1"}, {"train.lr_decay_patience", "1"},
+      {"train.lr_decay", "1"}, {"train.lr_decay_patience", "1"}, {"train.lr_decay_restore", "false"},
       {"model.encoder", "none"}, {"model.fanout", "10"},
       {"train.virtual_shards", "0"}};
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {  // a name, as printed

@@ -49,12 +49,13 @@ TEST(FingerprintTest, KeysAddedLaterLeaveItAsItWasAtTheirNeutralValues) {
   LpConfig c;
   FingerprintVisitor v;
   c.VisitFields(v);
-  for (const char* later : {"train.lr_decay", "train.lr_decay_patience", "model.encoder", "model.fanout"}) {
+  for (const char* later : {"train.lr_decay", "train.lr_decay_patience", "train.lr_decay_restore", "model.encoder",
+                            "model.fanout"}) {
     EXPECT_EQ(v.text().find(later), std::string::npos) << later;
   }
   const std::string base = FingerprintWith<LpConfig>({});
-  for (const char* other : {"train.lr_decay=0.5", "train.lr_decay_patience=2", "model.encoder=graphsage",
-                            "model.fanout=5"}) {
+  for (const char* other : {"train.lr_decay=0.5", "train.lr_decay_patience=2", "train.lr_decay_restore=true",
+                            "model.encoder=graphsage", "model.fanout=5"}) {
     EXPECT_NE(FingerprintWith<LpConfig>({other}), base) << other;
   }
   EXPECT_NE(FingerprintWith<LpConfig>({"model.encoder=graphsage"}),
