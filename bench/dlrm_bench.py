@@ -115,7 +115,7 @@ def bench_planted(args, tmp):
                ("row file, oracle, io depth 32", ["storage.backend=rowfile", "storage.planner=oracle",
                                                  "io.queue_depth=32"]),
                # Without the first steps' rows kept for the next epoch (the configs above keep them
-               # where at least 16 steps' rows fit half the cache: storage.carry_rows 0.5).
+               # where at least 16 steps' rows fit 70% of the cache: storage.carry_rows 0.7).
                ("row file, oracle, no rows kept", ["storage.backend=rowfile", "storage.planner=oracle",
                                                   "storage.carry_rows=0"]),
                # RocksDB's block cache and memtables come out of the same budget.

@@ -134,7 +134,7 @@ struct DlrmStorageConfig {
   double preload_share = 0;  // off: it pays only when disk reads bound training (see the docs)
   int preload_horizon = 32;
   bool carry_over = true;  // the oracle's window reaches into the next epoch
-  double carry_rows = 0.5;  // share of the cache the next epoch's first rows may keep
+  double carry_rows = 0.7;  // share of the cache the next epoch's first rows may keep
 
   template <class V>
   void VisitFields(V& v) {
