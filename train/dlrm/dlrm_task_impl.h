@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,7 +97,10 @@ class DlrmTask : public Task {
   // The first steps' distinct rows, for the cost model.
   // (Those in the 1-in-sample_every sample of rows: prefetch/lookahead_choice.h.)
   Result<std::vector<std::vector<RowKey>>> FirstStepsRows(uint64_t steps, uint32_t sample_every);
-  // storage.carry_rows: whether this run keeps the first steps' rows, and the bitmap's bytes.
+  // Reads the training split's first `steps` steps (the rank's own rows, deduplicated) into
+  // `each` until it returns false; returns the pass's step count.
+  Result<uint64_t> ForFirstSteps(uint64_t steps, const std::function<bool(const RowBatch&)>& each);
+  // storage.carry_rows: whether this run keeps the first steps' rows.
   bool KeepsFirstRows(bool oracle) const;
   // Marks the rows of as many first steps as fit `most` rows in kept_; none when fewer than
   // kMinKeptSteps steps fit.

@@ -151,9 +151,8 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   return Status::Ok();
 }
 
-Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps, uint32_t sample_every) {
+Result<uint64_t> DlrmTask::ForFirstSteps(uint64_t steps, const std::function<bool(const RowBatch&)>& each) {
   SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
-  std::vector<std::vector<RowKey>> out;
   RowBatch b;
   RowDeduper dedupe;
   for (uint64_t t = 0; t < std::min(source.steps(), steps); ++t) {
@@ -161,11 +160,20 @@ Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps
     if (!more) break;
     if (dp_ != nullptr) KeepOwnedKeys(b);  // the rank's cache sees its own rows only
     dedupe.Dedupe(b);
-    auto& rows = out.emplace_back();
-    for (const RowKey& k : b.unique) {
-      if (InRowSample(k, sample_every)) rows.push_back(k);
-    }
+    if (!each(b)) break;
   }
+  return source.steps();
+}
+
+Result<std::vector<std::vector<RowKey>>> DlrmTask::FirstStepsRows(uint64_t steps, uint32_t sample_every) {
+  std::vector<std::vector<RowKey>> out;
+  SLUICE_RETURN_IF_ERROR(ForFirstSteps(steps, [&](const RowBatch& b) {
+                           auto& rows = out.emplace_back();
+                           for (const RowKey& k : b.unique) {
+                             if (InRowSample(k, sample_every)) rows.push_back(k);
+                           }
+                           return true;
+                         }).status());
   return out;
 }
 
@@ -177,31 +185,25 @@ bool DlrmTask::KeepsFirstRows(bool oracle) const {
 // Every epoch reads the samples in one order, so the next epoch starts with this one's first
 // steps: their rows are the ones to keep (steps whole, in order, while they fit).
 Status DlrmTask::ChooseKeptRows(uint64_t most) {
-  SLUICE_ASSIGN_OR_RETURN(RecordSource source, Source("train", 0));
   const std::vector<uint64_t>& offsets = tables_->offsets();
   kept_.assign((tables_->total_rows() + 63) / 64, 0);
   kept_rows_ = kept_steps_ = 0;
-  RowBatch b;
-  RowDeduper dedupe;
   std::vector<uint64_t> fresh;
-  for (uint64_t t = 0; t < source.steps(); ++t) {
-    SLUICE_ASSIGN_OR_RETURN(bool more, source.Fill(t, b));
-    if (!more) break;
-    if (dp_ != nullptr) KeepOwnedKeys(b);
-    dedupe.Dedupe(b);
-    fresh.clear();
-    for (const RowKey& k : b.unique) {
-      const uint64_t row = offsets[k.table] + k.id;
-      if (!(kept_[row / 64] >> (row % 64) & 1)) fresh.push_back(row);
-    }
-    if (kept_rows_ + fresh.size() > most) break;
-    for (uint64_t row : fresh) kept_[row / 64] |= uint64_t{1} << (row % 64);
-    kept_rows_ += fresh.size();
-    ++kept_steps_;
-  }
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t steps, ForFirstSteps(~uint64_t{0}, [&](const RowBatch& b) {
+                            fresh.clear();
+                            for (const RowKey& k : b.unique) {
+                              const uint64_t row = offsets[k.table] + k.id;
+                              if (!(kept_[row / 64] >> (row % 64) & 1)) fresh.push_back(row);
+                            }
+                            if (kept_rows_ + fresh.size() > most) return false;
+                            for (uint64_t row : fresh) kept_[row / 64] |= uint64_t{1} << (row % 64);
+                            kept_rows_ += fresh.size();
+                            ++kept_steps_;
+                            return true;
+                          }));
   // Where only a few steps' rows fit, the next epoch's start is a small part of its loads and
   // holding them through the epoch costs more loads than it saves (docs/recommendation.md).
-  if (kept_steps_ < kMinKeptSteps && kept_steps_ < source.steps()) {
+  if (kept_steps_ < kMinKeptSteps && kept_steps_ < steps) {
     std::vector<uint64_t>().swap(kept_);
     kept_rows_ = kept_steps_ = 0;
   }
