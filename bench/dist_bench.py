@@ -12,7 +12,11 @@ waiting for the slowest rank included); bytes received per step measured against
 B: batch; S: tables; V: virtual shards; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
 not scaling: every rank computes on the same two cores.
 
-  /usr/bin/python3 bench/dist_bench.py [--data DIR] [--ranks 1,2,4] [--rounds 3]
+--task nc: node classification (GraphSage, 2 layers, features out of core) on a generated graph;
+only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
+compute is sampling waits excluded (gathers, forward/backward of its shards, the optimizer).
+
+  /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc] [--data DIR] [--ranks 1,2,4] [--rounds 3]
 """
 import argparse
 import json
@@ -49,6 +53,41 @@ def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     return cfg
 
 
+NC_B, NC_HIDDEN = 1024, 64
+
+
+def make_nc_data(path: pathlib.Path) -> None:
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", "200000", "--edges", "2000000",
+                          "--features", "64", "--classes", "8", "--seed", "1", "--out", str(path)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_bench: gen-nc failed: {out.stderr.strip()}")
+
+
+def nc_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
+    cfg = tmp / "dist-nc.yaml"
+    cfg.write_text(f"task: node_classification\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
+                   "checkpoint_every: -1\n"
+                   f"model: {{kind: graphsage, layers: 2, hidden: {NC_HIDDEN}, fanouts: [10, 5]}}\n"
+                   f"train: {{epochs: 1, batch: {NC_B}, lr: 0.01, seed: 1, virtual_shards: {V}}}\n"
+                   "eval: {every: 0}\n"
+                   "storage: {mode: out_of_core, budget: 64MiB}\n"
+                   "dist: {interface: lo}\n")
+    return cfg
+
+
+def nc_figures(s: dict, ranks: int) -> dict:
+    dp, c = s["data_parallel"], s["compute"]
+    steps = max(1, dp["exchanges"])
+    n = ranks
+    predicted = 4 * (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1)
+    comm = dp["exchange_s"]
+    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * (c["gather_s"] + c["model_s"]) / steps,
+            "io_ms": 1e3 * s["pipeline"]["compute_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
+            "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
+            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20}
+
+
 def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
     cmd = [str(binary), "train", str(cfg), "--set", f"run_dir={run_dir}", "--overwrite"]
     if ranks > 1:
@@ -58,6 +97,8 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
     if out.returncode != 0:
         sys.exit(f"dist_bench: {ranks} ranks failed: {out.stderr.strip()[-2000:]}")
     s = json.loads((run_dir / "summary.json").read_text())
+    if "compute" in s and "model_s" in s["compute"]:
+        return nc_figures(s, ranks)
     dp, t = s["data_parallel"], s["time"]
     steps = max(1, dp["exchanges"])
     w = DIM  # no linear term in this config
@@ -77,7 +118,9 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="", help="a click log (default: 300k samples generated here)")
+    p.add_argument("--task", choices=["dlrm", "nc"], default="dlrm")
+    p.add_argument("--data", default="", help="a click log or, with --task nc, a node-classification "
+                   "dataset (default: generated here)")
     p.add_argument("--ranks", default="1,2,4")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bin", default=str(ROOT / "build/release/train/sluice"))
@@ -85,18 +128,22 @@ def main() -> None:
     ranks = [int(r) for r in a.ranks.split(",")]
     with tempfile.TemporaryDirectory(prefix="dist-bench-") as t:
         tmp = pathlib.Path(t)
-        data = pathlib.Path(a.data) if a.data else tmp / "clicks"
+        data = pathlib.Path(a.data) if a.data else tmp / "data"
         if not a.data:
-            make_data(data)
-        cfg = config(tmp, data)
+            (make_nc_data if a.task == "nc" else make_data)(data)
+        cfg = (nc_config if a.task == "nc" else config)(tmp, data)
         runs = {n: [] for n in ranks}
         for _ in range(a.rounds):
             for n in ranks:
                 runs[n].append(train(a.bin, cfg, tmp / f"run{n}", n))
     med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]} for n in ranks}
     base = med[ranks[0]]["samples_s"]
-    print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
-    print("| ranks | samples/s | vs 1 rank | compute ms | local io ms | communication ms | "
+    if a.task == "nc":
+        print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, "
+              f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
+    else:
+        print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
+    print("| ranks | units/s | vs 1 rank | compute ms | local io ms | communication ms | "
           "received KiB/step | formula KiB/step | rows owned | peak RSS MiB |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in ranks:

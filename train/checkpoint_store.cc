@@ -245,6 +245,18 @@ Status CheckpointWriter::Record(const std::string& name) {
   return Status::Ok();
 }
 
+Status CheckpointWriter::Adopt(const std::string& name, uint64_t bytes, uint32_t crc32) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(PathOf(name), ec);
+  if (ec) return NotFound("checkpoint: " + PathOf(name) + ": " + ec.message());
+  if (size != bytes) {
+    return Corruption("checkpoint: " + PathOf(name) + " holds " + std::to_string(size) +
+                      " bytes, but its writer reported " + std::to_string(bytes));
+  }
+  files_.push_back({name, bytes, crc32});
+  return Status::Ok();
+}
+
 bool CheckpointReader::Has(const std::string& name) const {
   for (const CheckpointFile& f : state_.files) {
     if (f.path == name || f.path.rfind(name + "/", 0) == 0) return true;

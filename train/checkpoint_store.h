@@ -119,6 +119,10 @@ class CheckpointWriter {
   // Records what another writer put under PathOf(name) (a file, or a directory whose files are
   // all recorded, e.g. a RocksDB checkpoint): each is read for its CRC-32 and fsynced.
   Status Record(const std::string& name);
+  // Records a file another process wrote under PathOf(name) and made durable, with the size and
+  // CRC-32 it reported (a rank's shard of a checkpoint's tables: not read again here); the file
+  // must be there at that size.
+  Status Adopt(const std::string& name, uint64_t bytes, uint32_t crc32);
 
   const std::vector<CheckpointFile>& files() const { return files_; }
 

@@ -104,14 +104,33 @@ Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, s
   return out;
 }
 
+Status CheckVirtualShards(int v, int world, int batch, const char* units) {
+  if (v == 0) {
+    return InvalidArgument("train.virtual_shards is 0: a run across " + std::to_string(world) +
+                           " processes cuts each batch into virtual shards (at least one per process, "
+                           "e.g. 12) so that every world size trains the same model; set it");
+  }
+  if (v < world) {
+    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", below the world size " +
+                           std::to_string(world) + ": every process computes at least one shard");
+  }
+  if (v > batch) {
+    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", more than the " +
+                           std::to_string(batch) + " " + units + " of a batch (train.batch)");
+  }
+  return Status::Ok();
+}
+
 void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(dp.exchanges()));
   const auto [begin, end] = dp.MyRows(rows);
   std::ostringstream line;
   line << "data parallel: rank " << dp.rank() << " of " << dp.world_size() << ", " << dp.shards()
        << " virtual shards a batch (this rank's: " << dp.first_shard() << "-" << dp.end_shard() - 1
-       << "), owns table rows " << begin << "-" << end - 1 << " of " << rows << ", "
-       << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_sent()) / steps)) << " sent and "
+       << "), " << (rows > 0 ? "owns table rows " + std::to_string(begin) + "-" + std::to_string(end - 1) + " of " +
+                                    std::to_string(rows)
+                              : std::string("no tables to shard"))
+       << ", " << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_sent()) / steps)) << " sent and "
        << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_received()) / steps))
        << " received per step, exchanges " << dp.exchange_s() << " s";
   s.Line(line.str());

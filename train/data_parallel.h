@@ -13,8 +13,8 @@
 // and planner, and alone updates them. A step's rows come from their owners by all-to-all (each
 // rank receives the rows its shards use, at the step, never ahead, so no update is missed); each
 // use gradient goes back to its row's owner by all-to-all, ranks (so uses) in order, and the
-// owner sums each row's in global use order. Checkpoints: the other ranks send their rows to
-// rank 0, which writes the whole tables.
+// owner sums each row's in global use order. Checkpoints: every rank writes its rows as its
+// shard of the checkpoint, rank 0 the manifest (two phases, train/row_checkpoint.h).
 //
 // Torch-free (the task packs and unpacks its tensors).
 
@@ -94,6 +94,11 @@ class DataParallel {
   uint64_t dense_floats_ = 0, rows_needed_ = 0, row_fetches_ = 0;
   double exchange_s_ = 0;
 };
+
+// train.virtual_shards against the world size and the batch (`units`: what a batch holds, e.g.
+// "samples"): 0 across processes, fewer shards than processes, or more than a batch holds is
+// one line saying so.
+Status CheckVirtualShards(int virtual_shards, int world, int batch, const char* units);
 
 class RunSummary;
 // The summary's data-parallel line and section: shards, the rows this rank owns of `rows`,

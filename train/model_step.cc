@@ -21,6 +21,46 @@ void SetOptimizerLr(torch::optim::Optimizer& optimizer, double lr) {
   for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+uint64_t DenseFloats(const std::vector<torch::Tensor>& params) {
+  uint64_t n = 0;
+  for (const torch::Tensor& p : params) n += static_cast<uint64_t>(p.numel());
+  return n;
+}
+
+void AppendShardPayload(std::vector<float>& out, double loss, uint64_t samples, uint64_t batch,
+                        const std::vector<torch::Tensor>& params) {
+  const float share = static_cast<float>(samples) / static_cast<float>(batch);
+  out.push_back(static_cast<float>(loss * static_cast<double>(samples)));
+  for (const torch::Tensor& p : params) {
+    if (!p.grad().defined()) {
+      out.insert(out.end(), static_cast<size_t>(p.numel()), 0.0f);
+      continue;
+    }
+    const torch::Tensor x = (p.grad() * share).contiguous();
+    out.insert(out.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  }
+}
+
+double SetShardGradients(std::span<const float> all, std::span<const uint64_t> sizes,
+                         const std::vector<torch::Tensor>& params) {
+  const auto dense_floats = static_cast<int64_t>(DenseFloats(params));
+  torch::Tensor sum = torch::zeros({dense_floats});
+  double loss = 0;
+  uint64_t at = 0;
+  for (const uint64_t size : sizes) {
+    float* shard = const_cast<float*>(all.data()) + at;
+    at += size;
+    loss += static_cast<double>(shard[0]);
+    sum.add_(torch::from_blob(shard + 1, {dense_floats}));
+  }
+  int64_t offset = 0;
+  for (const torch::Tensor& p : params) {
+    p.mutable_grad() = sum.slice(0, offset, offset + p.numel()).view_as(p).clone();
+    offset += p.numel();
+  }
+  return loss;
+}
+
 TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,
                       bool requires_grad) {
   int64_t m = 0;

@@ -26,6 +26,19 @@ using UseParts = std::vector<std::span<const int64_t>>;
 // Sets the learning rate of every parameter group of `optimizer` (train.lr_decay).
 void SetOptimizerLr(torch::optim::Optimizer& optimizer, double lr);
 
+// Data-parallel steps (train/data_parallel.h), for every task that trains in virtual shards: a
+// shard's payload is its loss x its samples, then each parameter's gradient x the shard's share
+// of the batch (samples / batch; zeros where a parameter got none), DenseFloats(params) floats
+// after the loss. AppendShardPayload appends a computed shard's to `out`.
+uint64_t DenseFloats(const std::vector<torch::Tensor>& params);
+void AppendShardPayload(std::vector<float>& out, double loss, uint64_t samples, uint64_t batch,
+                        const std::vector<torch::Tensor>& params);
+// Every shard's payload end to end (`sizes[v]` floats each, from DataParallel::Exchange) added
+// in shard order into the parameters' gradients (replacing them); returns the summed loss x
+// samples. The same float operations whatever the world size.
+double SetShardGradients(std::span<const float> all, std::span<const uint64_t> sizes,
+                         const std::vector<torch::Tensor>& params);
+
 // The uses' rows: row parts[p][i] (rows[k] is distinct row k's first float, d floats) copied
 // in order into uses [m, d] (parallel, no arithmetic: the bits do not depend on threads).
 TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,

@@ -46,6 +46,16 @@ void MaxMinutesField(V& v, double& max_minutes) {
           "time (training, validation, checkpoint) says would end past it", InRange(0.0, 1e7));
 }
 
+// train.virtual_shards, the same key in every task that trains data-parallel (train/data_parallel.h).
+template <class V>
+void VirtualShardsField(V& v, int& virtual_shards) {
+  v.Field("virtual_shards", virtual_shards,
+          "cut each batch into this many shards computed apart and summed in a fixed order, so "
+          "runs across any number of processes up to it train bitwise the same model "
+          "(docs/distributed.md; needed by a run across processes, e.g. 12); 0: each batch in one piece",
+          InRange(0, 4096));
+}
+
 // train.lr_decay and train.lr_decay_patience, the same keys in every task's train section:
 // every learning rate of the run (rows and dense parameters) is multiplied by lr_decay after
 // lr_decay_patience validations in a row without a better score (the runner, train/runner.cc).

@@ -613,10 +613,10 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
   if (s_.checkpoint_every < 0) return Status::Ok();  // never (benchmarks)
   const auto start = Clock::now();
   const std::string name = CheckpointName(epoch, step);
-  if (!leader_) {  // rank 0 writes the run's checkpoints; this rank sends it its rows
+  if (!leader_) {  // rank 0 writes the run's checkpoint; this rank its shard of the tables in it
     if (best) best_name_ = name;
     latest_ = name;
-    SLUICE_RETURN_IF_ERROR(task_.SaveShard());
+    SLUICE_RETURN_IF_ERROR(task_.SaveShard(store_.dir() + "/" + name + ".tmp"));
     checkpoint_s_ += SecondsSince(start);
     return Status::Ok();
   }

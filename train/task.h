@@ -69,12 +69,14 @@ class Task {
   // Tasks that do not train data-parallel yet refuse.
   virtual Status SetDistGroup(DistGroup* /*group*/) {
     return FailedPrecondition("task " + settings().task + " does not train across processes yet "
-                              "(recommendation does; docs/distributed.md)");
+                              "(recommendation and node classification do; docs/distributed.md)");
   }
   // The task's data-parallel exchange when it trains in virtual shards (after Open), else null.
   virtual DataParallel* data_parallel() { return nullptr; }
-  // A rank other than 0's part of a checkpoint rank 0 writes (called where rank 0 calls Save).
-  virtual Status SaveShard() { return Status::Ok(); }
+  // A rank other than 0's part of a checkpoint rank 0 writes (called where rank 0 calls Save):
+  // its files go into `checkpoint_dir`, the checkpoint's temporary directory, which rank 0
+  // creates before the ranks' first collective in Save.
+  virtual Status SaveShard(const std::string& /*checkpoint_dir*/) { return Status::Ok(); }
   // What a step trains, plural: "edges", "samples" (progress, metrics and summary say it).
   virtual const char* unit() const = 0;
   // The effective config as YAML (config.yaml) and its fingerprint (train/fingerprint.h).

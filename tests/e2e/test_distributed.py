@@ -10,8 +10,10 @@ import subprocess
 import sys
 import json
 import re
+import shutil
 import time
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -89,7 +91,7 @@ def test_ranks_join_and_agree_then_link_prediction_refuses_as_it_is_not_data_par
     for rc, out, err in results:
         assert rc != 0
         assert "joined at 127.0.0.1:" in out, (out, err)
-        assert "task link_prediction does not train across processes yet (recommendation does" in err, err
+        assert "task link_prediction does not train across processes yet (recommendation and node classification do" in err, err
         assert len(err.strip().splitlines()) == 1, err
 
 
@@ -162,6 +164,7 @@ def clicks_config(tmp_path_factory) -> pathlib.Path:
 
 
 def model_bytes(sluice_bin, run_dir: pathlib.Path) -> tuple[dict, bytes]:
+    shutil.rmtree(run_dir / "export", ignore_errors=True)  # exported before, at an earlier epoch
     out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
     assert out.returncode == 0, out.stderr
     tables = {p.name: p.read_bytes() for p in sorted((run_dir / "export").glob("table_*.npy"))}
@@ -276,20 +279,52 @@ def checkpoint_bytes(run_dir: pathlib.Path) -> dict:
     latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
     with zipfile.ZipFile(latest / "dense_optimizer.pt") as z:
         state = sorted(z.read(n) for n in z.namelist() if "/data/" in n)
-    return {"rows.bin": (latest / "rows.bin").read_bytes(), "dense.pt": (latest / "dense.pt").read_bytes(),
+    return {"rows.bin": table_bytes(latest), "dense.pt": (latest / "dense.pt").read_bytes(),
             "dense optimizer tensors": state}  # non-empty: Adam's moments
+
+
+def table_bytes(checkpoint: pathlib.Path) -> bytes:
+    """A checkpoint's tables in the row file's layout: rows.bin, or the ranks' shards laid end to
+    end as their manifest says (each shard exactly its rows), padded to 512 bytes as rows.bin is."""
+    manifest = checkpoint / "rows.bin.shards.json"
+    if not manifest.exists():
+        return (checkpoint / "rows.bin").read_bytes()
+    m = json.loads(manifest.read_text())
+    world = m["world_size"]
+    assert not (checkpoint / "rows.bin").exists()
+    parts = []
+    for r in range(world):
+        data = (checkpoint / f"rows.bin.shard-{r}-of-{world}").read_bytes()
+        assert len(data) == (m["bounds"][r + 1] - m["bounds"][r]) * m["row_bytes"] == m["shards"][r]["bytes"]
+        assert zlib.crc32(data) == m["shards"][r]["crc32"]
+        parts.append(data)
+    whole = b"".join(parts)
+    return whole + bytes(-len(whole) % 512)
 
 
 def test_two_ranks_then_three_then_one_equal_one_process_for_four_epochs(sluice_bin, clicks_config, gloo):
     base = clicks_config.parent
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'four'}", "--set", "train.epochs=4")
     assert out.returncode == 0, out.stderr
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'three-epochs'}", "--set", "train.epochs=3")
+    assert out.returncode == 0, out.stderr
     run_dir = base / "reshard"
     out = launch(clicks_config, 2, run_dir, "--set", "train.epochs=2")
     assert out.returncode == 0, out.stderr
+    # Two phases: each rank wrote its own rows (its shard) into the checkpoint, rank 0 the manifest.
+    latest = run_dir / "checkpoints/epoch-2-step-0"
+    manifest = json.loads((latest / "rows.bin.shards.json").read_text())
+    assert manifest["world_size"] == 2 and manifest["bounds"] == [0, 12288, 24576], manifest
+    assert sorted(p.name for p in latest.glob("rows.bin*")) == [
+        "rows.bin.shard-0-of-2", "rows.bin.shard-1-of-2", "rows.bin.shards.json"]
     out = launch(clicks_config, 3, run_dir, "--set", "train.epochs=3", "--resume")
     assert out.returncode == 0, out.stderr
     assert "owns table rows 0-8191 of 24576" in out.stdout, out.stdout
+    # Resharded from 2 to 3: the 3 ranks' checkpoint (tables, dense state, optimizer state) and its
+    # export (the shards assembled) are one process's after 3 epochs.
+    assert json.loads((run_dir / "checkpoints/epoch-3-step-0/rows.bin.shards.json").read_text())["world_size"] == 3
+    assert checkpoint_bytes(run_dir) == checkpoint_bytes(base / "three-epochs")
+    assert model_bytes(sluice_bin, run_dir) == model_bytes(sluice_bin, base / "three-epochs")
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={run_dir}", "--set", "train.epochs=4", "--resume")
     assert out.returncode == 0, out.stderr
     assert (run_dir / "checkpoints/latest").read_text().strip() == "epoch-4-step-0"
@@ -344,3 +379,81 @@ def test_shards_left_empty_by_the_last_short_batch_train_the_same_model(sluice_b
     out = launch(clicks_config, 3, base / "short3", *sets)
     assert out.returncode == 0, out.stderr
     assert model_bytes(sluice_bin, base / "short3") == model_bytes(sluice_bin, base / "short1")
+
+
+# Node classification across processes: features read from each rank's copy of the dataset, the
+# dense gradients exchanged in virtual shards.
+
+@pytest.fixture(scope="module")
+def nc_config(tmp_path_factory) -> pathlib.Path:
+    d = tmp_path_factory.mktemp("nc-dp")
+    out = subprocess.run(PREP + ["gen-nc", "--nodes", "3000", "--edges", "24000", "--features", "16", "--classes", "4",
+                                 "--seed", "6", "--out", str(d / "ds")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cfg = d / "nc.yaml"
+    cfg.write_text(f"task: node_classification\ndataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
+                   "model: {kind: graphsage, layers: 2, hidden: 16, fanouts: [5, 3], dropout: 0.3}\n"
+                   "train: {epochs: 2, batch: 128, lr: 0.01, seed: 2, virtual_shards: 6}\n"
+                   "eval: {every: 1, fanouts: [5, 3]}\n"
+                   "storage: {mode: out_of_core, cache_rows: 2800, run_ahead: 2}\n"
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+    return cfg
+
+
+def nc_model(run_dir: pathlib.Path) -> dict:
+    """The latest checkpoint's parameters and the optimizer's tensors, and every epoch's loss."""
+    latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
+    with zipfile.ZipFile(latest / "dense_optimizer.pt") as z:
+        state = sorted(z.read(n) for n in z.namelist() if "/data/" in n)
+    losses = [json.loads(l)["loss"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {"dense.pt": (latest / "dense.pt").read_bytes(), "optimizer tensors": state, "losses": losses}
+
+
+def test_node_classification_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, nc_config, gloo):
+    base = nc_config.parent
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'one'}")
+    assert out.returncode == 0, out.stderr
+    assert "data parallel: rank 0 of 1, 6 virtual shards a batch (this rank's: 0-5), no tables to shard" in out.stdout, out.stdout
+    reference = nc_model(base / "one")
+    assert reference["optimizer tensors"] and len(reference["losses"]) == 2
+    # The same batches in one piece sample and sum otherwise: another model.
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'whole'}", "--set", "train.virtual_shards=0")
+    assert out.returncode == 0, out.stderr
+    assert nc_model(base / "whole")["dense.pt"] != reference["dense.pt"]
+    for n in (2, 3):
+        out = launch(nc_config, n, base / f"ranks-{n}")
+        assert out.returncode == 0, out.stderr
+        assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout, out.stdout
+        assert nc_model(base / f"ranks-{n}") == reference, f"{n} ranks trained another model"
+    # Features in memory on two ranks: the same model again.
+    out = launch(nc_config, 2, base / "two-mem", "--set", "storage.mode=in_memory")
+    assert out.returncode == 0, out.stderr
+    assert nc_model(base / "two-mem") == reference
+
+
+def test_node_classification_stopped_on_one_rank_resumes_at_another_world_size_bitwise(sluice_bin, nc_config, gloo):
+    base = nc_config.parent
+    reference = base / "nc-ref-resume"
+    assert run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={reference}").returncode == 0
+    port = free_port()
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(nc_config), "--set", f"run_dir={base / 'nc-split'}",
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, **({"SLUICE_STOP_AFTER_STEPS": "5"} if r == 1 else {})))
+             for r in (0, 1)]
+    for rc, out, err in finish(procs, timeout=120):
+        assert rc != 0 and "interrupted" in err, (out, err)
+    assert (base / "nc-split/checkpoints/latest").read_text().strip() == "epoch-0-step-5"
+    out = launch(nc_config, 3, base / "nc-split", "--resume")
+    assert out.returncode == 0, out.stderr
+    assert nc_model(base / "nc-split")["dense.pt"] == nc_model(reference)["dense.pt"]
+
+
+def test_node_classification_settings_that_cannot_shard_are_one_line(sluice_bin, nc_config, gloo):
+    base = nc_config.parent
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad'}",
+              "--set", "model.embedding_dim=8")
+    assert out.returncode != 0 and "learnable node embeddings are not sharded across processes yet" in out.stderr, out.stderr
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad2'}", "--set", "train.virtual_shards=129")
+    assert out.returncode != 0 and "more than the 128 training nodes of a batch" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr

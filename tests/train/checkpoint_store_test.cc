@@ -10,10 +10,13 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "storage/dirty_pages.h"
 #include "storage/file.h"
 #include "tests/storage/test_util.h"
+#include "train/row_checkpoint.h"
 
 namespace sluice {
 namespace {
@@ -363,6 +366,109 @@ TEST_F(IncrementalCopyTest, AFailedCheckpointLosesOnlyTheOneItReplacedAndNoPages
   ASSERT_TRUE(WriteAt(store, 4).ok());  // epoch 2's copy: page 9 (taken by the failed write) too
   EXPECT_EQ(store.copy_stats().incremental, 2u);  // the failed attempt's copy counts
   ExpectTable(store, 4);
+}
+
+// Tables written in shards by the ranks of a run (train/row_checkpoint.h), read back at any
+// world size.
+class RowShardTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kRowBytes = 12;
+  static constexpr uint64_t kRows = 1000;
+  static std::byte At(uint64_t row, uint32_t i) { return static_cast<std::byte>((row * 7 + i) % 251); }
+  // Rows [bounds[r], bounds[r + 1]) as rank r's shard, then the manifest.
+  void WriteShards(const std::vector<uint64_t>& bounds) {
+    const int world = static_cast<int>(bounds.size()) - 1;
+    std::vector<FileDigest> digests;
+    for (int r = 0; r < world; ++r) {
+      const std::string path = dir() + "/" + RowShardName("rows.bin", r, world);
+      auto d = WriteRowShard(path, bounds[r], bounds[r + 1] - bounds[r], kRowBytes,
+                             [](uint64_t at, uint64_t n, std::byte* out) {
+                               for (uint64_t g = at; g < at + n; ++g) {
+                                 for (uint32_t i = 0; i < kRowBytes; ++i) out[(g - at) * kRowBytes + i] = At(g, i);
+                               }
+                               return Status::Ok();
+                             });
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      auto whole = DigestFile(path);
+      ASSERT_TRUE(whole.ok());
+      EXPECT_EQ(d->bytes, (bounds[r + 1] - bounds[r]) * kRowBytes);
+      EXPECT_EQ(d->crc32, whole->crc32);  // computed while writing
+      digests.push_back(*d);
+    }
+    std::ofstream(dir() + "/" + RowShardManifestName("rows.bin")) << RowShardManifest(kRows, kRowBytes, bounds, digests);
+  }
+  std::string dir() const { return tmp_.path(); }
+  testing::TempDir tmp_;
+};
+
+TEST_F(RowShardTest, ThreeShardsReadAcrossTheirBoundsAndBecomeOneRanksRowFile) {
+  WriteShards({0, 333, 666, 1000});
+  ASSERT_TRUE(CheckpointRows::Sharded(dir(), "rows.bin"));
+  auto rows = CheckpointRows::Open(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->shards(), 3);
+  std::vector<std::byte> got(400 * kRowBytes);
+  ASSERT_TRUE(rows->Read(300, 400, got.data()).ok());  // spans the three shards
+  for (uint64_t g = 300; g < 700; ++g) {
+    for (uint32_t i = 0; i < kRowBytes; ++i) ASSERT_EQ(got[(g - 300) * kRowBytes + i], At(g, i)) << g;
+  }
+  EXPECT_FALSE(rows->Read(990, 20, got.data()).ok());
+  // Rank 1 of 2 at the new world size: rows 500-999 in a row file of every row, the others zero.
+  const std::string path = dir() + "/restored.bin";
+  ASSERT_TRUE(rows->WriteRowFile(path, 500, 500).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), 12288u);  // 12,000 rounded up to 512
+  for (uint64_t g = 0; g < kRows; ++g) {
+    for (uint32_t i = 0; i < kRowBytes; ++i) {
+      ASSERT_EQ(static_cast<std::byte>(bytes[g * kRowBytes + i]), g >= 500 ? At(g, i) : std::byte{0}) << g;
+    }
+  }
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST_F(RowShardTest, AWholeTableIsReadTheSameWay) {
+  WriteShards({0, 1000});
+  fs::rename(dir() + "/" + RowShardName("rows.bin", 0, 1), dir() + "/rows.bin");
+  fs::remove(dir() + "/" + RowShardManifestName("rows.bin"));
+  fs::resize_file(dir() + "/rows.bin", 12288);  // the row file's layout
+  auto rows = CheckpointRows::Open(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_FALSE(rows->sharded());
+  std::vector<std::byte> got(kRowBytes);
+  ASSERT_TRUE(rows->Read(999, 1, got.data()).ok());
+  EXPECT_EQ(got[3], At(999, 3));
+}
+
+TEST_F(RowShardTest, AnotherShapeOrATruncatedShardIsOneLine) {
+  WriteShards({0, 500, 1000});
+  auto other = CheckpointRows::Open(dir(), "rows.bin", 16, kRows);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("hold 1000 rows of 12 bytes, this model's 1000 rows of 16"), std::string::npos)
+      << other.status().message();
+  fs::resize_file(dir() + "/" + RowShardName("rows.bin", 1, 2), 100);
+  auto cut = CheckpointRows::Open(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("rows.bin.shard-1-of-2: 100 bytes, but it should hold 6000"), std::string::npos)
+      << cut.status().message();
+  std::ofstream(dir() + "/" + RowShardManifestName("rows.bin")) << "{\"rows\": 1000, \"row_bytes\": 12, \"bounds\": [0, 600, 500, 1000]}";
+  auto bad = CheckpointRows::Open(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("do not cut rows 0-1000 into ranges"), std::string::npos) << bad.status().message();
+}
+
+TEST_F(CheckpointStoreTest, AnAdoptedFileIsRecordedAsReportedAndMustBeThereAtItsSize) {
+  CheckpointStore store(run_.string());
+  const Status written = store.Write(CheckpointName(1, 0), State(1, 0), [&](CheckpointWriter& w) {
+    std::ofstream(w.PathOf("rows.bin.shard-1-of-2"), std::ios::binary) << std::string(64, 'r');
+    EXPECT_FALSE(w.Adopt("rows.bin.shard-1-of-2", 63, 5).ok());
+    EXPECT_FALSE(w.Adopt("rows.bin.shard-0-of-2", 64, 5).ok());
+    return w.Adopt("rows.bin.shard-1-of-2", 64, Crc32(0, std::string(64, 'r').data(), 64));
+  }, false);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  auto r = store.Open(CheckpointName(1, 0));  // its CRC-32 verified on reading
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->Has("rows.bin.shard-1-of-2"));
 }
 
 }  // namespace

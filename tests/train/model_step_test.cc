@@ -247,5 +247,28 @@ TEST(ModelStepTest, AModelsExceptionIsAnErrorNamingTheStep) {
   EXPECT_EQ(r.status().message(), "the model failed at epoch 3, step 17: shape mismatch");
 }
 
+TEST(ModelStepTest, ShardPayloadsAddUpInShardOrderIntoTheGradients) {
+  // Two parameters, one without a gradient; shards of 3 and 1 samples of a batch of 4.
+  torch::Tensor a = torch::zeros({2, 2}, torch::requires_grad()), b = torch::zeros({3}, torch::requires_grad());
+  const std::vector<torch::Tensor> params{a, b};
+  EXPECT_EQ(DenseFloats(params), 7u);
+  std::vector<float> all;
+  a.mutable_grad() = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({2, 2});
+  AppendShardPayload(all, 0.5, 3, 4, params);  // b has no gradient: zeros
+  a.mutable_grad() = torch::tensor({4.0f, 4.0f, 4.0f, 4.0f}).view({2, 2});
+  b.mutable_grad() = torch::tensor({8.0f, 0.0f, -8.0f});
+  AppendShardPayload(all, 2.0, 1, 4, params);
+  ASSERT_EQ(all.size(), 16u);
+  EXPECT_EQ(all[0], 1.5f);   // loss x samples
+  EXPECT_EQ(all[1], 0.75f);  // gradient x share 3/4
+  EXPECT_EQ(all[5], 0.0f);
+  const std::vector<uint64_t> sizes{8, 8};
+  const double loss = SetShardGradients(all, sizes, params);
+  EXPECT_EQ(loss, 3.5);
+  const torch::Tensor want_a = torch::tensor({1.75f, 2.5f, 3.25f, 4.0f}).view({2, 2});
+  EXPECT_TRUE(torch::equal(a.grad(), want_a)) << a.grad();
+  EXPECT_TRUE(torch::equal(b.grad(), torch::tensor({2.0f, 0.0f, -2.0f}))) << b.grad();
+}
+
 }  // namespace
 }  // namespace sluice

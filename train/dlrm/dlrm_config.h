@@ -95,11 +95,7 @@ struct DlrmTrainConfig {
     v.Field("max_steps", max_steps, "train at most this many steps per epoch (0: all)");
     MaxMinutesField(v, max_minutes);
     LrDecayFields(v, lr_decay, lr_decay_patience);
-    v.Field("virtual_shards", virtual_shards,
-            "cut each batch into this many shards computed apart and summed in a fixed order, so "
-            "runs across any number of processes up to it train bitwise the same model "
-            "(docs/distributed.md; needed by a run across processes, e.g. 12); 0: each batch in one piece",
-            InRange(0, 4096));
+    VirtualShardsField(v, virtual_shards);
   }
 };
 

@@ -147,7 +147,7 @@ std::string DlrmTask::TableFileName() const {
 }
 
 Status DlrmTask::LoadState(const CheckpointReader& checkpoint) {
-  if (!checkpoint.Has(TableFileName())) {
+  if (!checkpoint.Has(TableFileName()) && !checkpoint.Has(RowShardManifestName(TableFileName()))) {
     return InvalidArgument(checkpoint.dir() + ": the checkpoint holds its tables in another form "
                            "than " + TableFileName() + " (storage.mode " + EnumName(cfg_.storage.mode) +
                            ", storage.backend " + EnumName(cfg_.storage.backend) + "); use the storage "
@@ -162,6 +162,15 @@ Status DlrmTask::LoadState(const CheckpointReader& checkpoint) {
 
 // The checkpoint's tables become the run's (out of core; in memory they are read in place).
 Status DlrmTask::RestoreTables(const std::string& dir) {
+  if (!rocksdb_ && CheckpointRows::Sharded(dir, "rows.bin")) {  // this rank's rows from the shards
+    SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows,
+                            CheckpointRows::Open(dir, "rows.bin", tables_->row_bytes(), tables_->total_rows()));
+    std::error_code ec;
+    fs::create_directories(tables_dir_, ec);
+    if (ec) return IoError("resume: create " + tables_dir_ + ": " + ec.message());
+    const auto [lo, hi] = RowsToLoad();
+    return rows.WriteRowFile(tables_dir_ + "/rows.bin", lo, hi - lo).WithContext("resume");
+  }
   if (!rocksdb_) return RestoreRowFile(dir, "rows.bin", tables_dir_);
   std::error_code ec;
   fs::create_directories(tables_dir_, ec);
@@ -311,19 +320,7 @@ Status DlrmTask::SetUpDataParallel() {
   const int v = cfg_.train.virtual_shards;
   const int world = group_ != nullptr ? group_->world_size() : 1;
   if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
-  if (v == 0) {
-    return InvalidArgument("train.virtual_shards is 0: a run across " + std::to_string(world) +
-                           " processes cuts each batch into virtual shards (at least one per process, "
-                           "e.g. 12) so that every world size trains the same model; set it");
-  }
-  if (v < world) {
-    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", below the world size " +
-                           std::to_string(world) + ": every process computes at least one shard");
-  }
-  if (v > cfg_.train.batch) {
-    return InvalidArgument("train.virtual_shards is " + std::to_string(v) + ", more than the " +
-                           std::to_string(cfg_.train.batch) + " samples of a batch (train.batch)");
-  }
+  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "samples"));
   if (acc_ != nullptr) {
     return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
                            ": training in virtual shards runs on the CPU only so far");
@@ -445,8 +442,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
   const auto n = static_cast<uint64_t>(b.samples), tables = static_cast<uint64_t>(rec_.sparse);
   const int64_t d = tables_->width();
   const std::vector<torch::Tensor> params = net_->parameters();
-  uint64_t dense_floats = 0;
-  for (const torch::Tensor& p : params) dense_floats += static_cast<uint64_t>(p.numel());
+  const uint64_t dense_floats = DenseFloats(params);
   dp_->set_dense_floats(dense_floats);
   const int shards = dp_->shards();
   sizes.assign(static_cast<size_t>(shards), 1 + dense_floats);  // a shard's loss and dense gradients
@@ -469,19 +465,8 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
     opt_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
     // The shard's mean loss weighs its share of the batch: gradients x samples / n.
+    AppendShardPayload(mine, g.loss, hi - lo, n, params);
     const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
-    mine.push_back(static_cast<float>(g.loss * static_cast<double>(hi - lo)));
-    auto append = [&mine, share](const torch::Tensor& t) {
-      const torch::Tensor x = (t * share).contiguous();
-      mine.insert(mine.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
-    };
-    for (const torch::Tensor& p : params) {
-      if (p.grad().defined()) {
-        append(p.grad());
-      } else {
-        mine.insert(mine.end(), static_cast<size_t>(p.numel()), 0.0f);
-      }
-    }
     for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
       const torch::Tensor x = (piece * share).contiguous();
       step_rows_.use_grads.insert(step_rows_.use_grads.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
@@ -504,22 +489,7 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   start = SteadyClock::now();
   SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, mine, sizes));
   SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->Exchange(mine, sizes));
-  const std::vector<torch::Tensor> params = net_->parameters();
-  const auto dense_floats = static_cast<int64_t>(dp_->dense_floats());  // set by ComputeShards
-  torch::Tensor sum = torch::zeros({dense_floats});
-  double loss = 0;
-  uint64_t at = 0;
-  for (uint64_t size : sizes) {
-    float* shard = all.data() + at;
-    at += size;
-    loss += static_cast<double>(shard[0]);
-    sum.add_(torch::from_blob(shard + 1, {dense_floats}));
-  }
-  int64_t offset = 0;
-  for (const torch::Tensor& p : params) {
-    p.mutable_grad() = sum.slice(0, offset, offset + p.numel()).view_as(p).clone();
-    offset += p.numel();
-  }
+  const double loss = SetShardGradients(all, sizes, net_->parameters());
   opt_->step();
   time_.compute_s += SecondsSince(start);
   start = SteadyClock::now();

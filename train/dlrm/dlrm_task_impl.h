@@ -140,10 +140,16 @@ class DlrmTask : public Task {
   // Global rows [first, first + count) of this process's tables (synced), as row_bytes each.
   Status ReadGlobalRows(IoSession& io, uint64_t first, uint64_t count, std::byte* out);
   Status WriteGlobalRows(IoSession& io, uint64_t first, uint64_t count, const std::byte* rows);
-  // Checkpoints of sharded tables: every other rank sends its rows to rank 0 (SaveShard), which
-  // writes them into its tables before it saves them (ReceiveShards).
-  Status SaveShard() override;
-  Status ReceiveShards();
+  // Checkpoints of sharded tables, in two phases (train/row_checkpoint.h): every rank writes the
+  // rows it owns as its shard file in the checkpoint's directory and reports its digest to rank
+  // 0 (SaveShard on the others, SaveShards on rank 0), which then writes the manifest.
+  Status SaveShard(const std::string& checkpoint_dir) override;
+  Status SaveShards(CheckpointWriter& writer);
+  // This rank's shard of the tables in `dir`.
+  Result<FileDigest> WriteOwnShard(const std::string& dir);
+  Result<std::string> AssembleShards(const std::string& dir);
+  // The rows a checkpoint's tables give this process: its own when sharded, else all.
+  std::pair<uint64_t, uint64_t> RowsToLoad() const;
   Result<double> TrainShardedStep(RowBatch& b);
   // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
   // end, every shard's payload size, and the uses' gradients (step_rows_.use_grads).

@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "common/units.h"
 #include "storage/disk_probe.h"
@@ -122,6 +125,25 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   return Status::Ok();
 }
 
+// A checkpoint's sharded tables to read out of core: assembled into one row file in the temporary
+// directory ($TMPDIR), removed by name once opened.
+Result<std::string> DlrmTask::AssembleShards(const std::string& dir) {
+  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows,
+                          CheckpointRows::Open(dir, "rows.bin", tables_->row_bytes(), tables_->total_rows()));
+  // Not fs::temp_directory_path: it crashed when linked against PyTorch 2.11's pip libtorch.
+  const char* env = std::getenv("TMPDIR");
+  const std::string temp = env != nullptr && *env != '\0' ? env : "/tmp";
+  const std::string path = temp + "/sluice-rows-" + std::to_string(::getpid()) + ".bin";
+  std::error_code ec;
+  const Status written = rows.WriteRowFile(path, 0, tables_->total_rows());
+  if (!written.ok()) {
+    fs::remove(path, ec);
+    fs::remove(path + ".tmp", ec);
+    return written.WithContext("assemble the " + std::to_string(rows.shards()) + " shards of " + dir + " in " + temp);
+  }
+  return path;
+}
+
 Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   const bool reading = !rows_from.empty();
   if (rocksdb_) {
@@ -136,7 +158,9 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
     return Status::Ok();
   }
   std::string path = tables_dir_ + "/rows.bin";
-  if (reading) {
+  if (reading && CheckpointRows::Sharded(rows_from, "rows.bin")) {
+    SLUICE_ASSIGN_OR_RETURN(path, AssembleShards(rows_from));
+  } else if (reading) {
     path = rows_from + "/rows.bin";
   } else if ((fresh && !created_table_) || !fs::exists(path)) {
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(),
@@ -144,6 +168,10 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   }
   SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
                                                    !reading, RowFileOptionsFrom(cfg_.io)));
+  if (reading && path != rows_from + "/rows.bin") {  // assembled: open, so no longer needed by name
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
   // A fresh table holds initial rows only; a restored or evaluated one may hold any.
   backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &tables_->offsets(), Init(),
                                               /*all_written=*/!fresh || reading,
@@ -370,7 +398,20 @@ Status DlrmTask::WriteMemoryRows(const std::string& path) {
 }
 
 Status DlrmTask::LoadMemoryRows(const std::string& dir) {
-  if (memory_->dense()) return LoadDenseRows(*memory_, dir + "/rows.bin", tables_->total_rows());
+  if (memory_->dense()) {
+    const uint32_t rb = tables_->row_bytes();
+    SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows, CheckpointRows::Open(dir, "rows.bin", rb, tables_->total_rows()));
+    const auto [lo, hi] = RowsToLoad();
+    std::vector<std::byte> piece;
+    constexpr uint64_t kPieceRows = 65536;
+    for (uint64_t at = lo; at < hi; at += kPieceRows) {
+      const uint64_t n = std::min(kPieceRows, hi - at);
+      piece.resize(n * rb);
+      SLUICE_RETURN_IF_ERROR(rows.Read(at, n, piece.data()));
+      for (uint64_t i = 0; i < n; ++i) std::memcpy(memory_->Row(KeyOf(at + i)), piece.data() + i * rb, rb);
+    }
+    return Status::Ok();
+  }
   const uint32_t rb = tables_->row_bytes();
   const std::string path = dir + "/rows.kv";
   SLUICE_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
@@ -403,55 +444,77 @@ Status DlrmTask::WriteGlobalRows(IoSession& io, uint64_t first, uint64_t count, 
   return Status::Ok();
 }
 
+std::pair<uint64_t, uint64_t> DlrmTask::RowsToLoad() const {
+  if (dp_ != nullptr && dp_->group() != nullptr) return {own_begin_, own_end_};
+  return {0, tables_->total_rows()};
+}
+
+Result<FileDigest> DlrmTask::WriteOwnShard(const std::string& dir) {
+  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+  const std::string path = dir + "/" + RowShardName(TableFileName(), dp_->rank(), dp_->world_size());
+  return WriteRowShard(path, own_begin_, own_end_ - own_begin_, tables_->row_bytes(),
+                       [&](uint64_t at, uint64_t n, std::byte* out) { return ReadGlobalRows(*io, at, n, out); });
+}
+
 namespace {
-constexpr uint64_t kShardChunkBytes = 16ull << 20;  // a checkpoint's rows travel in pieces of this
+// What a rank tells rank 0 of its shard: written (1) or not (0), its bytes and CRC-32.
+struct ShardReport {
+  uint64_t written = 0, bytes = 0, crc32 = 0;
+};
+std::span<std::byte> AsBytes(ShardReport& r) { return {reinterpret_cast<std::byte*>(&r), sizeof r}; }
 }  // namespace
 
-Status DlrmTask::SaveShard() {
+// A rank other than 0: its shard into the checkpoint's directory once rank 0 has made it, then
+// its report (sent even when the write failed, so rank 0 does not wait for it).
+Status DlrmTask::SaveShard(const std::string& checkpoint_dir) {
   if (dp_ == nullptr || dp_->group() == nullptr) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(SyncTables());
-  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
-  const uint32_t rb = tables_->row_bytes();
-  const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
   return dp_->Collective("its rows for a checkpoint", [&]() -> Status {
-    std::vector<std::byte> chunk;
-    for (uint64_t first = own_begin_; first < own_end_; first += per) {
-      const uint64_t n = std::min(per, own_end_ - first);
-      chunk.resize(n * rb);
-      SLUICE_RETURN_IF_ERROR(ReadGlobalRows(*io, first, n, chunk.data()));
-      SLUICE_RETURN_IF_ERROR(dp_->group()->Send(chunk, 0));
-    }
-    return Status::Ok();
+    SLUICE_RETURN_IF_ERROR(dp_->group()->Barrier());
+    Result<FileDigest> d = WriteOwnShard(checkpoint_dir);
+    ShardReport report;
+    if (d.ok()) report = {1, d->bytes, d->crc32};
+    SLUICE_RETURN_IF_ERROR(dp_->group()->Send(AsBytes(report), 0));
+    return d.status();
   });
 }
 
-Status DlrmTask::ReceiveShards() {
-  if (dp_ == nullptr || dp_->group() == nullptr) return Status::Ok();
-  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
-  const uint32_t rb = tables_->row_bytes();
-  const uint64_t per = std::max<uint64_t>(1, kShardChunkBytes / rb);
-  const Status received = dp_->Collective("its rows for a checkpoint", [&]() -> Status {
-    std::vector<std::byte> chunk;
-    for (int r = 1; r < dp_->world_size(); ++r) {
-      const auto [begin, end] = DataParallel::RowRange(r, dp_->world_size(), tables_->total_rows());
-      for (uint64_t first = begin; first < end; first += per) {
-        const uint64_t n = std::min(per, end - first);
-        chunk.resize(n * rb);
-        SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(chunk, r));
-        SLUICE_RETURN_IF_ERROR(WriteGlobalRows(*io, first, n, chunk.data()));
+// Rank 0: its own shard, every other rank's report, then the manifest.
+Status DlrmTask::SaveShards(CheckpointWriter& writer) {
+  const int world = dp_->world_size();
+  std::vector<FileDigest> digests(static_cast<size_t>(world));
+  const Status exchanged = dp_->Collective("its rows for a checkpoint", [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(dp_->group()->Barrier());  // the checkpoint's directory exists
+    Result<FileDigest> own = WriteOwnShard(writer.dir());
+    Status failed = own.status();
+    if (own.ok()) digests[0] = *own;
+    for (int r = 1; r < world; ++r) {
+      ShardReport report;
+      SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(AsBytes(report), r));
+      if (report.written == 0 && failed.ok()) {
+        failed = IoError("rank " + std::to_string(r) + " could not write its rows into the checkpoint "
+                         "(its output says why)");
       }
+      digests[static_cast<size_t>(r)] = {report.bytes, static_cast<uint32_t>(report.crc32)};
     }
-    return Status::Ok();
+    return failed;
   });
-  if (!received.ok()) return received;
-  return in_memory_ ? Status::Ok() : row_file_->Sync();
+  SLUICE_RETURN_IF_ERROR(exchanged);
+  const std::string table = TableFileName();
+  for (int r = 0; r < world; ++r) {
+    const FileDigest& d = digests[static_cast<size_t>(r)];
+    SLUICE_RETURN_IF_ERROR(writer.Adopt(RowShardName(table, r, world), d.bytes, d.crc32));
+  }
+  return writer.WriteString(RowShardManifestName(table),
+                            RowShardManifest(tables_->total_rows(), tables_->row_bytes(), owner_bounds_, digests));
 }
 
 Status DlrmTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTables());
-  SLUICE_RETURN_IF_ERROR(ReceiveShards());  // sharded tables: the other ranks' rows
   const std::string tables = TableFileName();
-  if (in_memory_) {
+  if (dp_ != nullptr && dp_->group() != nullptr) {
+    SLUICE_RETURN_IF_ERROR(SaveShards(writer));
+  } else if (in_memory_) {
     SLUICE_RETURN_IF_ERROR(WriteMemoryRows(writer.PathOf(tables)));
     SLUICE_RETURN_IF_ERROR(writer.Record(tables));
   } else if (rocksdb_) {

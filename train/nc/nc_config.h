@@ -132,6 +132,7 @@ struct NcTrainConfig {
   double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
   int lr_decay_patience = 1;
   SamplerDevice sampler = SamplerDevice::kAuto;
+  int virtual_shards = 0;  // 0: each batch in one piece (train/data_parallel.h)
 
   template <class V>
   void VisitFields(V& v) {
@@ -150,6 +151,7 @@ struct NcTrainConfig {
             "where training's k-hop sampler runs: cpu, cuda (the GPU; the same samples bit for bit) or "
             "auto (with device.type cuda, the faster of the two timed on the first steps at set-up; "
             "else cpu)");
+    VirtualShardsField(v, virtual_shards);
   }
 };
 

@@ -10,6 +10,7 @@
 #include "common/units.h"
 #include "sampler/batch_order.h"
 #include "sampler/random.h"
+#include "train/dist.h"
 #include "train/fingerprint.h"
 #include "train/model_step.h"
 #include "train/row_checkpoint.h"
@@ -336,7 +337,30 @@ Status NcTask::Open(Purpose purpose) {
   if (eval_fanouts.empty()) eval_fanouts.assign(static_cast<size_t>(cfg_.model.layers), -1);
   eval_options_ = SamplerOptions(eval_fanouts, false);
   sampler_ = std::make_unique<KHopSampler>(graph_, train_options_);
-  return BuildModel();
+  SLUICE_RETURN_IF_ERROR(BuildModel());
+  return SetUpDataParallel();
+}
+
+Status NcTask::SetUpDataParallel() {
+  const int v = cfg_.train.virtual_shards;
+  const int world = group_ != nullptr ? group_->world_size() : 1;
+  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "training nodes"));
+  if (embeddings_) {
+    return InvalidArgument("train.virtual_shards with model.embedding_dim: learnable node embeddings are not "
+                           "sharded across processes yet (features are: each rank reads its own copy)");
+  }
+  if (cfg_.device.on_device()) {
+    return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
+                           ": training in virtual shards runs on the CPU only so far");
+  }
+  if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore) {
+    return InvalidArgument("train.virtual_shards with storage.spill_steps: the spill lists whole steps; "
+                           "set storage.spill_steps: 0");
+  }
+  dp_ = std::make_unique<DataParallel>(group_, v);
+  dp_->set_dense_floats(DenseFloats(net_->parameters()));
+  return Status::Ok();
 }
 
 Status NcTask::LoadState(const CheckpointReader& checkpoint) {
@@ -629,11 +653,10 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   if (pass.spill && spill_ != nullptr) {
     // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again.
     auto rows = [pass](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
-      const uint64_t step = pass.first_step + t;
-      const std::span<const int64_t> seeds = pass.Seeds(step);
+      const std::span<const int64_t> seeds = pass.UnitSeeds(t);
       if (seeds.empty()) return false;
       std::lock_guard<std::mutex> lock(*pass.sample_mutex);
-      const SampledSubgraph sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
+      const SampledSubgraph sub = pass.sampler->Sample(seeds, pass.UnitKey(t), *pass.options);
       for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
       return true;
     };
@@ -643,20 +666,20 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     backing = spill_.get();
   }
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
-    const uint64_t step = pass.first_step + t;
-    const std::span<const int64_t> seeds = pass.Seeds(step);
+    const std::span<const int64_t> seeds = pass.UnitSeeds(t);
     if (seeds.empty()) return false;
     const uint64_t n = seeds.size();
+    const SampleKey key = pass.UnitKey(t);
     if (pass.sample_on_device) {
-      SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, {pass.seed, pass.epoch, step}));
+      SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, key));
     } else if (pass.sample_mutex != nullptr) {
       std::lock_guard<std::mutex> lock(*pass.sample_mutex);
-      b.sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
+      b.sub = pass.sampler->Sample(seeds, key, *pass.options);
     } else {
-      b.sub = pass.sampler->Sample(seeds, {pass.seed, pass.epoch, step}, *pass.options);
+      b.sub = pass.sampler->Sample(seeds, key, *pass.options);
     }
     if (pass.max_rows != 0 && b.sub.nodes().size() > pass.max_rows) {
-      return FailedPrecondition("evaluation step " + std::to_string(step) + " samples " +
+      return FailedPrecondition("evaluation step " + std::to_string(key.step) + " samples " +
                                 std::to_string(b.sub.nodes().size()) + " nodes, more than the " +
                                 std::to_string(pass.max_rows) + " feature rows a step may take in this "
                                 "cache; lower eval.batch, sample (eval.fanouts) or raise storage.budget");
@@ -779,6 +802,53 @@ Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step
   return g.loss;
 }
 
+std::vector<std::pair<uint64_t, int>> NcTask::ShardUnits(const Pass& pass) const {
+  std::vector<std::pair<uint64_t, int>> units;
+  for (uint64_t s = pass.first_step; s < pass.steps(); ++s) {
+    const uint64_t n = pass.Seeds(s).size();
+    for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+      const auto [lo, hi] = DataParallel::ShardSamples(v, dp_->shards(), n);
+      if (lo < hi) units.emplace_back(s, v);
+    }
+  }
+  return units;
+}
+
+Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit) {
+  const uint64_t n = pass.Seeds(step).size();
+  const int shards = dp_->shards();
+  const std::vector<torch::Tensor> params = net_->parameters();
+  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
+  std::vector<float> mine;
+  net_->train();
+  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
+    if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
+      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      continue;
+    }
+    auto start = SteadyClock::now();
+    Status st;
+    const Batch* b = p.WaitReady(unit, st);
+    if (b == nullptr) return st;
+    SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(*b, pass, pass.UnitKey(unit).step, /*training=*/true,
+                                                     FeatureSource()));
+    gather_s_ += SecondsSince(start);
+    start = SteadyClock::now();
+    opt_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
+    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    compute_s_ += SecondsSince(start);
+    p.Computed(unit++);
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
+  const auto start = SteadyClock::now();
+  const double loss = SetShardGradients(all, sizes, params);
+  opt_->step();
+  compute_s_ += SecondsSince(start);
+  return loss / static_cast<double>(n);
+}
+
 void NcTask::SetLearningRateScale(double scale) {
   lr_scale_ = scale;
   if (opt_ != nullptr) SetOptimizerLr(*opt_, cfg_.train.lr * scale);
@@ -806,21 +876,29 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
     };
   }
   if (device_rows_ != nullptr) return TrainEpochOnDevice(pass, sink);
+  if (dp_ != nullptr) {
+    units_ = ShardUnits(pass);
+    pass.units = &units_;
+    pass.shards = dp_->shards();
+  }
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();
   sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
+  uint64_t unit = 0;  // a sharded pass's next unit
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
-    Batch* b = p->WaitReady(s - first, st);
-    Result<double> loss = b != nullptr ? TrainStep(*b, pass, s) : Result<double>(st);
+    Batch* b = dp_ == nullptr ? p->WaitReady(s - first, st) : nullptr;
+    Result<double> loss = dp_ != nullptr ? TrainShardedStep(*p, pass, s, unit)
+                          : b != nullptr ? TrainStep(*b, pass, s)
+                                         : Result<double>(st);
     if (!loss.ok()) {
       p->Abort(loss.status());
       (void)FinishPass(*p);
       return loss.status();
     }
-    const uint32_t n = b->rows.samples;
-    p->Computed(s - first);
+    const auto n = static_cast<uint32_t>(pass.Seeds(s).size());
+    if (dp_ == nullptr) p->Computed(s - first);
     const bool last = s + 1 == steps;
     if (sink.StepDone(n, *loss * n, last) && !last) {
       SLUICE_RETURN_IF_ERROR(FinishPass(*p));

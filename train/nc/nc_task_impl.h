@@ -11,6 +11,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/row_cache.h"
@@ -23,6 +24,7 @@
 #include "sampler/khop_sampler.h"
 #include "storage/dataset.h"
 #include "train/accelerator.h"
+#include "train/data_parallel.h"
 #include "train/device_rows.h"
 #include "train/nc/nc_config.h"
 #include "train/nc/nc_model.h"
@@ -68,6 +70,11 @@ class NcTask : public Task {
     encoder_factory_ = std::move(factory);
     return Status::Ok();
   }
+  Status SetDistGroup(DistGroup* group) override {
+    group_ = group;
+    return Status::Ok();
+  }
+  DataParallel* data_parallel() override { return dp_.get(); }
 
  private:
   // A step: its sampled subgraph and its rows (one key per node of the sample, layer order).
@@ -90,12 +97,33 @@ class NcTask : public Task {
     bool writes = false;    // training learnable embeddings: rows become dirty
     bool spill = false;     // training through the spill backing (storage.spill_steps)
     std::mutex* sample_mutex = nullptr;  // set when another thread samples too (the spill's listing)
+    // Training in virtual shards (train.virtual_shards): the pipeline's units are this rank's
+    // shards of each step that hold seeds, (step, shard) in order from first_step; else a unit
+    // is a step.
+    const std::vector<std::pair<uint64_t, int>>* units = nullptr;
+    int shards = 0;
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
     // Step `step`'s seeds (empty past the pass's end).
     std::span<const int64_t> Seeds(uint64_t step) const {
       const uint64_t begin = step * batch;
       if (begin >= nodes->size()) return {};
       return {nodes->data() + begin, std::min<uint64_t>(batch, nodes->size() - begin)};
+    }
+    // The pipeline's unit t (counted from first_step): its seeds (empty past the end) and the
+    // key its sample and dropout draw from (a shard's: step x shards + shard, whatever the
+    // world size).
+    std::span<const int64_t> UnitSeeds(uint64_t t) const {
+      if (units == nullptr) return Seeds(first_step + t);
+      if (t >= units->size()) return {};
+      const auto [step, v] = (*units)[t];
+      const std::span<const int64_t> all = Seeds(step);
+      const auto [lo, hi] = DataParallel::ShardSamples(v, shards, all.size());
+      return all.subspan(lo, hi - lo);
+    }
+    SampleKey UnitKey(uint64_t t) const {
+      if (units == nullptr) return {seed, epoch, first_step + t};
+      const auto [step, v] = (*units)[t];
+      return {seed, epoch, step * static_cast<uint64_t>(shards) + static_cast<uint64_t>(v)};
     }
   };
 
@@ -147,6 +175,14 @@ class NcTask : public Task {
   Result<ModelInput> StepInput(const Batch& b, const Pass& pass, uint64_t step, bool training,
                                const RowSource& source);
   Result<double> TrainStep(const Batch& b, const Pass& pass, uint64_t step);
+  // train.virtual_shards: checks, and the exchange (train/data_parallel.h).
+  Status SetUpDataParallel();
+  // The units of a sharded pass from its first step: this rank's shards that hold seeds.
+  std::vector<std::pair<uint64_t, int>> ShardUnits(const Pass& pass) const;
+  // Step `step` in virtual shards: this rank's from the pipeline (units from `unit` on, which
+  // it advances), every shard's loss and gradients exchanged and added in shard order, then the
+  // optimizer. Returns the batch's mean loss.
+  Result<double> TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit);
   // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
   Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
   // Logits [all nodes, classes] with every neighbour, layer by layer (nc_layerwise.cc).
@@ -244,6 +280,11 @@ class NcTask : public Task {
   bool sample_on_device_ = false;
   std::string sampler_line_ = "sampler: cpu";  // the summary's
   double sampler_cpu_ms_ = 0, sampler_cuda_ms_ = 0, sampler_crossover_edges_ = 0;
+  // Across processes (train.virtual_shards; docs/distributed.md): features are each rank's own
+  // copy of the dataset, the dense gradients are exchanged.
+  DistGroup* group_ = nullptr;
+  std::unique_ptr<DataParallel> dp_;
+  std::vector<std::pair<uint64_t, int>> units_;  // the sharded pass's (step, shard) units
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;

@@ -94,6 +94,7 @@ void NcTask::Summarize(RunSummary& s) const {
   s.Set("pipeline", "plan_busy_s", plan_time_.busy_s), s.Set("pipeline", "io_busy_s", io_time_.busy_s);
   s.Set("pipeline", "compute_wait_s", wait_s_);
   s.Set("compute", "gather_s", gather_s_), s.Set("compute", "model_s", compute_s_);
+  if (dp_ != nullptr) SummarizeDataParallel(*dp_, 0, s);
   if (cache_) {
     RowCacheStats cs = cache_->stats();
     cs.steps += earlier_cache_stats_.steps, cs.accesses += earlier_cache_stats_.accesses;
