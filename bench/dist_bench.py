@@ -10,7 +10,8 @@ waiting for the slowest rank included); bytes received per step measured against
 
 (D_r: the distinct rows rank r's shards use, from the run; w: row width; P: dense parameters;
 B: batch; S: tables; V: virtual shards; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
-not scaling: every rank computes on the same two cores.
+not scaling: every rank computes on the same two cores. One checkpoint at the end of the epoch
+(rank 0's seconds: each rank writes its shard of the tables, docs/distributed.md).
 
 --task nc: node classification (GraphSage, 2 layers, features out of core) on a generated graph;
 only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
@@ -44,7 +45,7 @@ def make_data(path: pathlib.Path) -> None:
 def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     cfg = tmp / "dist.yaml"
     cfg.write_text(f"task: recommendation\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
-                   "checkpoint_every: -1\n"
+                   "checkpoint_every: 0\n"
                    f"model: {{dim: {DIM}, bottom: [64, {DIM}], top: [64], ids: modulo, table_rows: 100000}}\n"
                    f"train: {{epochs: 1, batch: {B}, lr: 0.05, seed: 1, virtual_shards: {V}}}\n"
                    "eval: {every: 0}\n"
@@ -53,12 +54,12 @@ def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     return cfg
 
 
-NC_B, NC_HIDDEN = 1024, 64
+NC_B, NC_HIDDEN = 512, 64
 
 
 def make_nc_data(path: pathlib.Path) -> None:
-    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", "200000", "--edges", "2000000",
-                          "--features", "64", "--classes", "8", "--seed", "1", "--out", str(path)],
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", "300000", "--edges", "3000000",
+                          "--features", "256", "--classes", "8", "--seed", "1", "--out", str(path)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"dist_bench: gen-nc failed: {out.stderr.strip()}")
@@ -67,11 +68,11 @@ def make_nc_data(path: pathlib.Path) -> None:
 def nc_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     cfg = tmp / "dist-nc.yaml"
     cfg.write_text(f"task: node_classification\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
-                   "checkpoint_every: -1\n"
+                   "checkpoint_every: 0\n"
                    f"model: {{kind: graphsage, layers: 2, hidden: {NC_HIDDEN}, fanouts: [10, 5]}}\n"
                    f"train: {{epochs: 1, batch: {NC_B}, lr: 0.01, seed: 1, virtual_shards: {V}}}\n"
                    "eval: {every: 0}\n"
-                   "storage: {mode: out_of_core, budget: 64MiB}\n"
+                   "storage: {mode: out_of_core, budget: 320MiB}\n"
                    "dist: {interface: lo}\n")
     return cfg
 
@@ -85,7 +86,8 @@ def nc_figures(s: dict, ranks: int) -> dict:
     return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * (c["gather_s"] + c["model_s"]) / steps,
             "io_ms": 1e3 * s["pipeline"]["compute_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
-            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20}
+            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
+            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
 
 
 def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
@@ -113,7 +115,8 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
     return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute / steps,
             "io_ms": 1e3 * t["io_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
-            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20}
+            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
+            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
 
 
 def main() -> None:
@@ -144,13 +147,13 @@ def main() -> None:
     else:
         print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
     print("| ranks | units/s | vs 1 rank | compute ms | local io ms | communication ms | "
-          "received KiB/step | formula KiB/step | rows owned | peak RSS MiB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "received KiB/step | formula KiB/step | rows owned | peak RSS MiB | checkpoint s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in ranks:
         m = med[n]
         print(f"| {n} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | {m['compute_ms']:.1f} | {m['io_ms']:.1f} | "
               f"{m['comm_ms']:.1f} | {m['received_kb']:.1f} | {m['predicted_kb']:.1f} | {m['rows_owned']:,.0f} | "
-              f"{m['rss_mb']:.0f} |")
+              f"{m['rss_mb']:.0f} | {m['ckpt_s']:.2f} |")
 
 
 if __name__ == "__main__":
