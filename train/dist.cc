@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <sstream>
@@ -133,6 +134,10 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
     return FailedPrecondition("world size " + std::to_string(place.world_size) + ": this sluice was built "
                               "without Gloo process groups (install libgloo-dev and rebuild)");
   }
+  // A write to a peer that died (Gloo's pairs, the store's client) must fail with EPIPE and be
+  // named, not end this process silently by SIGPIPE's default action (Python, which torchrun's
+  // ranks usually are, ignores it for the same reason).
+  std::signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   impl->place = place;
   impl->config = config;

@@ -355,6 +355,7 @@ def test_a_rank_that_dies_or_stops_is_named_and_the_run_resumes_exactly(sluice_b
         rc = p.wait(timeout=4 + 30)
         err = p.communicate()[1]
         assert rc != 0
+        assert rc > 0, f"rank {r} ended by signal {-rc}"
         assert f"{named} did not exchange" in err and len(err.strip().splitlines()) == 1, err
     assert time.monotonic() - t0 < 4 + 30
     procs[victim].kill()
