@@ -231,21 +231,25 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
             assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
 
 
+def stop_two_ranks(sluice_bin, config, run_dir, steps: int) -> None:
+    """Two ranks, rank 1 alone told to stop after `steps` steps: both stop there, interrupted."""
+    port = free_port()
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(config), "--set", f"run_dir={run_dir}",
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, **({"SLUICE_STOP_AFTER_STEPS": str(steps)} if r == 1 else {})))
+             for r in (0, 1)]
+    for rc, out, err in finish(procs, timeout=120):
+        assert rc != 0 and "interrupted" in err, (out, err)
+
+
 def test_ranks_stop_together_and_resume_at_another_world_size_bitwise(sluice_bin, clicks_config, gloo):
     base = clicks_config.parent
     reference = base / "ref-resume"
     assert run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={reference}").returncode == 0
     # Rank 1 alone is told to stop after 50 steps: its wish travels with the step's exchange, so
     # both ranks stop after step 50 and rank 0 writes the checkpoint.
-    port = free_port()
-    procs = [subprocess.Popen([str(sluice_bin), "train", str(clicks_config), "--set", f"run_dir={base / 'split'}",
-                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, **({"SLUICE_STOP_AFTER_STEPS": "50"} if r == 1 else {})))
-             for r in (0, 1)]
-    results = finish(procs, timeout=120)
-    for rc, out, err in results:
-        assert rc != 0 and "interrupted" in err, (out, err)
+    stop_two_ranks(sluice_bin, clicks_config, base / "split", 50)
     assert (base / "split/checkpoints/latest").read_text().strip() == "epoch-0-step-50"
     assert not (base / "split/rank-1/checkpoints").exists()
     # Three ranks resume rank 0's checkpoint (rank 0 reads --resume; the others follow it).
@@ -436,14 +440,7 @@ def test_node_classification_stopped_on_one_rank_resumes_at_another_world_size_b
     base = nc_config.parent
     reference = base / "nc-ref-resume"
     assert run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={reference}").returncode == 0
-    port = free_port()
-    procs = [subprocess.Popen([str(sluice_bin), "train", str(nc_config), "--set", f"run_dir={base / 'nc-split'}",
-                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, **({"SLUICE_STOP_AFTER_STEPS": "5"} if r == 1 else {})))
-             for r in (0, 1)]
-    for rc, out, err in finish(procs, timeout=120):
-        assert rc != 0 and "interrupted" in err, (out, err)
+    stop_two_ranks(sluice_bin, nc_config, base / "nc-split", 5)
     assert (base / "nc-split/checkpoints/latest").read_text().strip() == "epoch-0-step-5"
     out = launch(nc_config, 3, base / "nc-split", "--resume")
     assert out.returncode == 0, out.stderr
