@@ -8,8 +8,8 @@ namespace sluice {
 
 uint64_t LinkBatchBytes(uint64_t edges, const LinkBatchOptions& options) {
   const uint64_t queries = options.reciprocal ? 2 * edges : edges;
-  const uint64_t per_side = options.all_negatives ? options.max_candidates
-                                                 : uint64_t{options.chunks} * options.negatives;
+  const uint64_t chunks = options.shards == 0 ? options.chunks : uint64_t{options.shards} * options.ShardChunks();
+  const uint64_t per_side = options.all_negatives ? options.max_candidates : chunks * options.negatives;
   const uint64_t negatives = per_side * (options.reciprocal ? 1 : 2);
   const uint64_t cols = options.all_negatives ? 2 * queries : 0;
   // head, rel, tail, then unique: as many as the uses at most.
@@ -23,20 +23,13 @@ void LinkBatchSampler::Sample(const EdgeColumns& edges, uint64_t begin, uint64_t
                               uint64_t epoch, uint64_t index,
                               std::span<const std::pair<int64_t, int64_t>> ranges,
                               LinkBatch& out) {
+  out.shards.clear();
+  if (options_.shards > 0) return SampleShards(edges, begin, end, epoch, index, ranges, out);
+  out.head.clear(), out.rel.clear(), out.tail.clear();
+  AppendQueries(edges, begin, end, out);
+  out.edges = end - begin, out.queries = out.head.size();
   const bool reciprocal = options_.reciprocal;
-  const uint64_t b = end - begin;
-  const uint64_t q = reciprocal ? 2 * b : b;
-  out.edges = b, out.queries = q;
-  out.head.resize(q), out.rel.resize(q), out.tail.resize(q);
-  for (uint64_t i = 0; i < b; ++i) {
-    const int64_t e = edges.order[begin + i];
-    out.head[i] = edges.src[e], out.rel[i] = edges.rel[e], out.tail[i] = edges.dst[e];
-    if (reciprocal) {
-      out.head[b + i] = edges.dst[e];
-      out.rel[b + i] = edges.rel[e] + static_cast<int64_t>(options_.base_relations);
-      out.tail[b + i] = edges.src[e];
-    }
-  }
+  const uint64_t q = out.queries;
   out.tail_col.clear(), out.head_col.clear();
   if (options_.all_negatives) {
     AllNegatives(ranges, out);
@@ -53,6 +46,61 @@ void LinkBatchSampler::Sample(const EdgeColumns& edges, uint64_t begin, uint64_t
   if (!reciprocal) {
     out.head_neg = negatives.Sample({options_.seed, epoch, 2 * index + 1}, out.chunks, out.per_chunk);
   }
+  UniqueIds(out);
+}
+
+void LinkBatchSampler::AppendQueries(const EdgeColumns& edges, uint64_t begin, uint64_t end,
+                                     LinkBatch& out) const {
+  for (int pass = 0; pass < (options_.reciprocal ? 2 : 1); ++pass) {
+    for (uint64_t i = begin; i < end; ++i) {
+      const int64_t e = edges.order[i];
+      if (pass == 0) {
+        out.head.push_back(edges.src[e]), out.rel.push_back(edges.rel[e]), out.tail.push_back(edges.dst[e]);
+      } else {
+        out.head.push_back(edges.dst[e]);
+        out.rel.push_back(edges.rel[e] + static_cast<int64_t>(options_.base_relations));
+        out.tail.push_back(edges.src[e]);
+      }
+    }
+  }
+}
+
+// Shard v: edges [begin + n v / V, begin + n (v + 1) / V), its queries (then their reciprocals)
+// after the shards before it, its own chunks of negatives.
+void LinkBatchSampler::SampleShards(const EdgeColumns& edges, uint64_t begin, uint64_t end, uint64_t epoch,
+                                    uint64_t index, std::span<const std::pair<int64_t, int64_t>> ranges,
+                                    LinkBatch& out) {
+  const uint64_t n = end - begin, shards = options_.shards;
+  out.edges = n, out.chunks = 0, out.per_chunk = 0;
+  out.head.clear(), out.rel.clear(), out.tail.clear(), out.tail_neg.clear(), out.head_neg.clear();
+  out.tail_col.clear(), out.head_col.clear();
+  std::vector<NodeRange> node_ranges;
+  for (const auto& [lo, hi] : ranges) node_ranges.push_back({lo, hi});
+  const NegativeSampler negatives = NegativeSampler::Uniform(node_ranges);
+  out.shards.assign(shards, LinkShard{});
+  for (uint64_t v = 0; v < shards; ++v) {
+    LinkShard& s = out.shards[v];
+    const uint64_t lo = begin + n * v / shards, hi = begin + n * (v + 1) / shards;
+    s.query_begin = out.head.size();
+    AppendQueries(edges, lo, hi, out);
+    s.edges = hi - lo, s.queries = out.head.size() - s.query_begin;
+    s.chunks = static_cast<uint32_t>(std::min<uint64_t>(options_.ShardChunks(), s.queries));
+    s.per_chunk = s.chunks == 0 ? 0 : options_.negatives;
+    const uint64_t key = 2 * (index * shards + v);
+    s.tail_neg_begin = out.tail_neg.size();
+    if (s.chunks > 0) {
+      const std::vector<int64_t> t = negatives.Sample({options_.seed, epoch, key}, s.chunks, s.per_chunk);
+      out.tail_neg.insert(out.tail_neg.end(), t.begin(), t.end());
+    }
+    s.tail_neg_end = out.tail_neg.size();
+    s.head_neg_begin = out.head_neg.size();
+    if (s.chunks > 0 && !options_.reciprocal) {
+      const std::vector<int64_t> h = negatives.Sample({options_.seed, epoch, key + 1}, s.chunks, s.per_chunk);
+      out.head_neg.insert(out.head_neg.end(), h.begin(), h.end());
+    }
+    s.head_neg_end = out.head_neg.size();
+  }
+  out.queries = out.head.size();
   UniqueIds(out);
 }
 

@@ -9,11 +9,24 @@
 // candidate's column among them (its row in the softmax, which the model leaves out).
 // Everything a step needs but its rows, so it can be sampled ahead of compute; torch-free.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace sluice {
+
+// A step cut into virtual shards (LinkBatchOptions::shards; train/data_parallel.h): shard v's
+// queries are [query_begin, query_begin + queries) of the step's head, rel and tail, its
+// negatives [tail_neg_begin, tail_neg_end) of tail_neg and [head_neg_begin, head_neg_end) of
+// head_neg, its own chunks of its own draws.
+struct LinkShard {
+  uint64_t edges = 0, queries = 0;
+  uint32_t chunks = 0, per_chunk = 0;
+  uint64_t query_begin = 0, tail_neg_begin = 0, tail_neg_end = 0, head_neg_begin = 0, head_neg_end = 0;
+  // Its uses (heads, tails, tail negatives, head negatives).
+  uint64_t uses() const { return 2 * queries + (tail_neg_end - tail_neg_begin) + (head_neg_end - head_neg_begin); }
+};
 
 struct LinkBatch {
   uint64_t edges = 0, queries = 0;  // queries: 2 * edges when reciprocal
@@ -29,6 +42,8 @@ struct LinkBatch {
   // (indices into unique; neighbours that are no seed follow the seeds there).
   uint64_t seeds = 0;
   std::vector<int64_t> nbr_offsets, nbr;
+  // With options.shards: the step's virtual shards, in order (chunks and per_chunk above unset).
+  std::vector<LinkShard> shards;
 };
 
 struct LinkBatchOptions {
@@ -39,6 +54,11 @@ struct LinkBatchOptions {
   bool all_negatives = false;  // 1vsAll: every node of the step's partitions, one chunk
   uint64_t max_candidates = 0; // all_negatives: the most nodes a step's partitions hold (sizes)
   uint64_t seed = 1;
+  // Virtual shards (0: none): a step's edges cut into this many consecutive ranges, each with
+  // ShardChunks() chunks of its own negatives keyed on (seed, epoch, 2 (step x shards + v) + side).
+  // Not with all_negatives.
+  uint32_t shards = 0;
+  uint32_t ShardChunks() const { return shards == 0 ? chunks : std::max(1u, (chunks + shards - 1) / shards); }
 };
 
 // The bytes a LinkBatch of `edges` edges holds (its id lists, unique rows at most as many as
@@ -58,13 +78,18 @@ class LinkBatchSampler {
  public:
   LinkBatchSampler(uint64_t num_nodes, LinkBatchOptions options);
   // Step `index` of epoch `epoch`: edges order[begin, end) of `edges`; negatives uniform over
-  // the node ranges [begin, end) of `ranges` (the step's partitions, in partition order).
+  // the node ranges [begin, end) of `ranges` (the step's partitions, in partition order). With
+  // options.shards, in virtual shards (LinkShard).
   void Sample(const EdgeColumns& edges, uint64_t begin, uint64_t end, uint64_t epoch,
               uint64_t index, std::span<const std::pair<int64_t, int64_t>> ranges,
               LinkBatch& out);
 
  private:
   void AllNegatives(std::span<const std::pair<int64_t, int64_t>> ranges, LinkBatch& out) const;
+  // Appends the queries of edges order[begin, end) (then their reciprocals) to out's lists.
+  void AppendQueries(const EdgeColumns& edges, uint64_t begin, uint64_t end, LinkBatch& out) const;
+  void SampleShards(const EdgeColumns& edges, uint64_t begin, uint64_t end, uint64_t epoch, uint64_t index,
+                    std::span<const std::pair<int64_t, int64_t>> ranges, LinkBatch& out);
   void UniqueIds(LinkBatch& out);
 
   LinkBatchOptions options_;

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/units.h"
+#include "train/checkpoint_store.h"
 #include "train/run_summary.h"
 #include "train/dist.h"
 
@@ -141,6 +142,58 @@ void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s)
   s.Set("data_parallel", "exchange_s", dp.exchange_s()), s.Set("data_parallel", "exchanges", dp.exchanges());
   s.Set("data_parallel", "dense_floats", dp.dense_floats());
   s.Set("data_parallel", "rows_needed_per_step", dp.rows_needed_per_step());
+}
+
+namespace {
+
+// What a rank tells rank 0 of its shard: written (1) or not (0), its bytes and CRC-32.
+struct ShardReport {
+  uint64_t written = 0, bytes = 0, crc32 = 0;
+};
+std::span<std::byte> AsBytes(ShardReport& r) { return {reinterpret_cast<std::byte*>(&r), sizeof r}; }
+
+}  // namespace
+
+Status SendRowShard(DataParallel& dp, const std::string& checkpoint_dir, const std::string& table,
+                    uint64_t first, uint64_t count, uint32_t row_bytes, const RowRangeReader& read) {
+  return dp.Collective("its rows for a checkpoint", [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(dp.group()->Barrier());  // the checkpoint's directory exists
+    const std::string path = checkpoint_dir + "/" + RowShardName(table, dp.rank(), dp.world_size());
+    Result<FileDigest> d = WriteRowShard(path, first, count, row_bytes, read);
+    ShardReport report;
+    if (d.ok()) report = {1, d->bytes, d->crc32};
+    SLUICE_RETURN_IF_ERROR(dp.group()->Send(AsBytes(report), 0));
+    return d.status();
+  });
+}
+
+Status CollectRowShards(DataParallel& dp, CheckpointWriter& writer, const std::string& table,
+                        std::span<const uint64_t> bounds, uint32_t row_bytes, const RowRangeReader& read) {
+  const int world = dp.world_size();
+  std::vector<FileDigest> digests(static_cast<size_t>(world));
+  const Status exchanged = dp.Collective("its rows for a checkpoint", [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(dp.group()->Barrier());
+    const std::string path = writer.dir() + "/" + RowShardName(table, 0, world);
+    Result<FileDigest> own = WriteRowShard(path, bounds[0], bounds[1] - bounds[0], row_bytes, read);
+    Status failed = own.status();
+    if (own.ok()) digests[0] = *own;
+    for (int r = 1; r < world; ++r) {
+      ShardReport report;
+      SLUICE_RETURN_IF_ERROR(dp.group()->Recv(AsBytes(report), r));
+      if (report.written == 0 && failed.ok()) {
+        failed = IoError("rank " + std::to_string(r) + " could not write its rows into the checkpoint "
+                         "(its output says why)");
+      }
+      digests[static_cast<size_t>(r)] = {report.bytes, static_cast<uint32_t>(report.crc32)};
+    }
+    return failed;
+  });
+  SLUICE_RETURN_IF_ERROR(exchanged);
+  for (int r = 0; r < world; ++r) {
+    const FileDigest& d = digests[static_cast<size_t>(r)];
+    SLUICE_RETURN_IF_ERROR(writer.Adopt(RowShardName(table, r, world), d.bytes, d.crc32));
+  }
+  return writer.WriteString(RowShardManifestName(table), RowShardManifest(bounds.back(), row_bytes, bounds, digests));
 }
 
 }  // namespace sluice

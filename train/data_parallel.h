@@ -25,9 +25,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "train/row_checkpoint.h"
 
 namespace sluice {
 
+class CheckpointWriter;
 class DistGroup;
 
 class DataParallel {
@@ -99,6 +101,18 @@ class DataParallel {
 // "samples"): 0 across processes, fewer shards than processes, or more than a batch holds is
 // one line saying so.
 Status CheckVirtualShards(int virtual_shards, int world, int batch, const char* units);
+
+// Checkpoints of a table sharded by row range, in two phases (train/row_checkpoint.h): rank 0
+// makes the checkpoint's directory; after a barrier every rank writes the rows it owns, [first,
+// first + count) read through `read`, as its shard file there and reports its size and CRC-32 to
+// rank 0 (a failed write is reported too, so rank 0 does not wait for it); rank 0 records every
+// shard and writes the manifest (`bounds`: world + 1 row numbers).
+// A rank other than 0, where rank 0 calls CollectRowShards:
+Status SendRowShard(DataParallel& dp, const std::string& checkpoint_dir, const std::string& table,
+                    uint64_t first, uint64_t count, uint32_t row_bytes, const RowRangeReader& read);
+// Rank 0:
+Status CollectRowShards(DataParallel& dp, CheckpointWriter& writer, const std::string& table,
+                        std::span<const uint64_t> bounds, uint32_t row_bytes, const RowRangeReader& read);
 
 class RunSummary;
 // The summary's data-parallel line and section: shards, the rows this rank owns of `rows`,

@@ -1,7 +1,8 @@
 """Runs across processes (train/dist.h, train/data_parallel.h, docs/distributed.md): the place from
 flags or torchrun's variables, the rendezvous through c10d's TCPStore with its timeout, the ranks'
-agreement on config and dataset, and data-parallel recommendation training in virtual shards:
-bitwise the same model at world sizes 1, 2 and 3, stopped together, resumed at another world size."""
+agreement on config and dataset, and data-parallel training in virtual shards (recommendation, node
+classification, link prediction): bitwise the same model at world sizes 1, 2 and 3, stopped together,
+resumed at another world size."""
 import os
 import pathlib
 import signal
@@ -85,13 +86,16 @@ def finish(procs, timeout=60):
     return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
 
 
-def test_ranks_join_and_agree_then_link_prediction_refuses_as_it_is_not_data_parallel_yet(sluice_bin, config, gloo):
+NO_SHARDS = "train.virtual_shards is 0: a run across"
+
+
+def test_ranks_join_and_agree_then_a_run_without_virtual_shards_is_refused(sluice_bin, config, gloo):
     port = free_port()
     results = finish([start(sluice_bin, config, r, 3, port) for r in (2, 0, 1)])
     for rc, out, err in results:
         assert rc != 0
         assert "joined at 127.0.0.1:" in out, (out, err)
-        assert "task link_prediction does not train across processes yet (recommendation and node classification do" in err, err
+        assert NO_SHARDS + " 3 processes cuts each batch into virtual shards" in err, err
         assert len(err.strip().splitlines()) == 1, err
 
 
@@ -102,7 +106,7 @@ def test_torchrun_variables_place_the_processes(sluice_bin, config, gloo):
              for r in (0, 1)]
     for rc, out, err in finish(procs):
         assert f"of 2 joined at 127.0.0.1:{port}" in out, (out, err)
-        assert "does not train across processes yet" in err, err
+        assert NO_SHARDS in err, err
 
 
 def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin, config, gloo):
@@ -117,7 +121,7 @@ def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin,
     results = finish([start(sluice_bin, config, 0, 2, port + 1, "storage.budget=1GiB"),
                       start(sluice_bin, config, 1, 2, port + 1, "storage.budget=2GiB", "threads.total=1")])
     for rc, out, err in results:
-        assert "does not train across processes yet" in err, err
+        assert NO_SHARDS in err, err
 
 
 def test_a_rank_that_never_comes_is_named_within_the_rendezvous_timeout(sluice_bin, config, gloo):
@@ -454,4 +458,103 @@ def test_node_classification_settings_that_cannot_shard_are_one_line(sluice_bin,
     assert out.returncode != 0 and "learnable node embeddings are not sharded across processes yet" in out.stderr, out.stderr
     out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad2'}", "--set", "train.virtual_shards=129")
     assert out.returncode != 0 and "more than the 128 training nodes of a batch" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+# Link prediction across processes: the node table sharded by row range, each step's edges cut
+# into virtual shards with their own negatives, rows from their owners.
+
+@pytest.fixture(scope="module")
+def lp_config(tmp_path_factory) -> pathlib.Path:
+    d = tmp_path_factory.mktemp("lp-dp")
+    rng = np.random.default_rng(3)
+    triples = zip(rng.integers(0, 300, 4000), rng.integers(0, 5, 4000), (rng.zipf(1.5, 4000) * 7) % 300)
+    (d / "g.tsv").write_text("\n".join(f"{h}\t{r}\t{t}" for h, r, t in triples) + "\n")
+    out = subprocess.run(PREP + ["edges", str(d / "g.tsv"), "--src-col", "0", "--rel-col", "1", "--dst-col", "2",
+                                 "--out", str(d / "ds"), "--partitions", "2", "--valid-frac", "0.05",
+                                 "--test-frac", "0.05"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cfg = d / "lp.yaml"
+    cfg.write_text(f"dataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
+                   "model: {decoder: distmult, dim: 8, reciprocal: true, entity_dropout: 0.2}\n"
+                   "train: {epochs: 2, batch: 120, chunks: 4, negatives: 20, lr: 0.1, schedule: shuffle, seed: 4,\n"
+                   "        regularizer: n3, regularization: 0.01, virtual_shards: 6}\n"
+                   "eval: {every: 1}\nstorage: {mode: in_memory}\n"
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+    return cfg
+
+
+def lp_model(sluice_bin, run_dir: pathlib.Path) -> dict:
+    """The exported embeddings, the latest checkpoint's relation optimizer tensors, every epoch's
+    loss and validation MRR, and the test split's metrics from `sluice eval`."""
+    shutil.rmtree(run_dir / "export", ignore_errors=True)
+    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
+    assert out.returncode == 0, out.stderr
+    latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
+    with zipfile.ZipFile(latest / "relation_optimizer.pt") as z:
+        state = sorted(z.read(n) for n in z.namelist() if "/data/" in n)
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    test = run(sluice_bin, "eval", str(run_dir), "--split", "test", "--json")
+    assert test.returncode == 0, test.stderr
+    return {"nodes": (run_dir / "export/nodes.npy").read_bytes(), "relations": (run_dir / "export/relations.npy").read_bytes(),
+            "optimizer tensors": state, "losses": [m["loss"] for m in metrics],
+            "valid": [m["valid"]["mrr"] for m in metrics], "test": json.loads(test.stdout)["metrics"]}
+
+
+@pytest.mark.parametrize("sets", [[], ["model.decoder=complex", "model.reciprocal=false"]],
+                         ids=["distmult-reciprocal", "complex-both-sides"])
+def test_link_prediction_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, lp_config, gloo, sets):
+    base = lp_config.parent / ("-".join(sets) or "plain")
+    extra = [a for s in sets for a in ("--set", s)]
+    out = run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={base / 'one'}", *extra)
+    assert out.returncode == 0, out.stderr
+    assert "data parallel: rank 0 of 1, 6 virtual shards a batch (this rank's: 0-5), owns table rows 0-383 of 384" in out.stdout, out.stdout
+    reference = lp_model(sluice_bin, base / "one")
+    assert reference["optimizer tensors"] and len(reference["losses"]) == 2 and all(reference["valid"])
+    # The same batches in one piece draw other negatives and sum otherwise: another model.
+    out = run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={base / 'whole'}", "--set", "train.virtual_shards=0", *extra)
+    assert out.returncode == 0, out.stderr
+    assert lp_model(sluice_bin, base / "whole")["nodes"] != reference["nodes"]
+    for n in (2, 3):
+        out = launch(lp_config, n, base / f"ranks-{n}", *extra)
+        assert out.returncode == 0, out.stderr
+        owned = {2: "0-191", 3: "0-127"}[n]
+        assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout and f"owns table rows {owned} of 384" in out.stdout, out.stdout
+        # Two phases: each rank's rows are its shard of the checkpoint, rank 0 wrote the manifest.
+        latest = base / f"ranks-{n}/checkpoints/epoch-2-step-0"
+        assert sorted(p.name for p in latest.glob("nodes.bin*")) == [f"nodes.bin.shard-{r}-of-{n}" for r in range(n)] + ["nodes.bin.shards.json"]
+        assert lp_model(sluice_bin, base / f"ranks-{n}") == reference, f"{n} ranks trained another model"
+
+
+def test_link_prediction_stopped_on_one_rank_resumes_at_other_world_sizes_bitwise(sluice_bin, lp_config, gloo):
+    """Two ranks stop after step 20 of 30 (rank 1 alone told to), three resume to the end of epoch 2
+    (resharded 2 -> 3), one process resumes to the end of epoch 3 (3 -> 1): one process's 3 epochs."""
+    base = lp_config.parent
+    reference = base / "lp-three-epochs"
+    assert run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={reference}", "--set", "train.epochs=3").returncode == 0
+    split = base / "lp-split"
+    stop_two_ranks(sluice_bin, lp_config, split, 20)
+    assert (split / "checkpoints/latest").read_text().strip() == "epoch-0-step-20"
+    out = launch(lp_config, 3, split, "--resume")
+    assert out.returncode == 0, out.stderr
+    assert json.loads((split / "checkpoints/epoch-2-step-0/nodes.bin.shards.json").read_text())["world_size"] == 3
+    out = run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={split}", "--set", "train.epochs=3", "--resume")
+    assert out.returncode == 0, out.stderr
+    assert (split / "checkpoints/latest").read_text().strip() == "epoch-3-step-0"
+    ours, theirs = lp_model(sluice_bin, split), lp_model(sluice_bin, reference)
+    for key in ("nodes", "relations", "optimizer tensors", "test"):
+        assert ours[key] == theirs[key], key
+
+
+@pytest.mark.parametrize("sets,says", [
+    (["train.schedule=partitions"], "train.virtual_shards with train.schedule: partitions: the partition buffer's schedule trains in one process"),
+    (["train.scoring=all"], "train.virtual_shards with train.scoring: all: 1vsAll scores every node in every shard"),
+    (["storage.mode=out_of_core"], "train.virtual_shards with storage.mode: out_of_core: link prediction across processes keeps the node table in memory"),
+    (["model.encoder=graphsage"], "train.virtual_shards with model.encoder: not sharded yet"),
+    (["train.virtual_shards=121"], "train.virtual_shards is 121, more than the 120 edges of a batch"),
+])
+def test_link_prediction_settings_that_cannot_shard_are_one_line(sluice_bin, lp_config, gloo, sets, says):
+    out = run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={lp_config.parent / 'lp-bad'}",
+              *[a for s in sets for a in ("--set", s)])
+    assert out.returncode != 0 and says in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr

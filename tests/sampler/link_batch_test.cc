@@ -76,6 +76,69 @@ TEST(LinkBatchSamplerTest, QueriesNegativesAndFirstOccurrenceRows) {
   EXPECT_NE(d.tail_neg, b.tail_neg);
 }
 
+// Virtual shards: shard v holds edges [n v / V, n (v + 1) / V) of the step (then their
+// reciprocals), its own chunks of negatives drawn per shard, keyed on the step and the shard;
+// a shard's draws do not depend on how many shards a rank computes, and an empty shard has none.
+TEST(LinkBatchSamplerTest, VirtualShardsCutTheStepAndDrawTheirOwnNegatives) {
+  const Edges e = Make(100);
+  LinkBatchOptions o;
+  o.base_relations = 3;
+  o.reciprocal = true;
+  o.chunks = 5;
+  o.negatives = 7;
+  o.seed = 5;
+  o.shards = 4;
+  ASSERT_EQ(o.ShardChunks(), 2u);  // ceil(5 / 4)
+  LinkBatchSampler sampler(200, o);
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 200}};
+  LinkBatch b;
+  sampler.Sample(e.columns(), 10, 31, 3, 9, ranges, b);  // 21 edges: shards of 5, 5, 5, 6
+  ASSERT_EQ(b.shards.size(), 4u);
+  EXPECT_EQ(b.edges, 21u);
+  EXPECT_EQ(b.queries, 42u);
+  uint64_t edge = 10, negs = 0;
+  for (size_t v = 0; v < 4; ++v) {
+    const LinkShard& s = b.shards[v];
+    EXPECT_EQ(s.edges, v == 3 ? 6u : 5u);
+    ASSERT_EQ(s.queries, 2 * s.edges);
+    for (uint64_t i = 0; i < s.edges; ++i, ++edge) {
+      const int64_t id = e.order[edge];
+      EXPECT_EQ(b.unique[b.head[s.query_begin + i]], e.src[id]);
+      EXPECT_EQ(b.unique[b.tail[s.query_begin + i]], e.dst[id]);
+      EXPECT_EQ(b.unique[b.head[s.query_begin + s.edges + i]], e.dst[id]);  // its reciprocal
+      EXPECT_EQ(b.rel[s.query_begin + s.edges + i], e.rel[id] + 3);
+    }
+    EXPECT_EQ(s.chunks, 2u);
+    EXPECT_EQ(s.tail_neg_begin, negs);
+    EXPECT_EQ(s.tail_neg_end - s.tail_neg_begin, 14u);
+    EXPECT_EQ(s.head_neg_end, s.head_neg_begin);  // reciprocal: tails only
+    EXPECT_EQ(s.uses(), 2 * s.queries + 14);
+    negs = s.tail_neg_end;
+  }
+  EXPECT_EQ(b.tail_neg.size(), negs);
+  // Shards draw apart: no two shards' negatives are the same list.
+  std::set<std::vector<int64_t>> draws;
+  for (const LinkShard& s : b.shards) {
+    std::vector<int64_t> ids;
+    for (uint64_t i = s.tail_neg_begin; i < s.tail_neg_end; ++i) ids.push_back(b.unique[b.tail_neg[i]]);
+    draws.insert(ids);
+  }
+  EXPECT_EQ(draws.size(), 4u);
+  // The same step again: the same draws; one more shard than edges leaves a shard empty.
+  LinkBatchSampler again(200, o);
+  LinkBatch c;
+  again.Sample(e.columns(), 10, 31, 3, 9, ranges, c);
+  EXPECT_EQ(c.unique, b.unique);
+  EXPECT_EQ(c.tail_neg, b.tail_neg);
+  o.shards = 3;
+  LinkBatchSampler three(200, o);
+  three.Sample(e.columns(), 10, 12, 3, 9, ranges, c);  // 2 edges, 3 shards
+  ASSERT_EQ(c.shards.size(), 3u);
+  EXPECT_EQ(c.shards[0].queries, 0u);
+  EXPECT_EQ(c.shards[0].tail_neg_end, c.shards[0].tail_neg_begin);
+  EXPECT_EQ(c.shards[1].edges + c.shards[2].edges, 2u);
+}
+
 TEST(LinkBatchSamplerTest, ReciprocalQueriesCorruptTailsOnly) {
   const Edges e = Make(40);
   LinkBatchOptions o;

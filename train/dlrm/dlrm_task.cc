@@ -285,7 +285,7 @@ Result<ModelInput> DlrmTask::StepInput(const RowBatch& b, const std::string& spl
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, split, in.dense, in.labels));
   if (dp_ != nullptr) {  // the rows from their owners
     SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/true));
-    in.tables.push_back(GatherUses(step_rows_.ptrs, {step_rows_.inverse}, tables_->width(), training));
+    in.tables.push_back(GatherUses(sharded_->ptrs(), {step_rows_.inverse}, tables_->width(), training));
   } else {
     inverse_.assign(b.inverse.begin(), b.inverse.end());
     const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
@@ -335,12 +335,8 @@ Status DlrmTask::SetUpDataParallel() {
   for (int r = 0; r <= world; ++r) owner_bounds_.push_back(DataParallel::RowRange(r, world, total).first);
   owner_bounds_.back() = total;
   std::tie(own_begin_, own_end_) = dp_->MyRows(total);
+  sharded_ = std::make_unique<ShardedRows>(dp_.get(), owner_bounds_, tables_->width());
   return Status::Ok();
-}
-
-int DlrmTask::OwnerOf(uint64_t global_row) const {
-  const auto it = std::upper_bound(owner_bounds_.begin(), owner_bounds_.end(), global_row);
-  return static_cast<int>(it - owner_bounds_.begin()) - 1;
 }
 
 RowKey DlrmTask::KeyOf(uint64_t global_row) const {
@@ -363,78 +359,20 @@ Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
   s.all.keys = b.all_keys;
   s.all.keys_distinct = false;
   all_dedupe_.Dedupe(s.all);
-  const std::vector<RowKey>& unique = s.all.unique;
   const std::vector<uint64_t>& offsets = tables_->offsets();
-  const uint64_t w = tables_->width();
-  const int world = dp_->world_size(), me = dp_->rank();
-  s.owner.resize(unique.size());
-  s.local_of.assign(unique.size(), -1);
-  s.mine.clear();
-  for (size_t u = 0; u < unique.size(); ++u) {
-    s.owner[u] = OwnerOf(offsets[unique[u].table] + unique[u].id);
-    if (s.owner[u] != me) continue;
-    const size_t k = s.mine.size();
-    if (k >= b.unique.size() || b.unique[k].table != unique[u].table || b.unique[k].id != unique[u].id) {
-      return FailedPrecondition("data parallel: step " + std::to_string(b.step) + "'s own rows differ from "
-                                "the rows its batch uses (a bug)");
-    }
-    s.local_of[u] = static_cast<int64_t>(k);
-    s.mine.push_back(static_cast<int64_t>(u));
-  }
-  if (s.mine.size() != b.unique.size()) {
-    return FailedPrecondition("data parallel: step " + std::to_string(b.step) + " loaded rows it does not use (a bug)");
-  }
+  s.rows.resize(s.all.unique.size());
+  for (size_t u = 0; u < s.rows.size(); ++u) s.rows[u] = offsets[s.all.unique[u].table] + s.all.unique[u].id;
   s.inverse.assign(s.all.inverse.begin(), s.all.inverse.end());
   // Rank q's shards use uses [use_begin[q], use_begin[q + 1]) (samples in order, S uses each).
+  const int world = dp_->world_size();
   const uint64_t n = b.samples, per_sample = rec_.sparse;
   s.use_begin.assign(static_cast<size_t>(world) + 1, 0);
   for (int q = 0; q <= world; ++q) {
     const int v = dp_->shards() * q / world;
     s.use_begin[static_cast<size_t>(q)] = DataParallel::ShardSamples(v, dp_->shards(), n).first * per_sample;
   }
-  // Which rows each rank's shards use: every rank's (evaluation: each rank scores the whole
-  // batch), or training's (rank q gets the rows its shards use from their owners).
-  std::vector<std::vector<char>>& needs = s.needs;  // reused: no allocation per step once grown
-  needs.resize(static_cast<size_t>(world));
-  for (std::vector<char>& need : needs) need.assign(unique.size(), every_row);
-  if (!every_row) {
-    for (int q = 0; q < world; ++q) {
-      for (uint64_t i = s.use_begin[static_cast<size_t>(q)]; i < s.use_begin[static_cast<size_t>(q) + 1]; ++i) {
-        needs[static_cast<size_t>(q)][static_cast<size_t>(s.inverse[i])] = 1;
-      }
-    }
-  }
-  std::vector<float> send;
-  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
-  for (int q = 0; q < world; ++q) {
-    const std::vector<char>& need = needs[static_cast<size_t>(q)];
-    for (size_t u = 0; u < unique.size(); ++u) {
-      if (!need[u] || s.owner[u] != me) continue;
-      const auto* row = reinterpret_cast<const float*>(b.rows[static_cast<size_t>(s.local_of[u])]);
-      send.insert(send.end(), row, row + w);
-      send_counts[static_cast<size_t>(q)] += w;
-    }
-  }
-  const std::vector<char>& need = needs[static_cast<size_t>(me)];
-  for (size_t u = 0; u < unique.size(); ++u) {
-    if (need[u]) recv_counts[static_cast<size_t>(s.owner[u])] += w;
-  }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "the step's rows"));
-  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each owner's rows start in `got`
-  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
-  s.values.resize(unique.size() * w);
-  s.ptrs.assign(unique.size(), nullptr);
-  uint64_t needed = 0;
-  for (size_t u = 0; u < unique.size(); ++u) {
-    if (!need[u]) continue;
-    uint64_t& from = at[static_cast<size_t>(s.owner[u])];
-    std::copy_n(got.data() + from, w, s.values.data() + u * w);
-    from += w;
-    s.ptrs[u] = s.values.data() + u * w;
-    ++needed;
-  }
-  dp_->CountRowsNeeded(needed);
-  return Status::Ok();
+  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+  return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, every_row);
 }
 
 Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
@@ -446,8 +384,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
   dp_->set_dense_floats(dense_floats);
   const int shards = dp_->shards();
   sizes.assign(static_cast<size_t>(shards), 1 + dense_floats);  // a shard's loss and dense gradients
-  step_rows_.use_grads.clear();
-  const std::span<float* const> rows(step_rows_.ptrs);
+  const std::span<float* const> rows = sharded_->ptrs();
   const std::span<const int64_t> uses(step_rows_.inverse);
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
@@ -469,7 +406,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
     const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
     for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
       const torch::Tensor x = (piece * share).contiguous();
-      step_rows_.use_grads.insert(step_rows_.use_grads.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+      sharded_->use_grads().insert(sharded_->use_grads().end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
     }
   }
   return Status::Ok();
@@ -493,44 +430,11 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
   opt_->step();
   time_.compute_s += SecondsSince(start);
   start = SteadyClock::now();
-  SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, SumOwnRowGrads(b));
+  SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
   ApplyRowOptimizer(tables_->optimizer(), rows, sums, tables_->width(), static_cast<float>(cfg_.train.lr * lr_scale_));
   time_.update_s += SecondsSince(start);
   return loss / static_cast<double>(b.samples);
-}
-
-Result<torch::Tensor> DlrmTask::SumOwnRowGrads(const RowBatch& b) {
-  StepRows& s = step_rows_;
-  const int world = dp_->world_size(), me = dp_->rank();
-  const uint64_t w = tables_->width();
-  // This rank's uses' gradients to their rows' owners, in use order.
-  std::vector<float> send;
-  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
-  const uint64_t first = s.use_begin[static_cast<size_t>(me)];
-  for (int r = 0; r < world; ++r) {
-    for (uint64_t i = first; i < s.use_begin[static_cast<size_t>(me) + 1]; ++i) {
-      if (s.owner[static_cast<size_t>(s.inverse[i])] != r) continue;
-      const float* g = s.use_grads.data() + (i - first) * w;
-      send.insert(send.end(), g, g + w);
-      send_counts[static_cast<size_t>(r)] += w;
-    }
-  }
-  // What comes back: every rank's uses of this rank's rows, ranks (so uses) in order.
-  std::vector<int64_t> use_rows;
-  for (int q = 0; q < world; ++q) {
-    for (uint64_t i = s.use_begin[static_cast<size_t>(q)]; i < s.use_begin[static_cast<size_t>(q) + 1]; ++i) {
-      const auto u = static_cast<size_t>(s.inverse[i]);
-      if (s.owner[u] != me) continue;
-      use_rows.push_back(s.local_of[u]);
-      recv_counts[static_cast<size_t>(q)] += w;
-    }
-  }
-  SLUICE_ASSIGN_OR_RETURN(std::vector<float> grads, dp_->AllToAll(send, send_counts, recv_counts, "the rows' gradients"));
-  const auto d = static_cast<int64_t>(w);
-  std::vector<torch::Tensor> pieces;
-  if (!use_rows.empty()) pieces.push_back(torch::from_blob(grads.data(), {static_cast<int64_t>(use_rows.size()), d}));
-  return SumRowGrads({use_rows}, pieces, static_cast<int64_t>(b.unique.size()), d);
 }
 
 void DlrmTask::StartPreload(const RecordSource* source, uint64_t first_step) {

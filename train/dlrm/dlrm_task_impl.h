@@ -29,6 +29,7 @@
 #include "train/accelerator.h"
 #include "train/data_parallel.h"
 #include "train/device_rows.h"
+#include "train/sharded_rows.h"
 #include "train/task.h"
 
 namespace sluice {
@@ -132,27 +133,22 @@ class DlrmTask : public Task {
   // The step's rows from their owners (step_rows_, all-to-all): the rows this rank's shards use,
   // or (every_row) every distinct row of b.all_keys.
   Status GatherStepRows(const RowBatch& b, bool every_row);
-  // After a sharded step: this rank's uses' gradients sent to their rows' owners, every rank's
-  // uses of this rank's rows received and summed per row in use order ([b.unique, width]).
-  Result<torch::Tensor> SumOwnRowGrads(const RowBatch& b);
-  int OwnerOf(uint64_t global_row) const;
+  int OwnerOf(uint64_t global_row) const { return sharded_->OwnerOf(global_row); }
   RowKey KeyOf(uint64_t global_row) const;
   // Global rows [first, first + count) of this process's tables (synced), as row_bytes each.
   Status ReadGlobalRows(IoSession& io, uint64_t first, uint64_t count, std::byte* out);
   Status WriteGlobalRows(IoSession& io, uint64_t first, uint64_t count, const std::byte* rows);
-  // Checkpoints of sharded tables, in two phases (train/row_checkpoint.h): every rank writes the
-  // rows it owns as its shard file in the checkpoint's directory and reports its digest to rank
-  // 0 (SaveShard on the others, SaveShards on rank 0), which then writes the manifest.
+  // Checkpoints of sharded tables, in two phases (SendRowShard on the others, CollectRowShards
+  // on rank 0; train/data_parallel.h).
   Status SaveShard(const std::string& checkpoint_dir) override;
-  Status SaveShards(CheckpointWriter& writer);
-  // This rank's shard of the tables in `dir`.
-  Result<FileDigest> WriteOwnShard(const std::string& dir);
+  // `use` given a reader of this process's global rows (synced).
+  Status WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use);
   Result<std::string> AssembleShards(const std::string& dir);
   // The rows a checkpoint's tables give this process: its own when sharded, else all.
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
   Result<double> TrainShardedStep(RowBatch& b);
   // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
-  // end, every shard's payload size, and the uses' gradients (step_rows_.use_grads).
+  // end, every shard's payload size, and the uses' gradients (sharded_->use_grads()).
   Status ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
                        std::vector<float>& mine, std::vector<uint64_t>& sizes);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
@@ -222,17 +218,12 @@ class DlrmTask : public Task {
   std::unique_ptr<DataParallel> dp_;
   std::vector<uint64_t> owner_bounds_;  // rank r owns global rows [bounds[r], bounds[r + 1])
   uint64_t own_begin_ = 0, own_end_ = 0;
+  std::unique_ptr<ShardedRows> sharded_;  // the step's rows across their owners
   struct StepRows {
-    RowBatch all;                  // keys: every use's row; unique, inverse: deduplicated
-    std::vector<int64_t> inverse;  // per use: its row in `all.unique`
-    std::vector<float> values;     // the rows' trained floats, `width` each, from their owners
-    std::vector<float*> ptrs;      // per distinct row: its values (null: a row this rank does not use)
-    std::vector<int64_t> mine;     // positions in all.unique of this rank's rows, in b.unique order
-    std::vector<int64_t> local_of; // per distinct row: its index in b.unique (-1: another rank's)
-    std::vector<int> owner;
+    RowBatch all;                     // keys: every use's row; unique, inverse: deduplicated
+    std::vector<uint64_t> rows;       // per distinct row: its global row number
+    std::vector<int64_t> inverse;     // per use: its row in `all.unique`
     std::vector<uint64_t> use_begin;  // rank q's shards' uses: [use_begin[q], use_begin[q + 1])
-    std::vector<float> use_grads;     // this rank's uses' gradients, width each, in use order
-    std::vector<std::vector<char>> needs;  // per rank: which distinct rows its shards use
   } step_rows_;
   RowDeduper all_dedupe_;
   // Device.

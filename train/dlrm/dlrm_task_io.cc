@@ -449,71 +449,28 @@ std::pair<uint64_t, uint64_t> DlrmTask::RowsToLoad() const {
   return {0, tables_->total_rows()};
 }
 
-Result<FileDigest> DlrmTask::WriteOwnShard(const std::string& dir) {
+Status DlrmTask::WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use) {
   SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
-  const std::string path = dir + "/" + RowShardName(TableFileName(), dp_->rank(), dp_->world_size());
-  return WriteRowShard(path, own_begin_, own_end_ - own_begin_, tables_->row_bytes(),
-                       [&](uint64_t at, uint64_t n, std::byte* out) { return ReadGlobalRows(*io, at, n, out); });
+  return use([&](uint64_t at, uint64_t n, std::byte* out) { return ReadGlobalRows(*io, at, n, out); });
 }
 
-namespace {
-// What a rank tells rank 0 of its shard: written (1) or not (0), its bytes and CRC-32.
-struct ShardReport {
-  uint64_t written = 0, bytes = 0, crc32 = 0;
-};
-std::span<std::byte> AsBytes(ShardReport& r) { return {reinterpret_cast<std::byte*>(&r), sizeof r}; }
-}  // namespace
-
-// A rank other than 0: its shard into the checkpoint's directory once rank 0 has made it, then
-// its report (sent even when the write failed, so rank 0 does not wait for it).
+// A rank other than 0: its shard into the checkpoint's directory once rank 0 has made it.
 Status DlrmTask::SaveShard(const std::string& checkpoint_dir) {
   if (dp_ == nullptr || dp_->group() == nullptr) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(SyncTables());
-  return dp_->Collective("its rows for a checkpoint", [&]() -> Status {
-    SLUICE_RETURN_IF_ERROR(dp_->group()->Barrier());
-    Result<FileDigest> d = WriteOwnShard(checkpoint_dir);
-    ShardReport report;
-    if (d.ok()) report = {1, d->bytes, d->crc32};
-    SLUICE_RETURN_IF_ERROR(dp_->group()->Send(AsBytes(report), 0));
-    return d.status();
+  return WithGlobalRows([&](const RowRangeReader& read) {
+    return SendRowShard(*dp_, checkpoint_dir, TableFileName(), own_begin_, own_end_ - own_begin_,
+                        tables_->row_bytes(), read);
   });
-}
-
-// Rank 0: its own shard, every other rank's report, then the manifest.
-Status DlrmTask::SaveShards(CheckpointWriter& writer) {
-  const int world = dp_->world_size();
-  std::vector<FileDigest> digests(static_cast<size_t>(world));
-  const Status exchanged = dp_->Collective("its rows for a checkpoint", [&]() -> Status {
-    SLUICE_RETURN_IF_ERROR(dp_->group()->Barrier());  // the checkpoint's directory exists
-    Result<FileDigest> own = WriteOwnShard(writer.dir());
-    Status failed = own.status();
-    if (own.ok()) digests[0] = *own;
-    for (int r = 1; r < world; ++r) {
-      ShardReport report;
-      SLUICE_RETURN_IF_ERROR(dp_->group()->Recv(AsBytes(report), r));
-      if (report.written == 0 && failed.ok()) {
-        failed = IoError("rank " + std::to_string(r) + " could not write its rows into the checkpoint "
-                         "(its output says why)");
-      }
-      digests[static_cast<size_t>(r)] = {report.bytes, static_cast<uint32_t>(report.crc32)};
-    }
-    return failed;
-  });
-  SLUICE_RETURN_IF_ERROR(exchanged);
-  const std::string table = TableFileName();
-  for (int r = 0; r < world; ++r) {
-    const FileDigest& d = digests[static_cast<size_t>(r)];
-    SLUICE_RETURN_IF_ERROR(writer.Adopt(RowShardName(table, r, world), d.bytes, d.crc32));
-  }
-  return writer.WriteString(RowShardManifestName(table),
-                            RowShardManifest(tables_->total_rows(), tables_->row_bytes(), owner_bounds_, digests));
 }
 
 Status DlrmTask::Save(CheckpointWriter& writer) {
   SLUICE_RETURN_IF_ERROR(SyncTables());
   const std::string tables = TableFileName();
   if (dp_ != nullptr && dp_->group() != nullptr) {
-    SLUICE_RETURN_IF_ERROR(SaveShards(writer));
+    SLUICE_RETURN_IF_ERROR(WithGlobalRows([&](const RowRangeReader& read) {
+      return CollectRowShards(*dp_, writer, tables, owner_bounds_, tables_->row_bytes(), read);
+    }));
   } else if (in_memory_) {
     SLUICE_RETURN_IF_ERROR(WriteMemoryRows(writer.PathOf(tables)));
     SLUICE_RETURN_IF_ERROR(writer.Record(tables));

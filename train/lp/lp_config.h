@@ -119,6 +119,7 @@ struct LpTrainConfig {
   Schedule schedule = Schedule::kPartitions;
   OrderingKind ordering = OrderingKind::kRolling;
   uint64_t seed = 1;
+  int virtual_shards = 0;  // 0: each batch in one piece (train/data_parallel.h)
 
   template <class V>
   void VisitFields(V& v) {
@@ -168,6 +169,7 @@ struct LpTrainConfig {
             "epoch; buckets shared out as split; more swaps than split, about 2x the bound at 32 "
             "resident and more)");
     v.Field("seed", seed, "seed of initial rows, batch order and negatives");
+    VirtualShardsField(v, virtual_shards);
   }
 };
 

@@ -1,7 +1,9 @@
 #include "train/lp/lp_step.h"
 
 #include "common/clock.h"
+#include "train/data_parallel.h"
 #include "train/model_step.h"
+#include "train/sharded_rows.h"
 
 namespace sluice {
 
@@ -53,15 +55,15 @@ void LpStepper::SetLrScale(double scale) {
   if (device_rows_ != nullptr) device_rows_->set_lr(RowLr());
 }
 
+float* LpStepper::RowAddress(int64_t v, const std::vector<std::byte*>& base) const {
+  const BlockId blk = layout_.block_of(v);
+  return reinterpret_cast<float*>(base[blk] + (static_cast<uint64_t>(v) - layout_.bounds[blk]) * layout_.row_bytes);
+}
+
 std::vector<float*> LpStepper::RowAddresses(const LinkBatch& b,
                                             const std::vector<std::byte*>& base) const {
   std::vector<float*> rows(b.unique.size());
-  for (size_t i = 0; i < b.unique.size(); ++i) {
-    const int64_t v = b.unique[i];
-    const BlockId blk = layout_.block_of(v);
-    rows[i] = reinterpret_cast<float*>(
-        base[blk] + (static_cast<uint64_t>(v) - layout_.bounds[blk]) * layout_.row_bytes);
-  }
+  for (size_t i = 0; i < b.unique.size(); ++i) rows[i] = RowAddress(b.unique[i], base);
   return rows;
 }
 
@@ -79,8 +81,97 @@ void LpStepper::AddColumns(LinkBatch& b, ModelInput& in) {
   if (!b.head_col.empty()) in.ids["head_col"] = IdsOf(b.head_col);
 }
 
+namespace {
+
+UseParts ShardParts(const LinkBatch& b, const LinkShard& s) {
+  const std::span<const int64_t> head(b.head), tail(b.tail), tneg(b.tail_neg), hneg(b.head_neg);
+  UseParts parts = {head.subspan(s.query_begin, s.queries), tail.subspan(s.query_begin, s.queries),
+                    tneg.subspan(s.tail_neg_begin, s.tail_neg_end - s.tail_neg_begin)};
+  if (s.head_neg_end > s.head_neg_begin) parts.push_back(hneg.subspan(s.head_neg_begin, s.head_neg_end - s.head_neg_begin));
+  return parts;
+}
+
+}  // namespace
+
+void LpStepper::ShardedUses(const LinkBatch& b, const std::vector<std::byte*>& block_base) {
+  const int world = dp_->world_size(), me = dp_->rank(), shards = dp_->shards();
+  step_rows_.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
+  own_.clear();
+  for (size_t u = 0; u < b.unique.size(); ++u) {
+    step_rows_[u] = layout_.row_of(b.unique[u]);
+    if (sharded_->OwnerOf(step_rows_[u]) == me) own_.push_back(RowAddress(b.unique[u], block_base));
+  }
+  std::vector<uint64_t> shard_begin;  // shard v's first use
+  step_uses_.clear();
+  for (const LinkShard& s : b.shards) {
+    shard_begin.push_back(step_uses_.size());
+    for (std::span<const int64_t> part : ShardParts(b, s)) step_uses_.insert(step_uses_.end(), part.begin(), part.end());
+  }
+  shard_begin.push_back(step_uses_.size());
+  use_begin_.resize(static_cast<size_t>(world) + 1);
+  for (int q = 0; q <= world; ++q) use_begin_[static_cast<size_t>(q)] = shard_begin[static_cast<size_t>(shards * q / world)];
+}
+
+// Every rank samples every shard (so it knows every use of its rows) and computes its own: each
+// shard's loss and gradients through the model seam, its use gradients weighed by its share of
+// the step's edges; then the exchange (train/data_parallel.h, train/sharded_rows.h).
+Result<double> LpStepper::TrainSharded(LinkBatch& b, const std::vector<std::byte*>& block_base,
+                                       uint64_t epoch, uint64_t step) {
+  auto start = SteadyClock::now();
+  const int64_t d = cfg_.model.dim;
+  const int shards = dp_->shards();
+  if (b.shards.size() != static_cast<size_t>(shards)) {
+    return FailedPrecondition("data parallel: step " + std::to_string(step) + " was sampled in " +
+                              std::to_string(b.shards.size()) + " shards, not " + std::to_string(shards) + " (a bug)");
+  }
+  ShardedUses(b, block_base);
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, /*every_row=*/false));
+  times_.gather_s += SecondsSince(start);
+  start = SteadyClock::now();
+  const std::span<float* const> rows = sharded_->ptrs();
+  const std::vector<torch::Tensor> params = model_->parameters();
+  std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + DenseFloats(params));
+  std::vector<float> mine;
+  const bool fused = builtin_ != nullptr && builtin_->fused();
+  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+    const LinkShard& s = b.shards[static_cast<size_t>(v)];
+    if (s.queries == 0) {  // a step with fewer edges than shards
+      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      continue;
+    }
+    const UseParts parts = ShardParts(b, s);
+    ModelInput in;
+    in.tables.push_back(GatherUses(rows, parts, d, /*requires_grad=*/!fused));
+    in.ids["relation"] = torch::from_blob(b.rel.data() + s.query_begin, {static_cast<int64_t>(s.queries)}, torch::kInt64);
+    in.sizes = {{"queries", static_cast<int64_t>(s.queries)},
+                {"chunks", s.chunks},
+                {"per_chunk", s.per_chunk},
+                {"head_negatives", s.head_neg_end > s.head_neg_begin ? 1 : 0}};
+    in.key = {cfg_.train.seed, epoch, step * static_cast<uint64_t>(shards) + static_cast<uint64_t>(v)};
+    rel_opt_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*model_, in, fused));
+    AppendShardPayload(mine, g.loss, s.edges, b.edges, params);
+    const float share = static_cast<float>(s.edges) / static_cast<float>(b.edges);
+    std::vector<float>& out = sharded_->use_grads();
+    for (const torch::Tensor& piece : g.use_grads[0]) {  // this shard's uses, in use order
+      const torch::Tensor x = (piece * share).contiguous();
+      out.insert(out.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
+  const double loss = SetShardGradients(all, sizes, params);
+  rel_opt_->step();
+  times_.compute_s += SecondsSince(start);
+  start = SteadyClock::now();
+  SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
+  ApplyRowOptimizer(RowOptimizer::kAdagrad, own_, sums, d, RowLr());
+  times_.update_s += SecondsSince(start);
+  return loss / static_cast<double>(b.edges);
+}
+
 Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& block_base,
                                 uint64_t epoch, uint64_t step) {
+  if (dp_ != nullptr) return TrainSharded(b, block_base, epoch, step);
   auto t0 = SteadyClock::now();
   const int64_t d = cfg_.model.dim;
   const std::vector<float*> rows = RowAddresses(b, block_base);

@@ -27,6 +27,9 @@
 
 namespace sluice {
 
+class DataParallel;
+class ShardedRows;
+
 // Seconds per stage of the compute thread; gather_s includes the row addresses.
 struct LpStepTimes {
   double gather_s = 0, compute_s = 0, update_s = 0;
@@ -64,10 +67,20 @@ class LpStepper {
   Status Launch(LinkBatch& batch, uint64_t epoch, uint64_t step);
   Result<double> Finish();
 
+  // Data parallel (train.virtual_shards; train/data_parallel.h): a step sampled in virtual
+  // shards trains this rank's shards on rows from their owners (`rows`); the shards' losses and
+  // relation gradients are added in shard order, each row's use gradients by its owner.
+  void UseDataParallel(DataParallel* dp, ShardedRows* rows) { dp_ = dp, sharded_ = rows; }
+
   const LpStepTimes& times() const { return times_; }
 
  private:
+  float* RowAddress(int64_t node, const std::vector<std::byte*>& base) const;
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
+  Result<double> TrainSharded(LinkBatch& b, const std::vector<std::byte*>& block_base, uint64_t epoch,
+                              uint64_t step);
+  // The step's rows (this rank's addressed), every shard's uses and where each rank's begin.
+  void ShardedUses(const LinkBatch& b, const std::vector<std::byte*>& block_base);
   static void AddColumns(LinkBatch& b, ModelInput& in);
   float RowLr() const { return static_cast<float>(cfg_.train.lr * lr_scale_); }
 
@@ -82,6 +95,11 @@ class LpStepper {
   DeviceRows* device_rows_ = nullptr;
   std::vector<RowKey> keys_;  // the staged step's rows, as keys
   torch::Tensor loss_;        // the running step's loss, on the device
+  DataParallel* dp_ = nullptr;
+  ShardedRows* sharded_ = nullptr;
+  std::vector<uint64_t> step_rows_, use_begin_;  // data parallel: the step's (ShardedUses)
+  std::vector<int64_t> step_uses_;
+  std::vector<float*> own_;
   LpStepTimes times_;
 };
 

@@ -15,7 +15,11 @@
 #include "storage/file.h"
 #include "storage/row_file.h"
 #include "train/accelerator.h"
+#include "train/data_parallel.h"
 #include "train/device_rows.h"
+#include "train/dist.h"
+#include "train/row_checkpoint.h"
+#include "train/sharded_rows.h"
 #include "train/fingerprint.h"
 #include "train/lp/lp_epoch.h"
 #include "train/lp/lp_eval.h"
@@ -79,6 +83,12 @@ class LpTask : public Task {
   std::string MemorySummary() const override;
   Status Export(const std::string& dir) override;
   Result<std::string> Predict(const PredictRequest& request) override;
+  Status SetDistGroup(DistGroup* group) override {
+    group_ = group;
+    return Status::Ok();
+  }
+  DataParallel* data_parallel() override { return dp_.get(); }
+  Status SaveShard(const std::string& checkpoint_dir) override;
 
  private:
   uint32_t partitions() const { return layout_.num_blocks(); }
@@ -128,6 +138,23 @@ class LpTask : public Task {
   }
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;
+  // Data parallel (train.virtual_shards; docs/distributed.md): rank r owns table rows
+  // [bounds[r], bounds[r + 1]) and alone updates them; the table in memory holds every row, the
+  // others' as of the last evaluation's exchange (ShareOwnRows).
+  Status SetUpDataParallel();
+  bool across_processes() const { return dp_ != nullptr && dp_->group() != nullptr; }
+  std::pair<uint64_t, uint64_t> OwnRows() const {
+    return {sharded_->bounds()[static_cast<size_t>(dp_->rank())], sharded_->bounds()[static_cast<size_t>(dp_->rank()) + 1]};
+  }
+  Status ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const;
+  // Every rank's rows' embeddings to every other rank (before evaluation: each ranks the whole split).
+  Status ShareOwnRows();
+  // A checkpoint's table (whole or in shards) into the memory table, or into table_path_.
+  Status LoadSharded(const std::string& dir, bool into_memory);
+  DistGroup* group_ = nullptr;
+  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<ShardedRows> sharded_;
+  std::string sharded_from_;  // a checkpoint whose table is in shards (LoadState)
 };
 
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
@@ -196,7 +223,92 @@ Status LpTask::Open(Purpose purpose) {
   }
   SLUICE_RETURN_IF_ERROR(MakeStepper());
   ranker_ = std::make_unique<LpRanker>(dataset_, cfg_, num_relations_);
+  return SetUpDataParallel();
+}
+
+// Across processes only the global shuffle, sampled negatives and the built-in decoders on the
+// CPU, with the table in memory, so far (docs/distributed.md).
+Status LpTask::SetUpDataParallel() {
+  const int v = cfg_.train.virtual_shards;
+  const int world = group_ != nullptr ? group_->world_size() : 1;
+  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "edges"));
+  const auto refuse = [](const std::string& what, const std::string& why) {
+    return InvalidArgument("train.virtual_shards with " + what + ": " + why);
+  };
+  if (cfg_.train.schedule != Schedule::kShuffle) {
+    return refuse("train.schedule: partitions", "the partition buffer's schedule trains in one process; set "
+                  "train.schedule: shuffle (docs/distributed.md)");
+  }
+  if (cfg_.train.scoring == Scoring::kAll) {
+    return refuse("train.scoring: all", "1vsAll scores every node in every shard, so every rank would need "
+                  "every row each step; set train.scoring: sampled");
+  }
+  if (!in_memory_) {
+    return refuse("storage.mode: out_of_core", "link prediction across processes keeps the node table in "
+                  "memory so far (the shuffle needs every partition resident anyway); set storage.mode: in_memory");
+  }
+  if (cfg_.model.encoder != LpEncoder::kNone) return refuse("model.encoder", "not sharded yet");
+  if (factory_) return refuse("a user's model", "only the built-in decoders train in virtual shards so far");
+  if (cfg_.device.on_device()) {
+    return refuse(std::string("device.type ") + EnumName(cfg_.device.type), "training in virtual shards runs on the CPU only so far");
+  }
+  dp_ = std::make_unique<DataParallel>(group_, v);
+  std::vector<uint64_t> bounds;
+  for (int r = 0; r <= world; ++r) bounds.push_back(DataParallel::RowRange(r, world, layout_.num_rows()).first);
+  bounds.back() = layout_.num_rows();
+  sharded_ = std::make_unique<ShardedRows>(dp_.get(), std::move(bounds), static_cast<uint64_t>(cfg_.model.dim));
+  dp_->set_dense_floats(DenseFloats(stepper_->model().parameters()));
+  stepper_->UseDataParallel(dp_.get(), sharded_.get());
   return Status::Ok();
+}
+
+Status LpTask::ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const {
+  std::memcpy(out, memory_table_.data() + at * layout_.row_bytes, n * layout_.row_bytes);
+  return Status::Ok();
+}
+
+Status LpTask::ShareOwnRows() {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
+  const std::vector<uint64_t>& bounds = sharded_->bounds();
+  const auto [lo, hi] = OwnRows();
+  std::vector<float> send;
+  send.reserve((hi - lo) * d * static_cast<uint64_t>(world - 1));
+  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    for (uint64_t row = lo; row < hi; ++row) {
+      const auto* f = reinterpret_cast<const float*>(memory_table_.data() + row * layout_.row_bytes);
+      send.insert(send.end(), f, f + d);
+    }
+    send_counts[static_cast<size_t>(q)] = (hi - lo) * d;
+    recv_counts[static_cast<size_t>(q)] = (bounds[static_cast<size_t>(q) + 1] - bounds[static_cast<size_t>(q)]) * d;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "its rows for evaluation"));
+  const float* from = got.data();
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    for (uint64_t row = bounds[static_cast<size_t>(q)]; row < bounds[static_cast<size_t>(q) + 1]; ++row, from += d) {
+      std::memcpy(memory_table_.data() + row * layout_.row_bytes, from, d * 4);
+    }
+  }
+  return Status::Ok();
+}
+
+Status LpTask::LoadSharded(const std::string& dir, bool into_memory) {
+  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows,
+                          CheckpointRows::Open(dir, "nodes.bin", layout_.row_bytes, layout_.num_rows()));
+  if (!into_memory) return rows.WriteRowFile(table_path_, 0, layout_.num_rows()).WithContext("resume");
+  memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
+  return rows.Read(0, layout_.num_rows(), memory_table_.data());
+}
+
+Status LpTask::SaveShard(const std::string& checkpoint_dir) {
+  if (!across_processes()) return Status::Ok();
+  const auto [lo, hi] = OwnRows();
+  return SendRowShard(*dp_, checkpoint_dir, "nodes.bin", lo, hi - lo, layout_.row_bytes,
+                      [this](uint64_t at, uint64_t n, std::byte* out) { return ReadMemoryRows(at, n, out); });
 }
 
 // The validation and test edges' ids in range, before any epoch is spent (they are small;
@@ -240,11 +352,19 @@ std::unique_ptr<LpScorer> LpTask::Scorer() {
 }
 
 Status LpTask::LoadState(const CheckpointReader& checkpoint) {
-  SLUICE_ASSIGN_OR_RETURN(std::string nodes, checkpoint.PathOf("nodes.bin"));
-  std::error_code ec;
-  if (fs::file_size(nodes, ec) != RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()) || ec) {
-    return Corruption(nodes + ": size does not match the model (" + std::to_string(table_bytes()) +
-                      " bytes of rows expected)");
+  std::string nodes;
+  sharded_from_.clear();
+  if (CheckpointRows::Sharded(checkpoint.dir(), "nodes.bin")) {  // written by the ranks of a run
+    SLUICE_RETURN_IF_ERROR(
+        CheckpointRows::Open(checkpoint.dir(), "nodes.bin", layout_.row_bytes, layout_.num_rows()).status());
+    sharded_from_ = checkpoint.dir();
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(nodes, checkpoint.PathOf("nodes.bin"));
+    std::error_code ec;
+    if (fs::file_size(nodes, ec) != RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()) || ec) {
+      return Corruption(nodes + ": size does not match the model (" + std::to_string(table_bytes()) +
+                        " bytes of rows expected)");
+    }
   }
   if (LinkModel* builtin = stepper_->builtin()) {
     torch::Tensor rel;
@@ -272,7 +392,9 @@ Status LpTask::PrepareTraining(const CheckpointReader* resumed) {
   std::error_code ec;
   fs::create_directories(cfg_.run_dir + "/tables", ec);
   if (ec) return IoError("create " + cfg_.run_dir + "/tables: " + ec.message());
-  if (resumed != nullptr) {  // the table restarts from the snapshot (it may have moved on since)
+  if (resumed != nullptr && !sharded_from_.empty()) {
+    SLUICE_RETURN_IF_ERROR(LoadSharded(sharded_from_, /*into_memory=*/false));
+  } else if (resumed != nullptr) {  // the table restarts from the snapshot (it may have moved on since)
     fs::copy_file(rows_path_, table_path_ + ".tmp", fs::copy_options::overwrite_existing, ec);
     if (ec) return IoError("resume: copy the checkpoint's table: " + ec.message());
     fs::rename(table_path_ + ".tmp", table_path_, ec);
@@ -345,6 +467,10 @@ Status LpTask::SetUpDeviceRows() {
 }
 
 Status LpTask::PrepareReading(const CheckpointReader& checkpoint) {
+  if (CheckpointRows::Sharded(checkpoint.dir(), "nodes.bin")) {  // read whole into memory
+    rows_path_.clear();
+    return LoadSharded(checkpoint.dir(), /*into_memory=*/true);
+  }
   SLUICE_ASSIGN_OR_RETURN(rows_path_, checkpoint.PathOf("nodes.bin"));
   return Status::Ok();
 }
@@ -358,6 +484,7 @@ LinkBatchOptions LpTask::BatchOptions() const {
   bo.all_negatives = cfg_.train.scoring == Scoring::kAll;
   bo.max_candidates = layout_.num_nodes();
   bo.seed = cfg_.train.seed;
+  bo.shards = static_cast<uint32_t>(cfg_.train.virtual_shards);
   return bo;
 }
 
@@ -490,8 +617,15 @@ Status LpTask::SyncTable() {
 }
 
 Status LpTask::Save(CheckpointWriter& writer) {
-  SLUICE_RETURN_IF_ERROR(SyncTable());
-  SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin", in_memory_ ? nullptr : &table_->dirty()));
+  if (across_processes()) {  // every rank's own rows as its shard, rank 0's manifest
+    SLUICE_RETURN_IF_ERROR(CollectRowShards(*dp_, writer, "nodes.bin", sharded_->bounds(), layout_.row_bytes,
+                                            [this](uint64_t at, uint64_t n, std::byte* out) {
+                                              return ReadMemoryRows(at, n, out);
+                                            }));
+  } else {
+    SLUICE_RETURN_IF_ERROR(SyncTable());
+    SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin", in_memory_ ? nullptr : &table_->dirty()));
+  }
   if (LinkModel* builtin = stepper_->builtin()) {
     SLUICE_RETURN_IF_ERROR(SaveTorch(writer, "relations.pt", builtin->relations().detach().to(torch::kCPU).clone()));
   } else {
@@ -507,8 +641,10 @@ Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
   float* out = all.data_ptr<float>();
   std::vector<std::byte> block(layout_.block_bytes());
   const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
-  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(rows_path_.empty() ? table_path_ : rows_path_,
-                                                OpenMode::kRead, false));
+  File file;
+  if (!from_memory) {
+    SLUICE_ASSIGN_OR_RETURN(file, File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false));
+  }
   for (BlockId b = 0; b < layout_.num_blocks(); ++b) {
     const std::byte* rows = nullptr;
     if (from_memory) {
@@ -555,6 +691,7 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   if (!dataset_.Has("edges." + split + ".src")) {
     return NotFound("dataset " + cfg_.dataset + " has no '" + split + "' split");
   }
+  if (across_processes()) SLUICE_RETURN_IF_ERROR(ShareOwnRows());
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
   std::unique_ptr<LpScorer> scorer = Scorer();
@@ -593,6 +730,7 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Set("memory", "reserved_bytes", plan_.reserved_bytes);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
   if (device_rows_ != nullptr) SummarizeDevice(s, *acc_, *device_rows_, e.device_wall_s);
+  if (dp_ != nullptr) SummarizeDataParallel(*dp_, layout_.num_rows(), s);
 }
 
 std::string LpTask::MemorySummary() const {
