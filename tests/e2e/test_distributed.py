@@ -558,3 +558,29 @@ def test_link_prediction_settings_that_cannot_shard_are_one_line(sluice_bin, lp_
               *[a for s in sets for a in ("--set", s)])
     assert out.returncode != 0 and says in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_rank_that_cannot_write_its_shard_is_named_and_the_checkpoint_is_not_committed(sluice_bin, lp_config, gloo):
+    """Rank 1's disk is full when it writes its shard of the epoch-2 checkpoint: rank 0 names it, no
+    epoch-2 checkpoint exists (epoch 1's stays latest), and resuming trains one process's model."""
+    base = lp_config.parent
+    run_dir, port = base / "lp-full-disk", free_port()
+    full = {"SLUICE_FAULT": "write:enospc:epoch-2-step-0.tmp/nodes.bin.shard-1-of-2:0:all"}
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(lp_config), "--set", f"run_dir={run_dir}",
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, **(full if r == 1 else {}))) for r in (0, 1)]
+    (rc0, _, err0), (rc1, _, err1) = finish(procs, timeout=120)
+    assert rc0 != 0 and "rank 1 could not write its rows into the checkpoint" in err0, err0
+    assert "checkpoint epoch-2-step-0 not written; the earlier checkpoints are intact" in err0, err0
+    assert rc1 != 0 and "nodes.bin.shard-1-of-2" in err1 and "No space left on device" in err1, err1
+    assert len(err0.strip().splitlines()) == 1 and len(err1.strip().splitlines()) == 1, (err0, err1)
+    assert (run_dir / "checkpoints/latest").read_text().strip() == "epoch-1-step-0"
+    assert not any(p.name.startswith("epoch-2") for p in (run_dir / "checkpoints").iterdir())
+    out = launch(lp_config, 2, run_dir, "--resume")
+    assert out.returncode == 0, out.stderr
+    reference = base / "lp-full-disk-ref"
+    assert run(sluice_bin, "train", str(lp_config), "--set", f"run_dir={reference}").returncode == 0
+    ours, theirs = lp_model(sluice_bin, run_dir), lp_model(sluice_bin, reference)
+    for key in ("nodes", "relations", "optimizer tensors", "test"):
+        assert ours[key] == theirs[key], key
