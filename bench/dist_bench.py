@@ -17,7 +17,11 @@ not scaling: every rank computes on the same two cores. One checkpoint at the en
 only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
 compute is sampling waits excluded (gathers, forward/backward of its shards, the optimizer).
 
-  /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc] [--data DIR] [--ranks 1,2,4] [--rounds 3]
+--task lp: link prediction (DistMult, reciprocal relations, the global shuffle, the node table in
+memory) on a generated single-relation community graph; the formula is the recommendation one
+with the step's row uses U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries).
+
+  /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc|lp] [--data DIR] [--ranks 1,2,4] [--rounds 3]
 """
 import argparse
 import json
@@ -77,6 +81,46 @@ def nc_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     return cfg
 
 
+LP_B, LP_DIM, LP_CHUNKS, LP_NEG = 1000, 64, 10, 500
+
+
+def make_lp_data(path: pathlib.Path) -> None:
+    tsv = path.parent / "lp-graph.tsv"
+    for cmd in (["gen-graph", "--kind", "community", "--communities", "50", "--nodes", "200000", "--edges", "2000000",
+                 "--seed", "1", "--out", str(tsv)],
+                ["edges", str(tsv), "--out", str(path), "--partitions", "4", "--valid-frac", "0.001",
+                 "--test-frac", "0.001"]):
+        out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py")] + cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"dist_bench: sluice_prep.py {cmd[0]} failed: {out.stderr.strip()}")
+
+
+def lp_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
+    cfg = tmp / "dist-lp.yaml"
+    cfg.write_text(f"dataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\ncheckpoint_every: 0\n"
+                   f"model: {{decoder: distmult, dim: {LP_DIM}, reciprocal: true}}\n"
+                   f"train: {{epochs: 1, batch: {LP_B}, chunks: {LP_CHUNKS}, negatives: {LP_NEG}, lr: 0.1, "
+                   f"schedule: shuffle, seed: 1, virtual_shards: {V}}}\n"
+                   "eval: {every: 0}\nstorage: {mode: in_memory}\ndist: {interface: lo}\n")
+    return cfg
+
+
+def lp_figures(s: dict, ranks: int) -> dict:
+    dp, t = s["data_parallel"], s["time"]
+    steps = max(1, dp["exchanges"])
+    n, d = ranks, LP_DIM
+    uses = 2 * (2 * LP_B) + V * math.ceil(LP_CHUNKS / V) * LP_NEG
+    predicted = 4 * ((n - 1) / n * dp["rows_needed_per_step"] * d + (n - 1) / n * (uses / n) * d
+                     + (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1))
+    comm = dp["exchange_s"]
+    compute = t["gather_s"] + t["compute_s"] + t["update_s"] - comm
+    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute / steps,
+            "io_ms": 1e3 * t["pipeline_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
+            "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
+            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
+            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
+
+
 def nc_figures(s: dict, ranks: int) -> dict:
     dp, c = s["data_parallel"], s["compute"]
     steps = max(1, dp["exchanges"])
@@ -101,6 +145,8 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
     s = json.loads((run_dir / "summary.json").read_text())
     if "compute" in s and "model_s" in s["compute"]:
         return nc_figures(s, ranks)
+    if "sampler_busy_s" in s["time"]:
+        return lp_figures(s, ranks)
     dp, t = s["data_parallel"], s["time"]
     steps = max(1, dp["exchanges"])
     w = DIM  # no linear term in this config
@@ -121,7 +167,7 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", choices=["dlrm", "nc"], default="dlrm")
+    p.add_argument("--task", choices=["dlrm", "nc", "lp"], default="dlrm")
     p.add_argument("--data", default="", help="a click log or, with --task nc, a node-classification "
                    "dataset (default: generated here)")
     p.add_argument("--ranks", default="1,2,4")
@@ -132,16 +178,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dist-bench-") as t:
         tmp = pathlib.Path(t)
         data = pathlib.Path(a.data) if a.data else tmp / "data"
+        make, conf = {"dlrm": (make_data, config), "nc": (make_nc_data, nc_config), "lp": (make_lp_data, lp_config)}[a.task]
         if not a.data:
-            (make_nc_data if a.task == "nc" else make_data)(data)
-        cfg = (nc_config if a.task == "nc" else config)(tmp, data)
+            make(data)
+        cfg = conf(tmp, data)
         runs = {n: [] for n in ranks}
         for _ in range(a.rounds):
             for n in ranks:
                 runs[n].append(train(a.bin, cfg, tmp / f"run{n}", n))
     med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]} for n in ranks}
     base = med[ranks[0]]["samples_s"]
-    if a.task == "nc":
+    if a.task == "lp":
+        print(f"DistMult d={LP_DIM}, reciprocal, batch {LP_B}, {V} virtual shards of ceil({LP_CHUNKS}/{V}) chunks x {LP_NEG} "
+              f"negatives, node table in memory, medians of {a.rounds} rounds; per step on rank 0 (local io: compute "
+              "waiting for the sampler)")
+    elif a.task == "nc":
         print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, "
               f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
     else:

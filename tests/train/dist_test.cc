@@ -8,6 +8,7 @@
 
 #include "train/data_parallel.h"
 #include "train/fingerprint.h"
+#include "train/sharded_rows.h"
 
 namespace sluice {
 namespace {
@@ -115,6 +116,36 @@ TEST(DataParallelTest, OneProcessExchangesWithItselfAndCarriesItsStopWish) {
   Result<std::vector<float>> bad = dp.Exchange(short_payload, sizes);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("sends 2 floats where its shards hold 8"), std::string::npos);
+}
+
+
+// One process owning every row: the step's rows are its own (copied where the uses read them),
+// and each row's use gradients come back summed in use order: row 5's uses 1e8, 1, -1e8 sum to
+// (1e8 + 1) - 1e8 = 0 in float, where another order, (1e8 - 1e8) + 1, would give 1.
+TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
+  DataParallel dp(nullptr, 3);
+  ShardedRows sharded(&dp, {0, 10}, 2);
+  std::vector<float> row5 = {5, 50}, row7 = {7, 70}, row2 = {2, 20};
+  const std::vector<float*> own = {row5.data(), row7.data(), row2.data()};
+  const std::vector<uint64_t> rows = {5, 7, 2};
+  const std::vector<int64_t> uses = {0, 1, 0, 2, 0};  // row 5 three times
+  const std::vector<uint64_t> use_begin = {0, 5};
+  ASSERT_TRUE(sharded.Fetch(1, rows, uses, use_begin, own, false).ok());
+  ASSERT_EQ(sharded.ptrs().size(), 3u);
+  EXPECT_EQ(sharded.ptrs()[1][1], 70.0f);
+  EXPECT_EQ(sharded.rows_needed(), 3u);
+  const float big = 1e8f, small = 1.0f;
+  sharded.use_grads() = {big, 1, 3, 3, small, 2, 4, 4, -big, 3};
+  Result<torch::Tensor> sums = sharded.SumOwnGrads();
+  ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+  ASSERT_EQ(sums->sizes(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ((*sums)[0][0].item<float>(), 0.0f);
+  EXPECT_EQ((*sums)[0][1].item<float>(), 6.0f);
+  EXPECT_EQ((*sums)[1][0].item<float>(), 3.0f);
+  EXPECT_EQ((*sums)[2][1].item<float>(), 4.0f);
+  // Loaded rows that do not match the step's own rows are a bug, said as one.
+  Status bad = sharded.Fetch(2, rows, uses, use_begin, {own.data(), 2}, false);
+  EXPECT_NE(bad.message().find("3 rows of this rank but 2 were loaded"), std::string::npos) << bad.ToString();
 }
 
 }  // namespace
