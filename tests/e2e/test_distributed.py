@@ -518,8 +518,9 @@ def test_link_prediction_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(
     for n in (2, 3):
         out = launch(lp_config, n, base / f"ranks-{n}", *extra)
         assert out.returncode == 0, out.stderr
-        owned = {2: "0-191", 3: "0-127"}[n]
+        owned, held = {2: ("0-191", "12.00 KiB"), 3: ("0-127", "8.00 KiB")}[n]
         assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout and f"owns table rows {owned} of 384" in out.stdout, out.stdout
+        assert f"node table 24.00 KiB (embeddings + Adagrad state), this rank holds its rows: {held}" in out.stdout, out.stdout
         # Two phases: each rank's rows are its shard of the checkpoint, rank 0 wrote the manifest.
         latest = base / f"ranks-{n}/checkpoints/epoch-2-step-0"
         assert sorted(p.name for p in latest.glob("nodes.bin*")) == [f"nodes.bin.shard-{r}-of-{n}" for r in range(n)] + ["nodes.bin.shards.json"]

@@ -92,7 +92,7 @@ Status LpEpoch::Start() {
   PrefetcherOptions po;
   uint32_t run_ahead = 0;
   if (ctx_.cache == nullptr) {
-    for (BlockId b = 0; b < p; ++b) {
+    for (BlockId b = 0; b < p && ctx_.memory_table != nullptr; ++b) {  // null: the stepper holds the rows
       block_base_[b] = ctx_.memory_table + uint64_t{b} * ctx_.layout.block_bytes();
     }
   } else {

@@ -36,7 +36,7 @@ struct LpEpochContext {
   LinkBatchSampler& sampler;  // used by the sampler stage only
   LpStepper& stepper;
   BlockCache* cache = nullptr;        // out of core
-  std::byte* memory_table = nullptr;  // in memory (every block, in order)
+  std::byte* memory_table = nullptr;  // in memory (every block, in order; null when data parallel)
   uint32_t slots = 0;                 // out of core: cache slots
   LpEpochStats& stats;
   DeviceRows* device_rows = nullptr;  // a device run's (the stepper uses it)

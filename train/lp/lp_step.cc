@@ -93,13 +93,15 @@ UseParts ShardParts(const LinkBatch& b, const LinkShard& s) {
 
 }  // namespace
 
-void LpStepper::ShardedUses(const LinkBatch& b, const std::vector<std::byte*>& block_base) {
+void LpStepper::ShardedUses(const LinkBatch& b) {
   const int world = dp_->world_size(), me = dp_->rank(), shards = dp_->shards();
   step_rows_.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
   own_.clear();
   for (size_t u = 0; u < b.unique.size(); ++u) {
     step_rows_[u] = layout_.row_of(b.unique[u]);
-    if (sharded_->OwnerOf(step_rows_[u]) == me) own_.push_back(RowAddress(b.unique[u], block_base));
+    if (sharded_->OwnerOf(step_rows_[u]) == me) {
+      own_.push_back(reinterpret_cast<float*>(held_base_ + (step_rows_[u] - held_first_) * layout_.row_bytes));
+    }
   }
   std::vector<uint64_t> shard_begin;  // shard v's first use
   step_uses_.clear();
@@ -115,8 +117,7 @@ void LpStepper::ShardedUses(const LinkBatch& b, const std::vector<std::byte*>& b
 // Every rank samples every shard (so it knows every use of its rows) and computes its own: each
 // shard's loss and gradients through the model seam, its use gradients weighed by its share of
 // the step's edges; then the exchange (train/data_parallel.h, train/sharded_rows.h).
-Result<double> LpStepper::TrainSharded(LinkBatch& b, const std::vector<std::byte*>& block_base,
-                                       uint64_t epoch, uint64_t step) {
+Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t step) {
   auto start = SteadyClock::now();
   const int64_t d = cfg_.model.dim;
   const int shards = dp_->shards();
@@ -124,7 +125,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, const std::vector<std::byte
     return FailedPrecondition("data parallel: step " + std::to_string(step) + " was sampled in " +
                               std::to_string(b.shards.size()) + " shards, not " + std::to_string(shards) + " (a bug)");
   }
-  ShardedUses(b, block_base);
+  ShardedUses(b);
   SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, /*every_row=*/false));
   times_.gather_s += SecondsSince(start);
   start = SteadyClock::now();
@@ -171,7 +172,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, const std::vector<std::byte
 
 Result<double> LpStepper::Train(LinkBatch& b, const std::vector<std::byte*>& block_base,
                                 uint64_t epoch, uint64_t step) {
-  if (dp_ != nullptr) return TrainSharded(b, block_base, epoch, step);
+  if (dp_ != nullptr) return TrainSharded(b, epoch, step);
   auto t0 = SteadyClock::now();
   const int64_t d = cfg_.model.dim;
   const std::vector<float*> rows = RowAddresses(b, block_base);

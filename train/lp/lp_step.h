@@ -71,16 +71,17 @@ class LpStepper {
   // shards trains this rank's shards on rows from their owners (`rows`); the shards' losses and
   // relation gradients are added in shard order, each row's use gradients by its owner.
   void UseDataParallel(DataParallel* dp, ShardedRows* rows) { dp_ = dp, sharded_ = rows; }
+  // Data parallel: the rows this process holds, table rows from `first_row` on at `base`.
+  void HoldRows(std::byte* base, uint64_t first_row) { held_base_ = base, held_first_ = first_row; }
 
   const LpStepTimes& times() const { return times_; }
 
  private:
   float* RowAddress(int64_t node, const std::vector<std::byte*>& base) const;
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
-  Result<double> TrainSharded(LinkBatch& b, const std::vector<std::byte*>& block_base, uint64_t epoch,
-                              uint64_t step);
+  Result<double> TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t step);
   // The step's rows (this rank's addressed), every shard's uses and where each rank's begin.
-  void ShardedUses(const LinkBatch& b, const std::vector<std::byte*>& block_base);
+  void ShardedUses(const LinkBatch& b);
   static void AddColumns(LinkBatch& b, ModelInput& in);
   float RowLr() const { return static_cast<float>(cfg_.train.lr * lr_scale_); }
 
@@ -100,6 +101,8 @@ class LpStepper {
   std::vector<uint64_t> step_rows_, use_begin_;  // data parallel: the step's (ShardedUses)
   std::vector<int64_t> step_uses_;
   std::vector<float*> own_;
+  std::byte* held_base_ = nullptr;
+  uint64_t held_first_ = 0;
   LpStepTimes times_;
 };
 

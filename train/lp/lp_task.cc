@@ -139,16 +139,21 @@ class LpTask : public Task {
   std::unique_ptr<Accelerator> acc_;
   std::unique_ptr<DeviceRows> device_rows_;
   // Data parallel (train.virtual_shards; docs/distributed.md): rank r owns table rows
-  // [bounds[r], bounds[r + 1]) and alone updates them; the table in memory holds every row, the
-  // others' as of the last evaluation's exchange (ShareOwnRows).
+  // [bounds[r], bounds[r + 1]), alone updates them and, across processes, holds only them in
+  // memory (memory_table_ holds rows [HeldRows().first, HeldRows().second)).
   Status SetUpDataParallel();
   bool across_processes() const { return dp_ != nullptr && dp_->group() != nullptr; }
   std::pair<uint64_t, uint64_t> OwnRows() const {
     return {sharded_->bounds()[static_cast<size_t>(dp_->rank())], sharded_->bounds()[static_cast<size_t>(dp_->rank()) + 1]};
   }
+  std::pair<uint64_t, uint64_t> HeldRows() const {
+    return across_processes() ? OwnRows() : std::pair<uint64_t, uint64_t>{0, layout_.num_rows()};
+  }
+  uint64_t held_bytes() const { return (HeldRows().second - HeldRows().first) * layout_.row_bytes; }
   Status ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const;
-  // Every rank's rows' embeddings to every other rank (before evaluation: each ranks the whole split).
-  Status ShareOwnRows();
+  // Every node's embedding on every rank: its own rows' from memory, the others' from their
+  // owners (before evaluation: each rank ranks the whole split).
+  Result<torch::Tensor> GatherEmbeddings();
   // A checkpoint's table (whole or in shards) into the memory table, or into table_path_.
   Status LoadSharded(const std::string& dir, bool into_memory);
   DistGroup* group_ = nullptr;
@@ -264,42 +269,50 @@ Status LpTask::SetUpDataParallel() {
 }
 
 Status LpTask::ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const {
-  std::memcpy(out, memory_table_.data() + at * layout_.row_bytes, n * layout_.row_bytes);
+  std::memcpy(out, memory_table_.data() + (at - HeldRows().first) * layout_.row_bytes, n * layout_.row_bytes);
   return Status::Ok();
 }
 
-Status LpTask::ShareOwnRows() {
+Result<torch::Tensor> LpTask::GatherEmbeddings() {
   const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
   const std::vector<uint64_t>& bounds = sharded_->bounds();
   const auto [lo, hi] = OwnRows();
+  std::vector<float> own((hi - lo) * d);
+  for (uint64_t row = lo; row < hi; ++row) {
+    std::memcpy(own.data() + (row - lo) * d, memory_table_.data() + (row - lo) * layout_.row_bytes, d * 4);
+  }
   std::vector<float> send;
-  send.reserve((hi - lo) * d * static_cast<uint64_t>(world - 1));
   std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
   for (int q = 0; q < world; ++q) {
     if (q == me) continue;
-    for (uint64_t row = lo; row < hi; ++row) {
-      const auto* f = reinterpret_cast<const float*>(memory_table_.data() + row * layout_.row_bytes);
-      send.insert(send.end(), f, f + d);
-    }
-    send_counts[static_cast<size_t>(q)] = (hi - lo) * d;
+    send.insert(send.end(), own.begin(), own.end());
+    send_counts[static_cast<size_t>(q)] = own.size();
     recv_counts[static_cast<size_t>(q)] = (bounds[static_cast<size_t>(q) + 1] - bounds[static_cast<size_t>(q)]) * d;
   }
   SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "its rows for evaluation"));
+  const int64_t n = static_cast<int64_t>(layout_.num_nodes());
+  torch::Tensor all = torch::empty({n, static_cast<int64_t>(d)});
+  float* out = all.data_ptr<float>();
   const float* from = got.data();
   for (int q = 0; q < world; ++q) {
-    if (q == me) continue;
-    for (uint64_t row = bounds[static_cast<size_t>(q)]; row < bounds[static_cast<size_t>(q) + 1]; ++row, from += d) {
-      std::memcpy(memory_table_.data() + row * layout_.row_bytes, from, d * 4);
+    const float* rows = q == me ? own.data() : from;
+    for (uint64_t row = bounds[static_cast<size_t>(q)]; row < bounds[static_cast<size_t>(q) + 1]; ++row, rows += d) {
+      const uint64_t blk = row / layout_.rows_per_block, v = layout_.bounds[blk] + row % layout_.rows_per_block;
+      if (v < layout_.bounds[blk + 1]) std::memcpy(out + v * d, rows, d * 4);  // not a block's padding
     }
+    if (q != me) from = rows;
   }
-  return Status::Ok();
+  return all;
 }
 
 Status LpTask::LoadSharded(const std::string& dir, bool into_memory) {
   SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows,
                           CheckpointRows::Open(dir, "nodes.bin", layout_.row_bytes, layout_.num_rows()));
-  if (!into_memory) return rows.WriteRowFile(table_path_, 0, layout_.num_rows()).WithContext("resume");
+  if (!into_memory) {  // this rank's rows (all of them in one process), the others zero
+    const auto [lo, hi] = HeldRows();
+    return rows.WriteRowFile(table_path_, lo, hi - lo).WithContext("resume");
+  }
   memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
   return rows.Read(0, layout_.num_rows(), memory_table_.data());
 }
@@ -500,7 +513,7 @@ PartitionPlanInput LpTask::PlanInput() const {
   in.ring_bytes = BlockPipeline<LinkBatch>::Capacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
                   LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), BatchOptions());
   in.block_bytes = layout_.block_bytes();
-  in.table_bytes = table_bytes();
+  in.table_bytes = held_bytes();
   in.partitions = partitions();
   in.in_memory = in_memory_;
   in.shuffle = cfg_.train.schedule == Schedule::kShuffle;
@@ -526,10 +539,10 @@ Status LpTask::SetUpStorage() {
   }
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanPartitionMemory(in));
   schedule_.set_resident(plan_.resident);
-  if (in_memory_) {
-    memory_table_ = AlignedBuffer(table_bytes(), kDirectAlignBytes);
+  if (in_memory_) {  // the rows this process holds (across processes its own)
+    memory_table_ = AlignedBuffer(held_bytes(), kDirectAlignBytes);
     SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
-    return PreadFull(f, memory_table_.data(), table_bytes(), 0);
+    return PreadFull(f, memory_table_.data(), held_bytes(), HeldRows().first * layout_.row_bytes);
   }
   SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
                                                 /*writable=*/true, RowFileOptionsFrom(cfg_.io)));
@@ -585,8 +598,8 @@ std::string PartitionPlanAdvice(uint32_t slots, uint32_t resident, uint32_t part
 std::string LpTask::MemoryPlan() const {
   const std::string predicted = "; predicted peak " + FormatBytes(plan_.predicted_bytes);
   if (in_memory_) {
-    return "in memory, node table " + FormatBytes(table_bytes()) +
-           " (embeddings + Adagrad state)" + predicted;
+    return "in memory, node table " + FormatBytes(table_bytes()) + " (embeddings + Adagrad state)" +
+           (across_processes() ? ", this rank holds its rows: " + FormatBytes(held_bytes()) : "") + predicted;
   }
   return "budget " + FormatBytes(cfg_.storage.budget.value) + " = reserved " +
          FormatBytes(plan_.reserved_bytes) + " + " + std::to_string(plan_.slots) +
@@ -598,15 +611,19 @@ std::string LpTask::MemoryPlan() const {
 }
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
+  // Data parallel: the stepper addresses the rows this process holds (not by partition).
+  if (dp_ != nullptr) stepper_->HoldRows(memory_table_.data(), HeldRows().first);
   LpEpochContext ctx{cfg_, layout_, schedule_, *sampler_, *stepper_, cache_.get(),
-                     in_memory_ ? memory_table_.data() : nullptr, plan_.slots, stats_,
+                     in_memory_ && dp_ == nullptr ? memory_table_.data() : nullptr, plan_.slots, stats_,
                      device_rows_.get()};
   ctx.neighbors = neighbors_.get();
   return TrainLpEpoch(ctx, epoch, first_step, sink);
 }
 
-// Brings the table file up to date (out of core: the dirty slots; in memory: the whole table).
+// Brings the table file up to date (out of core: the dirty slots; in memory: the whole table;
+// across processes nothing: checkpoints and evaluation take the rows from memory).
 Status LpTask::SyncTable() {
+  if (across_processes()) return Status::Ok();
   if (in_memory_) {
     return WriteFileAtomic(table_path_,
                            std::span<const std::byte>(memory_table_.data(), table_bytes()));
@@ -636,6 +653,7 @@ Status LpTask::Save(CheckpointWriter& writer) {
 }
 
 Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
+  if (across_processes()) return GatherEmbeddings();
   const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
   torch::Tensor all = torch::empty({n, d});
   float* out = all.data_ptr<float>();
@@ -691,7 +709,6 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   if (!dataset_.Has("edges." + split + ".src")) {
     return NotFound("dataset " + cfg_.dataset + " has no '" + split + "' split");
   }
-  if (across_processes()) SLUICE_RETURN_IF_ERROR(ShareOwnRows());
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
   std::unique_ptr<LpScorer> scorer = Scorer();
@@ -736,7 +753,8 @@ void LpTask::Summarize(RunSummary& s) const {
 std::string LpTask::MemorySummary() const {
   return std::string(in_memory_ ? "in memory"
                                 : "out of core, budget " + FormatBytes(cfg_.storage.budget.value)) +
-         ", node table " + FormatBytes(table_bytes());
+         ", node table " + FormatBytes(table_bytes()) +
+         (across_processes() ? " (this rank's rows " + FormatBytes(held_bytes()) + ")" : "");
 }
 
 // Original names (or ids) of nodes or relations, when the dataset stores them.
