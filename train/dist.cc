@@ -312,23 +312,43 @@ Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send
 
 std::string DistGroup::Missing() {
   // Keyed on the rank alone: a rank may fail in a collective after this one (a send that
-  // completed into the socket lets it go on), and a run ends at its first failure.
-  auto key = [](int r) { return "sluice/failed/" + std::to_string(r); };
-  std::vector<int> missing;
+  // completed into the socket lets it go on), and a run ends at its first failure. Ranks notice
+  // a failure at different times (each collective times out on its own clock), so each waits up
+  // to kWindow for the others' word, and rank 0, whose process holds the store, stays until
+  // every rank that gave its word has read the others' (or kWindow more).
+  constexpr std::chrono::seconds kWindow{10};
+  auto failed = [](int r) { return "sluice/failed/" + std::to_string(r); };
+  auto read = [](int r) { return "sluice/read/" + std::to_string(r); };
+  auto left = [](SteadyClock::time_point deadline) {
+    return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
+  };
+  std::vector<int> missing, answered;
   try {
-    impl_->store->setTimeout(Millis(5000));
-    impl_->store->set(key(rank()), std::vector<uint8_t>{1});
-    const auto deadline = SteadyClock::now() + std::chrono::seconds(5);
+    impl_->store->setTimeout(std::chrono::duration_cast<Millis>(kWindow));
+    impl_->store->set(failed(rank()), std::vector<uint8_t>{1});
+    const auto deadline = SteadyClock::now() + kWindow;
     for (int r = 0; r < world_size(); ++r) {
       if (r == rank()) continue;
-      const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now());
       try {
-        impl_->store->wait({key(r)}, std::max(Millis(1), left));
+        impl_->store->wait({failed(r)}, left(deadline));
+        answered.push_back(r);
       } catch (const std::exception&) {
         missing.push_back(r);
       }
     }
-    impl_->store->check({key(rank())});  // throws when the store itself is gone (rank 0 died)
+    impl_->store->check({failed(rank())});  // throws when the store itself is gone (rank 0 died)
+    if (rank() != 0) {
+      impl_->store->set(read(rank()), std::vector<uint8_t>{1});
+    } else {
+      const auto linger = SteadyClock::now() + kWindow;
+      for (int r : answered) {
+        try {
+          impl_->store->wait({read(r)}, left(linger));
+        } catch (const std::exception&) {
+          // it died after its word: nothing more to wait for
+        }
+      }
+    }
   } catch (const std::exception&) {
     return rank() == 0 ? "" : "rank 0 (the store's host)";
   }

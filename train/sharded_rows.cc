@@ -17,20 +17,25 @@ int ShardedRows::OwnerOf(uint64_t row) const {
 }
 
 Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
-                          std::span<const uint64_t> use_begin, std::span<float* const> own, bool every_row) {
+                          std::span<const uint64_t> use_begin, std::span<float* const> own,
+                          std::span<const uint64_t> own_rows, bool every_row) {
   const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t w = width_;
   const size_t n = rows.size();
   owner_.resize(n);
   local_of_.assign(n, -1);
   int64_t k = 0;
+  bool same = own_rows.size() == own.size();
   for (size_t u = 0; u < n; ++u) {
     owner_[u] = OwnerOf(rows[u]);
-    if (owner_[u] == me) local_of_[u] = k++;
+    if (owner_[u] != me) continue;
+    same = same && static_cast<size_t>(k) < own_rows.size() && own_rows[static_cast<size_t>(k)] == rows[u];
+    local_of_[u] = k++;
   }
-  if (static_cast<size_t>(k) != own.size()) {
+  if (static_cast<size_t>(k) != own.size() || !same) {
     return FailedPrecondition("data parallel: step " + std::to_string(step) + " has " + std::to_string(k) +
-                              " rows of this rank but " + std::to_string(own.size()) + " were loaded (a bug)");
+                              " rows of this rank but " + std::to_string(own.size()) +
+                              " were loaded, or not the same rows in the same order (a bug)");
   }
   own_rows_ = own.size();
   uses_.assign(uses.begin(), uses.end());

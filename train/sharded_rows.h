@@ -31,10 +31,12 @@ class ShardedRows {
   // Step `step`'s rows to where they are used. `rows`: its distinct rows (global numbers);
   // `uses`: each use's index in `rows`, every shard's uses end to end in shard order;
   // `use_begin`: world + 1 positions, rank q's shards using uses [use_begin[q], use_begin[q + 1]);
-  // `own`: the addresses of this rank's rows among `rows`, in their order there. With
+  // `own`: the addresses of this rank's rows among `rows`, in their order there, and
+  // `own_rows` their numbers (checked: a loaded row that is not the one used is a bug). With
   // `every_row` every rank receives every row (evaluation: each scores the whole batch).
   Status Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
-               std::span<const uint64_t> use_begin, std::span<float* const> own, bool every_row);
+               std::span<const uint64_t> use_begin, std::span<float* const> own,
+               std::span<const uint64_t> own_rows, bool every_row);
   // Per distinct row of the step: its floats (null where this rank's uses read none of it).
   std::span<float* const> ptrs() const { return ptrs_; }
   // Distinct rows this rank's uses read.

@@ -550,6 +550,7 @@ def test_link_prediction_stopped_on_one_rank_resumes_at_other_world_sizes_bitwis
 @pytest.mark.parametrize("sets,says", [
     (["train.schedule=partitions"], "train.virtual_shards with train.schedule: partitions: the partition buffer's schedule trains in one process"),
     (["train.scoring=all"], "train.virtual_shards with train.scoring: all: 1vsAll scores every node in every shard"),
+    (["train.scoring=auto"], "train.virtual_shards with train.scoring: auto (all for this graph): 1vsAll scores"),
     (["storage.mode=out_of_core"], "train.virtual_shards with storage.mode: out_of_core: link prediction across processes keeps the node table in memory"),
     (["model.encoder=graphsage"], "train.virtual_shards with model.encoder: not sharded yet"),
     (["train.virtual_shards=121"], "train.virtual_shards is 121, more than the 120 edges of a batch"),

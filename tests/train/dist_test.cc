@@ -130,7 +130,7 @@ TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
   const std::vector<uint64_t> rows = {5, 7, 2};
   const std::vector<int64_t> uses = {0, 1, 0, 2, 0};  // row 5 three times
   const std::vector<uint64_t> use_begin = {0, 5};
-  ASSERT_TRUE(sharded.Fetch(1, rows, uses, use_begin, own, false).ok());
+  ASSERT_TRUE(sharded.Fetch(1, rows, uses, use_begin, own, rows, false).ok());
   ASSERT_EQ(sharded.ptrs().size(), 3u);
   EXPECT_EQ(sharded.ptrs()[1][1], 70.0f);
   EXPECT_EQ(sharded.rows_needed(), 3u);
@@ -144,8 +144,11 @@ TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
   EXPECT_EQ((*sums)[1][0].item<float>(), 3.0f);
   EXPECT_EQ((*sums)[2][1].item<float>(), 4.0f);
   // Loaded rows that do not match the step's own rows are a bug, said as one.
-  Status bad = sharded.Fetch(2, rows, uses, use_begin, {own.data(), 2}, false);
+  Status bad = sharded.Fetch(2, rows, uses, use_begin, {own.data(), 2}, {rows.data(), 2}, false);
   EXPECT_NE(bad.message().find("3 rows of this rank but 2 were loaded"), std::string::npos) << bad.ToString();
+  const std::vector<uint64_t> swapped = {7, 5, 2};
+  bad = sharded.Fetch(3, rows, uses, use_begin, own, swapped, false);
+  EXPECT_NE(bad.message().find("not the same rows in the same order"), std::string::npos) << bad.ToString();
 }
 
 }  // namespace

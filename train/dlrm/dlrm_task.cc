@@ -372,7 +372,9 @@ Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
     s.use_begin[static_cast<size_t>(q)] = DataParallel::ShardSamples(v, dp_->shards(), n).first * per_sample;
   }
   const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, every_row);
+  s.own_rows.resize(b.unique.size());
+  for (size_t k = 0; k < b.unique.size(); ++k) s.own_rows[k] = offsets[b.unique[k].table] + b.unique[k].id;
+  return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, every_row);
 }
 
 Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,

@@ -222,6 +222,7 @@ class DlrmTask : public Task {
   struct StepRows {
     RowBatch all;                     // keys: every use's row; unique, inverse: deduplicated
     std::vector<uint64_t> rows;       // per distinct row: its global row number
+    std::vector<uint64_t> own_rows;   // this rank's loaded rows' numbers (b.unique's)
     std::vector<int64_t> inverse;     // per use: its row in `all.unique`
     std::vector<uint64_t> use_begin;  // rank q's shards' uses: [use_begin[q], use_begin[q + 1])
   } step_rows_;

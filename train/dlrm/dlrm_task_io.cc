@@ -449,9 +449,16 @@ std::pair<uint64_t, uint64_t> DlrmTask::RowsToLoad() const {
   return {0, tables_->total_rows()};
 }
 
+// The io session is made at the first read, inside the collective (after its barrier), so a
+// rank that cannot make one still reports to rank 0.
 Status DlrmTask::WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use) {
-  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
-  return use([&](uint64_t at, uint64_t n, std::byte* out) { return ReadGlobalRows(*io, at, n, out); });
+  std::unique_ptr<IoSession> io;
+  return use([&](uint64_t at, uint64_t n, std::byte* out) -> Status {
+    if (io == nullptr) {
+      SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(cfg_.io));
+    }
+    return ReadGlobalRows(*io, at, n, out);
+  });
 }
 
 // A rank other than 0: its shard into the checkpoint's directory once rank 0 has made it.

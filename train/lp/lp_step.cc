@@ -96,11 +96,12 @@ UseParts ShardParts(const LinkBatch& b, const LinkShard& s) {
 void LpStepper::ShardedUses(const LinkBatch& b) {
   const int world = dp_->world_size(), me = dp_->rank(), shards = dp_->shards();
   step_rows_.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
-  own_.clear();
+  own_.clear(), own_rows_.clear();
   for (size_t u = 0; u < b.unique.size(); ++u) {
     step_rows_[u] = layout_.row_of(b.unique[u]);
     if (sharded_->OwnerOf(step_rows_[u]) == me) {
       own_.push_back(reinterpret_cast<float*>(held_base_ + (step_rows_[u] - held_first_) * layout_.row_bytes));
+      own_rows_.push_back(step_rows_[u]);
     }
   }
   std::vector<uint64_t> shard_begin;  // shard v's first use
@@ -126,7 +127,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
                               std::to_string(b.shards.size()) + " shards, not " + std::to_string(shards) + " (a bug)");
   }
   ShardedUses(b);
-  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, /*every_row=*/false));
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, own_rows_, /*every_row=*/false));
   times_.gather_s += SecondsSince(start);
   start = SteadyClock::now();
   const std::span<float* const> rows = sharded_->ptrs();

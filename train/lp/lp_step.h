@@ -98,7 +98,7 @@ class LpStepper {
   torch::Tensor loss_;        // the running step's loss, on the device
   DataParallel* dp_ = nullptr;
   ShardedRows* sharded_ = nullptr;
-  std::vector<uint64_t> step_rows_, use_begin_;  // data parallel: the step's (ShardedUses)
+  std::vector<uint64_t> step_rows_, use_begin_, own_rows_;  // data parallel: the step's (ShardedUses)
   std::vector<int64_t> step_uses_;
   std::vector<float*> own_;
   std::byte* held_base_ = nullptr;

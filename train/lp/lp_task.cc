@@ -160,6 +160,7 @@ class LpTask : public Task {
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<ShardedRows> sharded_;
   std::string sharded_from_;  // a checkpoint whose table is in shards (LoadState)
+  bool scoring_auto_ = false;  // train.scoring was auto (Open chose)
 };
 
 LpTask::LpTask(LpConfig config) : cfg_(std::move(config)) {
@@ -189,6 +190,7 @@ Status LpTask::Open(Purpose purpose) {
                            "path runs the decoders alone)");
   }
   layout_ = MakeNodeTableLayout(m.partition_bounds, static_cast<uint32_t>(cfg_.model.dim));
+  scoring_auto_ = cfg_.train.scoring == Scoring::kAuto;
   if (cfg_.train.scoring == Scoring::kAuto) {
     const auto train = m.edges.find("train");
     const uint64_t edges = train == m.edges.end() ? 0 : train->second;
@@ -246,8 +248,9 @@ Status LpTask::SetUpDataParallel() {
                   "train.schedule: shuffle (docs/distributed.md)");
   }
   if (cfg_.train.scoring == Scoring::kAll) {
-    return refuse("train.scoring: all", "1vsAll scores every node in every shard, so every rank would need "
-                  "every row each step; set train.scoring: sampled");
+    return refuse(std::string("train.scoring: ") + (scoring_auto_ ? "auto (all for this graph)" : "all"),
+                  "1vsAll scores every node in every shard, so every rank would need every row each step; set "
+                  "train.scoring: sampled");
   }
   if (!in_memory_) {
     return refuse("storage.mode: out_of_core", "link prediction across processes keeps the node table in "
