@@ -105,30 +105,24 @@ def lp_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     return cfg
 
 
-def lp_figures(s: dict, ranks: int) -> dict:
-    dp, t = s["data_parallel"], s["time"]
-    steps = max(1, dp["exchanges"])
-    n, d = ranks, LP_DIM
-    uses = 2 * (2 * LP_B) + V * math.ceil(LP_CHUNKS / V) * LP_NEG
-    predicted = 4 * ((n - 1) / n * dp["rows_needed_per_step"] * d + (n - 1) / n * (uses / n) * d
-                     + (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1))
-    comm = dp["exchange_s"]
-    compute = t["gather_s"] + t["compute_s"] + t["update_s"] - comm
-    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute / steps,
-            "io_ms": 1e3 * t["pipeline_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
-            "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
-            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
-            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
+def dense_bytes(dp: dict, n: int) -> float:
+    """Every other rank's shard losses and dense gradients (each rank's part padded to ceil(V/N)
+    shards) and its stop flag."""
+    return 4 * (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1)
 
 
-def nc_figures(s: dict, ranks: int) -> dict:
-    dp, c = s["data_parallel"], s["compute"]
+def row_bytes(dp: dict, n: int, uses: float, w: int) -> float:
+    """Sharded rows (train/sharded_rows.h): rows from the other owners and the other ranks' uses of
+    this rank's rows (ownership spread evenly), plus the dense part."""
+    return 4 * ((n - 1) / n * dp["rows_needed_per_step"] * w + (n - 1) / n * (uses / n) * w) + dense_bytes(dp, n)
+
+
+def figures(s: dict, predicted: float, compute_s: float, wait_s: float) -> dict:
+    """Per step on rank 0; compute_s excludes the exchange."""
+    dp = s["data_parallel"]
     steps = max(1, dp["exchanges"])
-    n = ranks
-    predicted = 4 * (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1)
-    comm = dp["exchange_s"]
-    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * (c["gather_s"] + c["model_s"]) / steps,
-            "io_ms": 1e3 * s["pipeline"]["compute_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
+    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute_s / steps,
+            "io_ms": 1e3 * wait_s / steps, "comm_ms": 1e3 * dp["exchange_s"] / steps,
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
             "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
             "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
@@ -143,26 +137,16 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
     if out.returncode != 0:
         sys.exit(f"dist_bench: {ranks} ranks failed: {out.stderr.strip()[-2000:]}")
     s = json.loads((run_dir / "summary.json").read_text())
-    if "compute" in s and "model_s" in s["compute"]:
-        return nc_figures(s, ranks)
-    if "sampler_busy_s" in s["time"]:
-        return lp_figures(s, ranks)
-    dp, t = s["data_parallel"], s["time"]
-    steps = max(1, dp["exchanges"])
-    w = DIM  # no linear term in this config
-    n = ranks
-    # Rows from the other owners, the other ranks' uses of this rank's rows (ownership spread
-    # evenly), and the shards' losses and dense gradients (each rank's part padded to ceil(V/N)
-    # shards, plus its stop flag).
-    predicted = 4 * ((n - 1) / n * dp["rows_needed_per_step"] * w + (n - 1) / n * (B / n) * S * w
-                     + (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1))
-    comm = dp["exchange_s"]
-    compute = t["gather_s"] + t["compute_s"] + t["update_s"] - comm
-    return {"samples_s": s["units_per_s"], "compute_ms": 1e3 * compute / steps,
-            "io_ms": 1e3 * t["io_wait_s"] / steps, "comm_ms": 1e3 * comm / steps,
-            "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
-            "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
-            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
+    dp = s["data_parallel"]
+    if "compute" in s and "model_s" in s["compute"]:  # node classification: dense gradients only
+        c = s["compute"]
+        return figures(s, dense_bytes(dp, ranks), c["gather_s"] + c["model_s"], s["pipeline"]["compute_wait_s"])
+    t = s["time"]
+    sharded = t["gather_s"] + t["compute_s"] + t["update_s"] - dp["exchange_s"]
+    if "sampler_busy_s" in t:  # link prediction: a step's row uses are its queries' and negatives'
+        uses = 2 * (2 * LP_B) + V * math.ceil(LP_CHUNKS / V) * LP_NEG
+        return figures(s, row_bytes(dp, ranks, uses, LP_DIM), sharded, t["pipeline_wait_s"])
+    return figures(s, row_bytes(dp, ranks, B * S, DIM), sharded, t["io_wait_s"])  # no linear term here
 
 
 def main() -> None:
