@@ -203,6 +203,7 @@ struct LpStorageConfig {
   PlannerKind planner = PlannerKind::kOracle;
   int run_ahead = 8;  // steps of io issued before compute reaches them
   bool carry_over = true;  // the partition buffer carries over epoch boundaries
+  uint64_t cache_rows = 0;  // data parallel out of core: the row cache's rows; 0 = from the budget
 
   template <class V>
   void VisitFields(V& v) {
@@ -220,6 +221,9 @@ struct LpStorageConfig {
             "the partition schedule's buffer carries over epoch boundaries: each epoch's ordering "
             "begins with the partitions the previous one ended with, which stay resident (false: "
             "every epoch starts from an empty buffer with an ordering of its own)");
+    v.Field("cache_rows", cache_rows,
+            "train.virtual_shards out of core: rows in each process's row cache (experiments); 0 = as "
+            "many as the budget holds");
   }
 };
 

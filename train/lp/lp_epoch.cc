@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "prefetch/block_pipeline.h"
+#include "prefetch/row_pipeline.h"
 #include "storage/io_session.h"
 #include "train/device_steps.h"
 
@@ -12,6 +13,13 @@ namespace sluice {
 namespace {
 
 constexpr uint32_t kNoState = ~uint32_t{0};
+
+// A step through the row cache: its samples, and its rows this process owns as keys.
+struct LpRowStep {
+  LinkBatch link;
+  RowBatch rows;
+  static RowBatch& RowsOf(LpRowStep& p) { return p.rows; }
+};
 
 class LpEpoch {
  public:
@@ -27,6 +35,10 @@ class LpEpoch {
 
  private:
   Result<bool> Fill(uint64_t t, LinkBatch& batch);
+  // Data parallel out of core: the step's rows this process owns, in the order the stepper
+  // meets them (first occurrence), as the row cache's keys.
+  void OwnKeys(LpRowStep& p) const;
+  void StartRowPipeline();
   uint64_t EdgesBefore() const;
   Result<LinkBatch*> Ready(uint64_t s);
   Result<bool> Done(uint64_t s, double loss, StepSink& sink);
@@ -43,6 +55,7 @@ class LpEpoch {
   StateEdges nbr_edges_;               // the sampler stage's: the neighbours' graph's edges
   std::vector<std::byte*> block_base_;
   std::unique_ptr<BlockPipeline<LinkBatch>> pipe_;
+  std::unique_ptr<RowPipeline<LpRowStep>> rows_pipe_;  // data parallel out of core
 };
 
 // The sampler stage: step first + t's samples, its state's edges read (ahead, usually) when the
@@ -84,10 +97,42 @@ Result<bool> LpEpoch::Fill(uint64_t t, LinkBatch& batch) {
   return true;
 }
 
+void LpEpoch::OwnKeys(LpRowStep& p) const {
+  const LpRowCache& rc = *ctx_.rows;
+  for (const int64_t v : p.link.unique) {
+    const uint64_t row = ctx_.layout.row_of(v);
+    if (row >= rc.own_begin && row < rc.own_end) p.rows.keys.push_back(RowKey{row, 0});
+  }
+  p.rows.keys_distinct = true;  // the step's unique nodes, each a row
+  p.rows.samples = static_cast<uint32_t>(p.link.edges);
+}
+
+void LpEpoch::StartRowPipeline() {
+  const LpRowCache& rc = *ctx_.rows;
+  RowPrefetcherOptions po;
+  po.run_ahead = rc.run_ahead;
+  po.writes = true;
+  po.io = ctx_.config.io;
+  rc.cache->SetProtectSteps(rc.run_ahead);
+  rows_pipe_ = std::make_unique<RowPipeline<LpRowStep>>(
+      rc.cache, rc.arena, ctx_.layout.row_bytes, rc.backing, po,
+      [this](uint64_t t, LpRowStep& p) -> Result<bool> {
+        SLUICE_ASSIGN_OR_RETURN(const bool more, Fill(t, p.link));
+        if (more) OwnKeys(p);
+        return more;
+      },
+      &LpRowStep::RowsOf);
+  rows_pipe_->Start();
+}
+
 Status LpEpoch::Start() {
   steps_ = ctx_.schedule.EpochSteps(epoch_, states_);
   const uint64_t max_steps = ctx_.config.train.max_steps;
   if (max_steps > 0 && steps_.size() > max_steps) steps_.resize(max_steps);
+  if (ctx_.rows != nullptr) {
+    StartRowPipeline();
+    return Status::Ok();
+  }
   const uint32_t p = ctx_.layout.num_blocks();
   PrefetcherOptions po;
   uint32_t run_ahead = 0;
@@ -125,6 +170,13 @@ uint64_t LpEpoch::EdgesBefore() const {
 
 // Step s's batch, its state's blocks in place.
 Result<LinkBatch*> LpEpoch::Ready(uint64_t s) {
+  if (rows_pipe_ != nullptr) {  // the step's own rows in the row cache
+    Status st;
+    LpRowStep* p = rows_pipe_->WaitReady(s - first_, st);
+    if (p == nullptr) return st;
+    ctx_.stepper.OwnRowsOfStep(&p->rows.rows);
+    return &p->link;
+  }
   SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, pipe_->WaitReady(s - first_));
   if (ctx_.cache != nullptr) {
     for (BlockId b : states_[steps_[s].state].blocks) block_base_[b] = ctx_.cache->block_data(b);
@@ -135,10 +187,15 @@ Result<LinkBatch*> LpEpoch::Ready(uint64_t s) {
 // Step s has updated its rows: its blocks are dirty, the step computed; true: stop after it.
 Result<bool> LpEpoch::Done(uint64_t s, double loss, StepSink& sink) {
   const EdgeStep& step = steps_[s];
-  if (ctx_.cache != nullptr) {
-    for (BlockId b : states_[step.state].blocks) ctx_.cache->MarkDirty(b);
+  if (rows_pipe_ != nullptr) {  // its rows were planned dirty
+    ctx_.stepper.OwnRowsOfStep(nullptr);
+    rows_pipe_->Computed(s - first_);
+  } else {
+    if (ctx_.cache != nullptr) {
+      for (BlockId b : states_[step.state].blocks) ctx_.cache->MarkDirty(b);
+    }
+    pipe_->Computed(s - first_);
   }
-  pipe_->Computed(s - first_);
   const uint64_t edges = step.end - step.begin;
   const bool last = s + 1 == steps_.size();
   return sink.StepDone(edges, loss * static_cast<double>(edges), last) && !last;
@@ -188,8 +245,19 @@ Result<EpochOutcome> LpEpoch::RunOnDevice(StepSink& sink) {
 }
 
 Status LpEpoch::Finish() {
-  SLUICE_RETURN_IF_ERROR(pipe_->Stop());
   LpEpochStats& st = ctx_.stats;
+  if (rows_pipe_ != nullptr) {  // the rows stay in the cache for the next epoch
+    Status s = rows_pipe_->Stop();
+    st.wait_s += rows_pipe_->compute_wait_s();
+    st.sampler.busy_s += rows_pipe_->read_time().busy_s, st.sampler.wait_s += rows_pipe_->read_time().wait_s;
+    st.edges.busy_s += reader_.time().busy_s, st.edges.wait_s += reader_.time().wait_s;
+    st.plan.busy_s += rows_pipe_->plan_time().busy_s, st.plan.wait_s += rows_pipe_->plan_time().wait_s;
+    st.io.busy_s += rows_pipe_->io_time().busy_s, st.io.wait_s += rows_pipe_->io_time().wait_s;
+    st.rows_loaded += rows_pipe_->rows_loaded(), st.rows_written += rows_pipe_->rows_written();
+    if (first_ == 0) st.epoch_start_loads.push_back(rows_pipe_->head_loads());
+    return s;
+  }
+  SLUICE_RETURN_IF_ERROR(pipe_->Stop());
   st.wait_s += pipe_->compute_wait_s();
   st.sampler.busy_s += pipe_->sampler_time().busy_s;
   st.sampler.wait_s += pipe_->sampler_time().wait_s;

@@ -3,12 +3,17 @@
 // samples each step's queries, negatives and unique rows ahead of compute, reading each buffer
 // state's edges through an EdgeReader a state ahead; the block prefetcher plans the partitions
 // and runs their io up to run_ahead steps ahead; compute trains (train/lp/lp_step.h).
+// Data parallel out of core (train.virtual_shards, storage.mode: out_of_core) the rows go
+// through a row cache instead (prefetch/row_pipeline.h): each step's rows this process owns are
+// its keys, planned (the oracle's window) and loaded ahead; the others come from their owners.
 
 #include <cstdint>
 #include <vector>
 
 #include "cache/block_cache.h"
 #include "cache/planner.h"
+#include "cache/row_cache.h"
+#include "prefetch/row_prefetcher.h"
 #include "common/status.h"
 #include "prefetch/edge_schedule.h"
 #include "prefetch/run_ahead_ring.h"
@@ -27,6 +32,16 @@ struct LpEpochStats {
   PlanStats plan_stats;
   std::vector<uint64_t> epoch_start_loads;  // per epoch trained from its start: kPassHeadSteps' loads
   double device_wall_s = 0;  // wall time of the epochs on a device
+  uint64_t rows_loaded = 0, rows_written = 0;  // the row cache's
+};
+
+// Data parallel out of core: this process's rows through a row cache (keys: table rows).
+struct LpRowCache {
+  RowCache* cache = nullptr;
+  std::byte* arena = nullptr;
+  RowBacking* backing = nullptr;
+  uint32_t run_ahead = 0;
+  uint64_t own_begin = 0, own_end = 0;  // the table rows this process owns
 };
 
 struct LpEpochContext {
@@ -44,6 +59,7 @@ struct LpEpochContext {
   // edge among the step's resident partitions (read when its buffer state begins; every
   // training edge under the shuffle).
   LinkNeighborSampler* neighbors = nullptr;
+  const LpRowCache* rows = nullptr;  // data parallel out of core (the global shuffle only)
 };
 
 // Trains epoch `epoch` from step `first_step`. When the sink asks to stop, the pipeline is

@@ -93,16 +93,25 @@ UseParts ShardParts(const LinkBatch& b, const LinkShard& s) {
 
 }  // namespace
 
-void LpStepper::ShardedUses(const LinkBatch& b) {
+Status LpStepper::ShardedUses(const LinkBatch& b) {
   const int world = dp_->world_size(), me = dp_->rank(), shards = dp_->shards();
   step_rows_.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
   own_.clear(), own_rows_.clear();
   for (size_t u = 0; u < b.unique.size(); ++u) {
     step_rows_[u] = layout_.row_of(b.unique[u]);
-    if (sharded_->OwnerOf(step_rows_[u]) == me) {
+    if (sharded_->OwnerOf(step_rows_[u]) != me) continue;
+    own_rows_.push_back(step_rows_[u]);
+    if (step_own_ == nullptr) {
       own_.push_back(reinterpret_cast<float*>(held_base_ + (step_rows_[u] - held_first_) * layout_.row_bytes));
-      own_rows_.push_back(step_rows_[u]);
     }
+  }
+  if (step_own_ != nullptr) {
+    if (own_rows_.size() != step_own_->size()) {
+      return FailedPrecondition("data parallel: the row cache holds " + std::to_string(step_own_->size()) +
+                                " of this rank's rows for the step, which uses " + std::to_string(own_rows_.size()) +
+                                " (a bug)");
+    }
+    for (std::byte* row : *step_own_) own_.push_back(reinterpret_cast<float*>(row));
   }
   std::vector<uint64_t> shard_begin;  // shard v's first use
   step_uses_.clear();
@@ -113,6 +122,7 @@ void LpStepper::ShardedUses(const LinkBatch& b) {
   shard_begin.push_back(step_uses_.size());
   use_begin_.resize(static_cast<size_t>(world) + 1);
   for (int q = 0; q <= world; ++q) use_begin_[static_cast<size_t>(q)] = shard_begin[static_cast<size_t>(shards * q / world)];
+  return Status::Ok();
 }
 
 // Every rank samples every shard (so it knows every use of its rows) and computes its own: each
@@ -126,7 +136,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
     return FailedPrecondition("data parallel: step " + std::to_string(step) + " was sampled in " +
                               std::to_string(b.shards.size()) + " shards, not " + std::to_string(shards) + " (a bug)");
   }
-  ShardedUses(b);
+  SLUICE_RETURN_IF_ERROR(ShardedUses(b));
   SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, own_rows_, /*every_row=*/false));
   times_.gather_s += SecondsSince(start);
   start = SteadyClock::now();

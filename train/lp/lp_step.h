@@ -73,6 +73,9 @@ class LpStepper {
   void UseDataParallel(DataParallel* dp, ShardedRows* rows) { dp_ = dp, sharded_ = rows; }
   // Data parallel: the rows this process holds, table rows from `first_row` on at `base`.
   void HoldRows(std::byte* base, uint64_t first_row) { held_base_ = base, held_first_ = first_row; }
+  // Data parallel out of core: the next step's rows this process owns, in the cache (in the
+  // order the step first uses them); null: the held rows.
+  void OwnRowsOfStep(const std::vector<std::byte*>* rows) { step_own_ = rows; }
 
   const LpStepTimes& times() const { return times_; }
 
@@ -81,7 +84,7 @@ class LpStepper {
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
   Result<double> TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t step);
   // The step's rows (this rank's addressed), every shard's uses and where each rank's begin.
-  void ShardedUses(const LinkBatch& b);
+  Status ShardedUses(const LinkBatch& b);
   static void AddColumns(LinkBatch& b, ModelInput& in);
   float RowLr() const { return static_cast<float>(cfg_.train.lr * lr_scale_); }
 
@@ -103,6 +106,7 @@ class LpStepper {
   std::vector<float*> own_;
   std::byte* held_base_ = nullptr;
   uint64_t held_first_ = 0;
+  const std::vector<std::byte*>* step_own_ = nullptr;
   LpStepTimes times_;
 };
 

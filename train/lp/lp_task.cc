@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cache/block_cache.h"
+#include "cache/row_cache.h"
 #include "common/aligned_buffer.h"
 #include "common/units.h"
 #include "storage/dataset.h"
@@ -27,6 +28,7 @@
 #include "prefetch/block_pipeline.h"
 #include "prefetch/edge_schedule.h"
 #include "prefetch/memory_plan.h"
+#include "prefetch/row_backings.h"
 #include "sampler/link_batch.h"
 #include "train/lp/node_table.h"
 #include "train/npy.h"
@@ -96,6 +98,12 @@ class LpTask : public Task {
   uint64_t table_bytes() const { return layout_.num_rows() * layout_.row_bytes; }
   Status SetUpStorage();
   PartitionPlanInput PlanInput() const;
+  // Data parallel out of core: this process's rows through a row cache planned from the
+  // budget (the partition buffer is the single-process schedule's).
+  bool row_cached() const { return dp_ != nullptr && !in_memory_; }
+  RowPlanInput RowPlanFor() const;
+  Status SetUpRowCache();
+  std::string DescribeRowPlan() const;
   LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
@@ -151,6 +159,7 @@ class LpTask : public Task {
   }
   uint64_t held_bytes() const { return (HeldRows().second - HeldRows().first) * layout_.row_bytes; }
   Status ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const;
+  RowRangeReader HeldRowsReader();
   // Every node's embedding on every rank: its own rows' from memory, the others' from their
   // owners (before evaluation: each rank ranks the whole split).
   Result<torch::Tensor> GatherEmbeddings();
@@ -160,6 +169,13 @@ class LpTask : public Task {
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<ShardedRows> sharded_;
   std::string sharded_from_;  // a checkpoint whose table is in shards (LoadState)
+  // row_cached(): the cache over table_ (keys: table rows), its arena and backing.
+  std::unique_ptr<RowCache> row_cache_;
+  std::unique_ptr<RowFileBacking> row_backing_;
+  std::vector<uint64_t> row_offsets_;  // {0, the table's rows}
+  AlignedBuffer row_arena_;
+  RowMemoryPlan row_plan_;
+  LpRowCache row_ctx_;
   bool scoring_auto_ = false;  // train.scoring was auto (Open chose)
 };
 
@@ -234,7 +250,7 @@ Status LpTask::Open(Purpose purpose) {
 }
 
 // Across processes only the global shuffle, sampled negatives and the built-in decoders on the
-// CPU, with the table in memory, so far (docs/distributed.md).
+// CPU so far (docs/distributed.md); out of core each rank's rows go through its row cache.
 Status LpTask::SetUpDataParallel() {
   const int v = cfg_.train.virtual_shards;
   const int world = group_ != nullptr ? group_->world_size() : 1;
@@ -252,10 +268,6 @@ Status LpTask::SetUpDataParallel() {
                   "1vsAll scores every node in every shard, so every rank would need every row each step; set "
                   "train.scoring: sampled");
   }
-  if (!in_memory_) {
-    return refuse("storage.mode: out_of_core", "link prediction across processes keeps the node table in "
-                  "memory so far (the shuffle needs every partition resident anyway); set storage.mode: in_memory");
-  }
   if (cfg_.model.encoder != LpEncoder::kNone) return refuse("model.encoder", "not sharded yet");
   if (factory_) return refuse("a user's model", "only the built-in decoders train in virtual shards so far");
   if (cfg_.device.on_device()) {
@@ -272,6 +284,10 @@ Status LpTask::SetUpDataParallel() {
 }
 
 Status LpTask::ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const {
+  if (row_cached()) {  // the table file, synced (SyncTable)
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoSession> io, IoSession::Create(cfg_.io));
+    return table_->ReadRange(*io, at, n, out);
+  }
   std::memcpy(out, memory_table_.data() + (at - HeldRows().first) * layout_.row_bytes, n * layout_.row_bytes);
   return Status::Ok();
 }
@@ -282,8 +298,12 @@ Result<torch::Tensor> LpTask::GatherEmbeddings() {
   const std::vector<uint64_t>& bounds = sharded_->bounds();
   const auto [lo, hi] = OwnRows();
   std::vector<float> own((hi - lo) * d);
-  for (uint64_t row = lo; row < hi; ++row) {
-    std::memcpy(own.data() + (row - lo) * d, memory_table_.data() + (row - lo) * layout_.row_bytes, d * 4);
+  constexpr uint64_t kChunk = 1 << 14;
+  std::vector<std::byte> held(layout_.row_bytes * std::min(kChunk, hi - lo));
+  for (uint64_t row = lo; row < hi; row += kChunk) {  // the rows' embeddings, without Adagrad's state
+    const uint64_t n = std::min(kChunk, hi - row);
+    SLUICE_RETURN_IF_ERROR(ReadMemoryRows(row, n, held.data()));
+    for (uint64_t k = 0; k < n; ++k) std::memcpy(own.data() + (row - lo + k) * d, held.data() + k * layout_.row_bytes, d * 4);
   }
   std::vector<float> send;
   std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
@@ -323,8 +343,18 @@ Status LpTask::LoadSharded(const std::string& dir, bool into_memory) {
 Status LpTask::SaveShard(const std::string& checkpoint_dir) {
   if (!across_processes()) return Status::Ok();
   const auto [lo, hi] = OwnRows();
-  return SendRowShard(*dp_, checkpoint_dir, "nodes.bin", lo, hi - lo, layout_.row_bytes,
-                      [this](uint64_t at, uint64_t n, std::byte* out) { return ReadMemoryRows(at, n, out); });
+  return SendRowShard(*dp_, checkpoint_dir, "nodes.bin", lo, hi - lo, layout_.row_bytes, HeldRowsReader());
+}
+
+// Out of core the table file is brought up to date first (on the first read: an error then is
+// the shard's, which the checkpoint's exchange reports to rank 0).
+RowRangeReader LpTask::HeldRowsReader() {
+  auto synced = std::make_shared<bool>(false);
+  return [this, synced](uint64_t at, uint64_t n, std::byte* out) -> Status {
+    if (!*synced) SLUICE_RETURN_IF_ERROR(SyncTable());
+    *synced = true;
+    return ReadMemoryRows(at, n, out);
+  };
 }
 
 // The validation and test edges' ids in range, before any epoch is spent (they are small;
@@ -431,6 +461,8 @@ Status LpTask::RestoreTraining(const CheckpointReader& checkpoint) {
   if (device_rows_ != nullptr) stepper_->UseDevice(nullptr);
   device_rows_.reset();
   cache_.reset();
+  row_cache_.reset();  // before its backing
+  row_backing_.reset();
   table_.reset();
   memory_table_ = AlignedBuffer();
   SLUICE_RETURN_IF_ERROR(LoadState(checkpoint));
@@ -530,6 +562,7 @@ Status LpTask::SetUpStorage() {
     SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
                                            cfg_.model.init_scale));
   }
+  if (row_cached()) return SetUpRowCache();
   PartitionPlanInput in = PlanInput();
   if (!in.shuffle) {  // the largest state depends on the resident count: plan it first
     SLUICE_ASSIGN_OR_RETURN(PartitionMemoryPlan first, PlanPartitionMemory(in));
@@ -554,6 +587,66 @@ Status LpTask::SetUpStorage() {
   co.rows_per_block = layout_.rows_per_block;
   cache_ = std::make_unique<BlockCache>(table_.get(), co);
   return Status::Ok();
+}
+
+RowPlanInput LpTask::RowPlanFor() const {
+  const auto [lo, hi] = HeldRows();
+  const LinkBatchOptions bo = BatchOptions();
+  const uint64_t queries = static_cast<uint64_t>(cfg_.train.batch) * (bo.reciprocal ? 2 : 1);
+  const uint64_t chunks = uint64_t{bo.shards} * bo.ShardChunks();
+  const uint64_t uses = 2 * queries + chunks * bo.negatives * (bo.reciprocal ? 1 : 2);
+  RowPlanInput in;
+  in.budget_bytes = cfg_.storage.budget.value;
+  in.runtime_bytes = CurrentRssBytes();  // libtorch, the edges of the shuffle, the sampler
+  in.model_bytes = num_relations_ * static_cast<uint64_t>(cfg_.model.dim) * 4 * 4;  // relations, grads, optimizer
+  in.step_bytes = stepper_->model().StepBytes();
+  in.keys_per_step = std::min(uses, hi - lo);  // the step's rows this process owns, at most
+  in.step_record_bytes = LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), bo);
+  in.row_bytes = layout_.row_bytes;
+  in.total_rows = in.max_rows = hi - lo;
+  in.oracle = cfg_.storage.planner == PlannerKind::kOracle;
+  in.run_ahead = static_cast<uint32_t>(cfg_.storage.run_ahead);
+  in.io_queue_depth = static_cast<uint64_t>(cfg_.io.EffectiveQueueDepth());
+  in.io_merge_max_bytes = cfg_.io.merge_max.value;
+  in.sampled_rows_per_step = in.keys_per_step;
+  in.cache_rows = cfg_.storage.cache_rows;
+  in.write_back_share = 0;  // rows go back to their pages
+  in.distinct_keys = true;
+  return in;
+}
+
+Status LpTask::SetUpRowCache() {
+  SLUICE_ASSIGN_OR_RETURN(row_plan_, PlanRowMemory(RowPlanFor()));
+  RowCacheOptions co;
+  const PlannerKind planner = cfg_.storage.planner;
+  co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
+  co.capacity_rows = row_plan_.cache_rows;
+  co.window_steps = row_plan_.window;
+  co.protect_steps = row_plan_.run_ahead;
+  co.window_rows = row_plan_.window_rows;
+  row_cache_ = std::make_unique<RowCache>(co);
+  row_arena_ = AlignedBuffer(row_plan_.cache_rows * layout_.row_bytes, 4096);
+  SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
+                                                /*writable=*/true, RowFileOptionsFrom(cfg_.io)));
+  row_offsets_ = {0, layout_.num_rows()};
+  row_backing_ = std::make_unique<RowFileBacking>(table_.get(), &row_offsets_, [](const RowKey&, std::byte*) {},
+                                                  /*all_written=*/true, /*staging_rows=*/0);
+  const auto [lo, hi] = HeldRows();
+  row_ctx_ = LpRowCache{row_cache_.get(), row_arena_.data(), row_backing_.get(), row_plan_.run_ahead, lo, hi};
+  plan_ = PartitionMemoryPlan();
+  plan_.predicted_bytes = row_plan_.predicted_bytes;
+  return Status::Ok();
+}
+
+std::string LpTask::DescribeRowPlan() const {
+  const auto [lo, hi] = HeldRows();
+  return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": row cache " +
+         FormatCount(static_cast<double>(row_plan_.cache_rows)) + " of this process's " +
+         FormatCount(static_cast<double>(hi - lo)) + " rows (" + FormatBytes(row_plan_.cache_bytes) +
+         " with its index; planner " + PlannerKindName(cfg_.storage.planner) + ", window " +
+         std::to_string(row_plan_.window) + " steps, run-ahead " + std::to_string(row_plan_.run_ahead) +
+         "), pipeline " + FormatBytes(row_plan_.pipeline_bytes) + "; node table " + FormatBytes(table_bytes()) +
+         " on disk; predicted peak " + FormatBytes(row_plan_.predicted_bytes);
 }
 
 std::map<std::string, std::string> LpTask::Conditions() const {
@@ -599,6 +692,7 @@ std::string PartitionPlanAdvice(uint32_t slots, uint32_t resident, uint32_t part
 }
 
 std::string LpTask::MemoryPlan() const {
+  if (row_cached()) return DescribeRowPlan();
   const std::string predicted = "; predicted peak " + FormatBytes(plan_.predicted_bytes);
   if (in_memory_) {
     return "in memory, node table " + FormatBytes(table_bytes()) + " (embeddings + Adagrad state)" +
@@ -614,18 +708,25 @@ std::string LpTask::MemoryPlan() const {
 }
 
 Result<EpochOutcome> LpTask::TrainEpoch(uint64_t epoch, uint64_t first_step, StepSink& sink) {
-  // Data parallel: the stepper addresses the rows this process holds (not by partition).
+  // Data parallel: the stepper addresses the rows this process holds (not by partition), or
+  // out of core those the row cache holds for each step.
   if (dp_ != nullptr) stepper_->HoldRows(memory_table_.data(), HeldRows().first);
   LpEpochContext ctx{cfg_, layout_, schedule_, *sampler_, *stepper_, cache_.get(),
                      in_memory_ && dp_ == nullptr ? memory_table_.data() : nullptr, plan_.slots, stats_,
                      device_rows_.get()};
   ctx.neighbors = neighbors_.get();
+  if (row_cached()) ctx.rows = &row_ctx_;
   return TrainLpEpoch(ctx, epoch, first_step, sink);
 }
 
-// Brings the table file up to date (out of core: the dirty slots; in memory: the whole table;
-// across processes nothing: checkpoints and evaluation take the rows from memory).
+// Brings the table file up to date (out of core: the dirty slots or rows; in memory: the whole
+// table; across processes in memory nothing: checkpoints and evaluation take the rows from memory).
 Status LpTask::SyncTable() {
+  if (row_cached()) {
+    SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(cfg_.io));
+    SLUICE_RETURN_IF_ERROR(FlushRowCache(*row_cache_, row_arena_.data(), layout_.row_bytes, *row_backing_, *io));
+    return table_->Sync();
+  }
   if (across_processes()) return Status::Ok();
   if (in_memory_) {
     return WriteFileAtomic(table_path_,
@@ -638,10 +739,8 @@ Status LpTask::SyncTable() {
 
 Status LpTask::Save(CheckpointWriter& writer) {
   if (across_processes()) {  // every rank's own rows as its shard, rank 0's manifest
-    SLUICE_RETURN_IF_ERROR(CollectRowShards(*dp_, writer, "nodes.bin", sharded_->bounds(), layout_.row_bytes,
-                                            [this](uint64_t at, uint64_t n, std::byte* out) {
-                                              return ReadMemoryRows(at, n, out);
-                                            }));
+    SLUICE_RETURN_IF_ERROR(
+        CollectRowShards(*dp_, writer, "nodes.bin", sharded_->bounds(), layout_.row_bytes, HeldRowsReader()));
   } else {
     SLUICE_RETURN_IF_ERROR(SyncTable());
     SLUICE_RETURN_IF_ERROR(writer.CopyIn(table_path_, "nodes.bin", in_memory_ ? nullptr : &table_->dirty()));
@@ -734,6 +833,7 @@ void LpTask::Summarize(RunSummary& s) const {
   line << "prefetcher: planning " << e.plan.busy_s << " s, io " << e.io.busy_s
        << " s, io waiting for compute " << e.io.wait_s << " s; partition loads "
        << e.plan_stats.loads << ", write-backs " << e.plan_stats.write_backs;
+  if (row_cached()) line << "; row cache: rows loaded " << e.rows_loaded << ", written back " << e.rows_written;
   s.Line(line.str());
   s.Set("time", "sampler_busy_s", e.sampler.busy_s), s.Set("time", "edges_busy_s", e.edges.busy_s);
   s.Set("time", "gather_s", t.gather_s), s.Set("time", "compute_s", t.compute_s);
@@ -742,6 +842,10 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "io_wait_s", e.io.wait_s);
   s.Set("prefetcher", "partition_loads", e.plan_stats.loads);
   s.Set("prefetcher", "write_backs", e.plan_stats.write_backs);
+  if (row_cached()) {
+    s.Set("prefetcher", "rows_loaded", e.rows_loaded), s.Set("prefetcher", "rows_written", e.rows_written);
+    s.Set("memory", "cache_rows", row_plan_.cache_rows);
+  }
   if (!in_memory_) SummarizeEpochStartLoads(s, "prefetcher", "partitions", e.epoch_start_loads);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
@@ -757,7 +861,8 @@ std::string LpTask::MemorySummary() const {
   return std::string(in_memory_ ? "in memory"
                                 : "out of core, budget " + FormatBytes(cfg_.storage.budget.value)) +
          ", node table " + FormatBytes(table_bytes()) +
-         (across_processes() ? " (this rank's rows " + FormatBytes(held_bytes()) + ")" : "");
+         (across_processes() ? " (this rank's rows " + FormatBytes(held_bytes()) + ")" : "") +
+         (row_cached() ? ", row cache " + FormatBytes(row_plan_.cache_rows * layout_.row_bytes) : "");
 }
 
 // Original names (or ids) of nodes or relations, when the dataset stores them.
