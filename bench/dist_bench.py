@@ -17,11 +17,14 @@ not scaling: every rank computes on the same two cores. One checkpoint at the en
 only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
 compute is sampling waits excluded (gathers, forward/backward of its shards, the optimizer).
 
---task lp: link prediction (DistMult, reciprocal relations, the global shuffle, the node table in
-memory) on a generated single-relation community graph; the formula is the recommendation one
-with the step's row uses U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries).
+--task lp: link prediction (DistMult, reciprocal relations, the global shuffle) on a generated
+single-relation community graph; the formula is the recommendation one with the step's row uses
+U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries). --lp-storage both (the
+default) runs each world size with the node table in memory and out of core, each rank's rows
+through a row cache of --cache-share of its rows (storage.cache_rows), in the same rounds.
 
   /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc|lp] [--data DIR] [--ranks 1,2,4] [--rounds 3]
+                                       [--lp-storage in_memory|out_of_core|both] [--cache-share 0.25]
 """
 import argparse
 import json
@@ -101,8 +104,13 @@ def lp_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
                    f"model: {{decoder: distmult, dim: {LP_DIM}, reciprocal: true}}\n"
                    f"train: {{epochs: 1, batch: {LP_B}, chunks: {LP_CHUNKS}, negatives: {LP_NEG}, lr: 0.1, "
                    f"schedule: shuffle, seed: 1, virtual_shards: {V}}}\n"
-                   "eval: {every: 0}\nstorage: {mode: in_memory}\ndist: {interface: lo}\n")
+                   "eval: {every: 0}\nstorage: {mode: in_memory, run_ahead: 2}\ndist: {interface: lo}\n")
     return cfg
+
+
+def lp_rows() -> int:
+    """The node table's rows: 4 partitions of 50,000 nodes (rows of 512 bytes: whole pages, no padding)."""
+    return 4 * 50_000
 
 
 def dense_bytes(dp: dict, n: int) -> float:
@@ -128,8 +136,10 @@ def figures(s: dict, predicted: float, compute_s: float, wait_s: float) -> dict:
             "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
 
 
-def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int) -> dict:
+def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int, *sets: str) -> dict:
     cmd = [str(binary), "train", str(cfg), "--set", f"run_dir={run_dir}", "--overwrite"]
+    for x in sets:
+        cmd += ["--set", x]
     if ranks > 1:
         cmd = [PY, str(ROOT / "scripts/sluice_launch.py"), "-n", str(ranks), "--logs", str(run_dir) + "-logs",
                "--"] + cmd
@@ -157,8 +167,23 @@ def main() -> None:
     p.add_argument("--ranks", default="1,2,4")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bin", default=str(ROOT / "build/release/train/sluice"))
+    p.add_argument("--lp-storage", choices=["in_memory", "out_of_core", "both"], default="both")
+    p.add_argument("--cache-share", type=float, default=0.25,
+                   help="--task lp out of core: each rank's row cache as a share of its rows")
     a = p.parse_args()
     ranks = [int(r) for r in a.ranks.split(",")]
+    modes = ["in_memory", "out_of_core"] if a.lp_storage == "both" else [a.lp_storage]
+    if a.task != "lp":
+        modes = [""]
+
+    def sets(n: int, mode: str) -> list:
+        if not mode:
+            return []
+        out = [f"storage.mode={mode}"]
+        if mode == "out_of_core":
+            out.append(f"storage.cache_rows={math.ceil(a.cache_share * lp_rows() / n)}")
+        return out
+
     with tempfile.TemporaryDirectory(prefix="dist-bench-") as t:
         tmp = pathlib.Path(t)
         data = pathlib.Path(a.data) if a.data else tmp / "data"
@@ -166,27 +191,28 @@ def main() -> None:
         if not a.data:
             make(data)
         cfg = conf(tmp, data)
-        runs = {n: [] for n in ranks}
+        keys = [(n, m) for n in ranks for m in modes]
+        runs = {k: [] for k in keys}
         for _ in range(a.rounds):
-            for n in ranks:
-                runs[n].append(train(a.bin, cfg, tmp / f"run{n}", n))
-    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]} for n in ranks}
-    base = med[ranks[0]]["samples_s"]
+            for n, m in keys:
+                runs[(n, m)].append(train(a.bin, cfg, tmp / f"run{n}{m}", n, *sets(n, m)))
+    med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in runs[k][0]} for k in keys}
+    base = med[keys[0]]["samples_s"]
     if a.task == "lp":
         print(f"DistMult d={LP_DIM}, reciprocal, batch {LP_B}, {V} virtual shards of ceil({LP_CHUNKS}/{V}) chunks x {LP_NEG} "
-              f"negatives, node table in memory, medians of {a.rounds} rounds; per step on rank 0 (local io: compute "
-              "waiting for the sampler)")
+              f"negatives, run-ahead 2; out of core: a row cache of {a.cache_share:g} of each rank's rows; medians of "
+              f"{a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline: samples and rows)")
     elif a.task == "nc":
         print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, "
               f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
     else:
         print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
-    print("| ranks | units/s | vs 1 rank | compute ms | local io ms | communication ms | "
+    print("| ranks | storage | units/s | vs first | compute ms | local io ms | communication ms | "
           "received KiB/step | formula KiB/step | rows owned | peak RSS MiB | checkpoint s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n in ranks:
-        m = med[n]
-        print(f"| {n} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | {m['compute_ms']:.1f} | {m['io_ms']:.1f} | "
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, mode in keys:
+        m = med[(n, mode)]
+        print(f"| {n} | {mode or '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | {m['compute_ms']:.1f} | {m['io_ms']:.1f} | "
               f"{m['comm_ms']:.1f} | {m['received_kb']:.1f} | {m['predicted_kb']:.1f} | {m['rows_owned']:,.0f} | "
               f"{m['rss_mb']:.0f} | {m['ckpt_s']:.2f} |")
 

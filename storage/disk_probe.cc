@@ -109,4 +109,23 @@ DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance) {
   return c;
 }
 
+Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t file_bytes, const IoConfig& io,
+                                    uint64_t budget_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t most = std::clamp<uint64_t>(budget_bytes / 50 / std::max<uint64_t>(io.merge_max.value, 1), 4, 256);
+  std::vector<uint32_t> depths;
+  for (uint32_t d = 4; d <= most; d *= 2) depths.push_back(d);
+  IoConfig probe = io;
+  probe.queue_depth = static_cast<int>(depths.back());
+  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, io.direct));
+  SLUICE_ASSIGN_OR_RETURN(auto session, IoSession::Create(probe));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<DepthRate> rates, ProbeDepths(*session, file, file_bytes, depths, 0.5));
+  DepthChoice choice = ChooseQueueDepth(std::move(rates));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char text[64];
+  std::snprintf(text, sizeof text, " (%.1f s at start-up)", took);
+  choice.reason += text;
+  return choice;
+}
+
 }  // namespace sluice

@@ -48,4 +48,11 @@ struct DepthChoice {
 // empty.
 DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance = 0.1);
 
+// The probe a run makes at start-up for io.queue_depth 0: depths 4, 8, ... up to what 2% of
+// `budget_bytes` stages in merged reads (io.merge_max each; never under 4, at most 256), half a
+// second of random reads of `path` (its first file_bytes) in all; the reason ends with the
+// probe's own seconds.
+Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t file_bytes, const IoConfig& io,
+                                    uint64_t budget_bytes);
+
 }  // namespace sluice

@@ -43,6 +43,19 @@ void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, ui
   s.Set("io", "requests", requests), s.Set("io", "bytes", bytes);
 }
 
+void SummarizeQueueDepth(RunSummary& s, int depth, const DepthChoice* choice) {
+  s.Set("io", "queue_depth", static_cast<uint64_t>(depth));
+  s.Set("io", "queue_depth_chosen", choice != nullptr);
+  if (choice == nullptr) return;
+  s.Line("  io queue depth " + choice->reason);
+  std::string rates = "{";
+  for (const DepthRate& r : choice->rates) {
+    rates += (rates.size() > 1 ? "," : "") + ("\"" + std::to_string(r.depth) + "\":") +
+             std::to_string(static_cast<uint64_t>(r.reads_per_s));
+  }
+  s.SetRaw("io", "queue_depth_reads_per_s", rates + "}");
+}
+
 void SummarizeEpochStartLoads(RunSummary& s, const std::string& section, const std::string& what,
                               const std::vector<uint64_t>& loads) {
   if (loads.empty()) return;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "storage/disk_probe.h"
 
 namespace sluice {
 
@@ -38,6 +39,9 @@ class RunSummary {
 // The disk line ("disk[ (what)]: N requests, B (n requests and b per step)") and io.requests /
 // io.bytes, for any workload's prefetcher.
 void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, uint64_t bytes, double steps);
+
+// io.queue_depth as the run used it, and the start-up probe's choice when it made one.
+void SummarizeQueueDepth(RunSummary& s, int depth, const DepthChoice* choice);
 
 // The loads of each epoch's first kPassHeadSteps steps ("<what> loaded in each epoch's first 100
 // steps: a, b, ...") and <section>.epoch_start_loads (a list), for a cache that carries over.

@@ -247,24 +247,9 @@ Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
     created_table_ = true;
   }
-  const auto start = std::chrono::steady_clock::now();  // the probe's own time
-  // Each slot stages a merged read: at most 2% of the budget in slots, and never under 4.
-  const uint64_t most = std::clamp<uint64_t>(cfg_.storage.budget.value / 50 / cfg_.io.merge_max.value, 4, 256);
-  std::vector<uint32_t> depths;
-  for (uint32_t d = 4; d <= most; d *= 2) depths.push_back(d);
-  IoConfig probe = cfg_.io;
-  probe.queue_depth = static_cast<int>(depths.back());
-  SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, cfg_.io.direct));
-  SLUICE_ASSIGN_OR_RETURN(auto io, IoSession::Create(probe));
-  SLUICE_ASSIGN_OR_RETURN(std::vector<DepthRate> rates,
-                          ProbeDepths(*io, file, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
-                                      depths, 0.5));
-  depth_choice_ = ChooseQueueDepth(std::move(rates));
+  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
+                                                         cfg_.io, cfg_.storage.budget.value));
   cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  char text[64];
-  std::snprintf(text, sizeof text, " (%.1f s at start-up)", took);
-  depth_choice_->reason += text;
   return Status::Ok();
 }
 
@@ -609,17 +594,7 @@ void SummarizePreload(const RowPreloaderStats& ps, double steps, RunSummary& s) 
 void DlrmTask::SummarizeLookahead(RunSummary& s) const {
   s.Line("  lookahead: " + lookahead_);
   if (!window_line_.empty() && planner_ == PlannerKind::kOracle) s.Line("  lookahead " + window_line_);
-  s.Set("io", "queue_depth", uint64_t(cfg_.io.EffectiveQueueDepth()));
-  s.Set("io", "queue_depth_chosen", depth_choice_.has_value());
-  if (depth_choice_) {
-    s.Line("  io queue depth " + depth_choice_->reason);
-    std::string rates = "{";
-    for (const DepthRate& r : depth_choice_->rates) {
-      rates += (rates.size() > 1 ? "," : "") + ("\"" + std::to_string(r.depth) + "\":") +
-               std::to_string(static_cast<uint64_t>(r.reads_per_s));
-    }
-    s.SetRaw("io", "queue_depth_reads_per_s", rates + "}");
-  }
+  SummarizeQueueDepth(s, cfg_.io.EffectiveQueueDepth(), depth_choice_ ? &*depth_choice_ : nullptr);
   s.Set("lookahead", "window", uint64_t{plan_.window});
   s.Set("lookahead", "window_chosen", window_choice_.has_value());
   if (window_choice_) {

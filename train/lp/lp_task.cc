@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "cache/block_cache.h"
@@ -13,6 +14,7 @@
 #include "common/aligned_buffer.h"
 #include "common/units.h"
 #include "storage/dataset.h"
+#include "storage/disk_probe.h"
 #include "storage/file.h"
 #include "storage/row_file.h"
 #include "train/accelerator.h"
@@ -102,6 +104,9 @@ class LpTask : public Task {
   // budget (the partition buffer is the single-process schedule's).
   bool row_cached() const { return dp_ != nullptr && !in_memory_; }
   RowPlanInput RowPlanFor() const;
+  // The first steps' rows this process owns, sampled as epoch 0 samples them: the most of one
+  // step and of run_ahead + 1 consecutive steps (the row cache's plan).
+  Result<std::pair<uint64_t, uint64_t>> ProbeOwnRows(uint32_t run_ahead) const;
   Status SetUpRowCache();
   std::string DescribeRowPlan() const;
   LinkBatchOptions BatchOptions() const;
@@ -176,6 +181,7 @@ class LpTask : public Task {
   AlignedBuffer row_arena_;
   RowMemoryPlan row_plan_;
   LpRowCache row_ctx_;
+  std::optional<DepthChoice> depth_choice_;  // io.queue_depth 0: the start-up probe's
   bool scoring_auto_ = false;  // train.scoring was auto (Open chose)
 };
 
@@ -597,7 +603,10 @@ RowPlanInput LpTask::RowPlanFor() const {
   const uint64_t uses = 2 * queries + chunks * bo.negatives * (bo.reciprocal ? 1 : 2);
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
-  in.runtime_bytes = CurrentRssBytes();  // libtorch, the edges of the shuffle, the sampler
+  // libtorch, the edges of the shuffle, the sampler, allocator slack; across processes every
+  // node's embedding, gathered for evaluation.
+  in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes +
+                     (across_processes() ? layout_.num_nodes() * static_cast<uint64_t>(cfg_.model.dim) * 4 : 0);
   in.model_bytes = num_relations_ * static_cast<uint64_t>(cfg_.model.dim) * 4 * 4;  // relations, grads, optimizer
   in.step_bytes = stepper_->model().StepBytes();
   in.keys_per_step = std::min(uses, hi - lo);  // the step's rows this process owns, at most
@@ -608,15 +617,58 @@ RowPlanInput LpTask::RowPlanFor() const {
   in.run_ahead = static_cast<uint32_t>(cfg_.storage.run_ahead);
   in.io_queue_depth = static_cast<uint64_t>(cfg_.io.EffectiveQueueDepth());
   in.io_merge_max_bytes = cfg_.io.merge_max.value;
-  in.sampled_rows_per_step = in.keys_per_step;
   in.cache_rows = cfg_.storage.cache_rows;
   in.write_back_share = 0;  // rows go back to their pages
   in.distinct_keys = true;
   return in;
 }
 
+Result<std::pair<uint64_t, uint64_t>> LpTask::ProbeOwnRows(uint32_t run_ahead) const {
+  std::vector<EdgeState> states;
+  const std::vector<EdgeStep> steps = schedule_.EpochSteps(0, states);
+  const uint64_t probe = std::min<uint64_t>(steps.size(), 4 * (uint64_t{run_ahead} + 1) + 16);
+  EdgeReader reader(&schedule_, 0);
+  StateEdges edges;
+  uint32_t loaded = ~uint32_t{0};
+  LinkBatchSampler sampler(layout_.num_nodes(), BatchOptions());
+  LinkBatch batch;
+  const auto [lo, hi] = HeldRows();
+  std::vector<std::vector<uint64_t>> own(probe);
+  uint64_t step_most = 0, flight_most = 0;
+  for (uint64_t s = 0; s < probe; ++s) {
+    const EdgeStep& step = steps[s];
+    if (step.state != loaded) SLUICE_RETURN_IF_ERROR(reader.Take(step.state, states[step.state], edges));
+    loaded = step.state;
+    const EdgeColumns columns{schedule_.src().data(), schedule_.rel().data(), schedule_.dst().data(), edges.order.data()};
+    sampler.Sample(columns, step.begin, step.end, 0, s, schedule_.NodeRanges(states[step.state]), batch);
+    for (const int64_t v : batch.unique) {
+      if (const uint64_t row = layout_.row_of(v); row >= lo && row < hi) own[s].push_back(row);
+    }
+    step_most = std::max<uint64_t>(step_most, own[s].size());
+  }
+  std::vector<uint64_t> flight;
+  for (uint64_t w = 0; w + run_ahead < probe || (w == 0 && probe > 0); ++w) {
+    flight.clear();
+    for (uint64_t s = w; s < std::min(probe, w + run_ahead + 1); ++s) flight.insert(flight.end(), own[s].begin(), own[s].end());
+    std::sort(flight.begin(), flight.end());
+    flight_most = std::max<uint64_t>(flight_most, std::unique(flight.begin(), flight.end()) - flight.begin());
+  }
+  return std::pair<uint64_t, uint64_t>{step_most, flight_most};
+}
+
 Status LpTask::SetUpRowCache() {
-  SLUICE_ASSIGN_OR_RETURN(row_plan_, PlanRowMemory(RowPlanFor()));
+  if (cfg_.io.queue_depth == 0) {  // each step reads rows at random: the depth the disk wants
+    SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(table_path_, RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()),
+                                                           cfg_.io, cfg_.storage.budget.value));
+    cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
+  }
+  RowPlanInput in = RowPlanFor();
+  SLUICE_ASSIGN_OR_RETURN(const auto probed, ProbeOwnRows(in.run_ahead));
+  // Later steps are drawn alike (the global shuffle): the probe's most with a quarter to spare
+  // (the plan adds it to a step's).
+  in.sampled_rows_per_step = probed.first;
+  in.in_flight_rows = probed.second + probed.second / 4;
+  SLUICE_ASSIGN_OR_RETURN(row_plan_, PlanRowMemory(in));
   RowCacheOptions co;
   const PlannerKind planner = cfg_.storage.planner;
   co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
@@ -831,9 +883,12 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Line(line.str());
   line.str("");
   line << "prefetcher: planning " << e.plan.busy_s << " s, io " << e.io.busy_s
-       << " s, io waiting for compute " << e.io.wait_s << " s; partition loads "
-       << e.plan_stats.loads << ", write-backs " << e.plan_stats.write_backs;
-  if (row_cached()) line << "; row cache: rows loaded " << e.rows_loaded << ", written back " << e.rows_written;
+       << " s, io waiting for compute " << e.io.wait_s << " s; ";
+  if (row_cached()) {
+    line << "row cache: rows loaded " << e.rows_loaded << ", written back " << e.rows_written;
+  } else {
+    line << "partition loads " << e.plan_stats.loads << ", write-backs " << e.plan_stats.write_backs;
+  }
   s.Line(line.str());
   s.Set("time", "sampler_busy_s", e.sampler.busy_s), s.Set("time", "edges_busy_s", e.edges.busy_s);
   s.Set("time", "gather_s", t.gather_s), s.Set("time", "compute_s", t.compute_s);
@@ -845,8 +900,9 @@ void LpTask::Summarize(RunSummary& s) const {
   if (row_cached()) {
     s.Set("prefetcher", "rows_loaded", e.rows_loaded), s.Set("prefetcher", "rows_written", e.rows_written);
     s.Set("memory", "cache_rows", row_plan_.cache_rows);
+    SummarizeQueueDepth(s, cfg_.io.EffectiveQueueDepth(), depth_choice_ ? &*depth_choice_ : nullptr);
   }
-  if (!in_memory_) SummarizeEpochStartLoads(s, "prefetcher", "partitions", e.epoch_start_loads);
+  if (!in_memory_) SummarizeEpochStartLoads(s, "prefetcher", row_cached() ? "rows" : "partitions", e.epoch_start_loads);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", plan_.slots);
