@@ -25,6 +25,7 @@ through a row cache of --cache-share of its rows (storage.cache_rows), in the sa
 
   /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc|lp] [--data DIR] [--ranks 1,2,4] [--rounds 3]
                                        [--lp-storage in_memory|out_of_core|both] [--cache-share 0.25]
+                                       [--max-steps 500]
 """
 import argparse
 import json
@@ -170,6 +171,8 @@ def main() -> None:
     p.add_argument("--lp-storage", choices=["in_memory", "out_of_core", "both"], default="both")
     p.add_argument("--cache-share", type=float, default=0.25,
                    help="--task lp out of core: each rank's row cache as a share of its rows")
+    p.add_argument("--max-steps", type=int, default=500,
+                   help="--task lp: steps of each run (0: the whole epoch of 2,000)")
     a = p.parse_args()
     ranks = [int(r) for r in a.ranks.split(",")]
     modes = ["in_memory", "out_of_core"] if a.lp_storage == "both" else [a.lp_storage]
@@ -179,7 +182,7 @@ def main() -> None:
     def sets(n: int, mode: str) -> list:
         if not mode:
             return []
-        out = [f"storage.mode={mode}"]
+        out = [f"storage.mode={mode}", f"train.max_steps={a.max_steps}"]
         if mode == "out_of_core":
             out.append(f"storage.cache_rows={math.ceil(a.cache_share * lp_rows() / n)}")
         return out

@@ -122,6 +122,17 @@ Status CheckVirtualShards(int v, int world, int batch, const char* units) {
   return Status::Ok();
 }
 
+Result<bool> TrainsInShards(bool training, int v, const DistGroup* group, int batch, const char* units,
+                            const DeviceConfig& device) {
+  if (!training || (v == 0 && group == nullptr)) return false;
+  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, group != nullptr ? group->world_size() : 1, batch, units));
+  if (device.on_device()) {
+    return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(device.type) +
+                           ": training in virtual shards runs on the CPU only so far");
+  }
+  return true;
+}
+
 void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(dp.exchanges()));
   const auto [begin, end] = dp.MyRows(rows);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "train/device_config.h"
 #include "train/row_checkpoint.h"
 
 namespace sluice {
@@ -101,6 +102,12 @@ class DataParallel {
 // "samples"): 0 across processes, fewer shards than processes, or more than a batch holds is
 // one line saying so.
 Status CheckVirtualShards(int virtual_shards, int world, int batch, const char* units);
+
+// Whether a run trains in virtual shards: training with train.virtual_shards set, or across
+// processes (`group` set, which needs them), checked by CheckVirtualShards; on a device (CPU
+// only so far) one line saying so.
+Result<bool> TrainsInShards(bool training, int virtual_shards, const DistGroup* group, int batch,
+                            const char* units, const DeviceConfig& device);
 
 // Checkpoints of a table sharded by row range, in two phases (train/row_checkpoint.h): rank 0
 // makes the checkpoint's directory; after a barrier every rank writes the rows it owns, [first,

@@ -278,6 +278,8 @@ def test_data_parallel_settings_that_cannot_work_are_one_line(sluice_bin, clicks
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'bad2'}",
               "--set", "storage.backend=rocksdb")
     assert out.returncode != 0 and "it needs dense tables" in out.stderr, out.stderr
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'bad3'}", "--set", "device.type=emulated")
+    assert out.returncode != 0 and "train.virtual_shards with device.type emulated: training in virtual shards runs on the CPU only" in out.stderr, out.stderr
 
 
 def checkpoint_bytes(run_dir: pathlib.Path) -> dict:
@@ -459,6 +461,8 @@ def test_node_classification_settings_that_cannot_shard_are_one_line(sluice_bin,
     out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad2'}", "--set", "train.virtual_shards=129")
     assert out.returncode != 0 and "more than the 128 training nodes of a batch" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad3'}", "--set", "device.type=emulated")
+    assert out.returncode != 0 and "train.virtual_shards with device.type emulated: training in virtual shards runs on the CPU only" in out.stderr, out.stderr
 
 
 # Link prediction across processes: the node table sharded by row range, each step's edges cut
@@ -613,6 +617,7 @@ def test_link_prediction_out_of_core_trains_the_in_memory_model_at_world_sizes_1
     (["train.scoring=all"], "train.virtual_shards with train.scoring: all: 1vsAll scores every node in every shard"),
     (["train.scoring=auto"], "train.virtual_shards with train.scoring: auto (all for this graph): 1vsAll scores"),
     (["model.encoder=graphsage"], "train.virtual_shards with model.encoder: not sharded yet"),
+    (["device.type=emulated"], "train.virtual_shards with device.type emulated: training in virtual shards runs on the CPU only so far"),
     (["train.virtual_shards=121"], "train.virtual_shards is 121, more than the 120 edges of a batch"),
 ])
 def test_link_prediction_settings_that_cannot_shard_are_one_line(sluice_bin, lp_config, gloo, sets, says):

@@ -317,19 +317,15 @@ Result<double> DlrmTask::TrainStep(RowBatch& b) {
 }
 
 Status DlrmTask::SetUpDataParallel() {
-  const int v = cfg_.train.virtual_shards;
+  SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
+                                                              group_, cfg_.train.batch, "samples", cfg_.device));
+  if (!sharded) return Status::Ok();
   const int world = group_ != nullptr ? group_->world_size() : 1;
-  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
-  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "samples"));
-  if (acc_ != nullptr) {
-    return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
-                           ": training in virtual shards runs on the CPU only so far");
-  }
   if (tables_->raw_ids() || rocksdb_) {
     return InvalidArgument("train.virtual_shards shards the tables by row range: it needs dense tables "
                            "(model.ids modulo or vocab, storage.backend rowfile or storage.mode in_memory)");
   }
-  dp_ = std::make_unique<DataParallel>(group_, v);
+  dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
   const uint64_t total = tables_->total_rows();
   owner_bounds_.clear();
   for (int r = 0; r <= world; ++r) owner_bounds_.push_back(DataParallel::RowRange(r, world, total).first);

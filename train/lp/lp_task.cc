@@ -258,10 +258,10 @@ Status LpTask::Open(Purpose purpose) {
 // Across processes only the global shuffle, sampled negatives and the built-in decoders on the
 // CPU so far (docs/distributed.md); out of core each rank's rows go through its row cache.
 Status LpTask::SetUpDataParallel() {
-  const int v = cfg_.train.virtual_shards;
+  SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
+                                                              group_, cfg_.train.batch, "edges", cfg_.device));
+  if (!sharded) return Status::Ok();
   const int world = group_ != nullptr ? group_->world_size() : 1;
-  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
-  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "edges"));
   const auto refuse = [](const std::string& what, const std::string& why) {
     return InvalidArgument("train.virtual_shards with " + what + ": " + why);
   };
@@ -276,10 +276,7 @@ Status LpTask::SetUpDataParallel() {
   }
   if (cfg_.model.encoder != LpEncoder::kNone) return refuse("model.encoder", "not sharded yet");
   if (factory_) return refuse("a user's model", "only the built-in decoders train in virtual shards so far");
-  if (cfg_.device.on_device()) {
-    return refuse(std::string("device.type ") + EnumName(cfg_.device.type), "training in virtual shards runs on the CPU only so far");
-  }
-  dp_ = std::make_unique<DataParallel>(group_, v);
+  dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
   std::vector<uint64_t> bounds;
   for (int r = 0; r <= world; ++r) bounds.push_back(DataParallel::RowRange(r, world, layout_.num_rows()).first);
   bounds.back() = layout_.num_rows();

@@ -342,23 +342,18 @@ Status NcTask::Open(Purpose purpose) {
 }
 
 Status NcTask::SetUpDataParallel() {
-  const int v = cfg_.train.virtual_shards;
-  const int world = group_ != nullptr ? group_->world_size() : 1;
-  if (purpose_ != Purpose::kTrain || (v == 0 && group_ == nullptr)) return Status::Ok();
-  SLUICE_RETURN_IF_ERROR(CheckVirtualShards(v, world, cfg_.train.batch, "training nodes"));
+  SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
+                                                              group_, cfg_.train.batch, "training nodes", cfg_.device));
+  if (!sharded) return Status::Ok();
   if (embeddings_) {
     return InvalidArgument("train.virtual_shards with model.embedding_dim: learnable node embeddings are not "
                            "sharded across processes yet (features are: each rank reads its own copy)");
-  }
-  if (cfg_.device.on_device()) {
-    return InvalidArgument(std::string("train.virtual_shards with device.type ") + EnumName(cfg_.device.type) +
-                           ": training in virtual shards runs on the CPU only so far");
   }
   if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore) {
     return InvalidArgument("train.virtual_shards with storage.spill_steps: the spill lists whole steps; "
                            "set storage.spill_steps: 0");
   }
-  dp_ = std::make_unique<DataParallel>(group_, v);
+  dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
   dp_->set_dense_floats(DenseFloats(net_->parameters()));
   return Status::Ok();
 }
