@@ -208,4 +208,14 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   return p;
 }
 
+RowCacheOptions RowCacheOptionsFor(const RowMemoryPlan& plan, PlannerKind planner) {
+  RowCacheOptions co;
+  co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
+  co.capacity_rows = plan.cache_rows;
+  co.window_steps = plan.window;
+  co.protect_steps = plan.run_ahead;
+  co.window_rows = plan.window_rows;
+  return co;
+}
+
 }  // namespace sluice

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cache/row_cache.h"
 #include "common/status.h"
 
 namespace sluice {
@@ -102,5 +103,9 @@ struct RowMemoryPlan {
 };
 
 Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in);
+
+// The row cache a plan made: its capacity, the oracle's window and the index's room for it, the
+// steps in flight protected; `planner` none reads through an LRU cache.
+RowCacheOptions RowCacheOptionsFor(const RowMemoryPlan& plan, PlannerKind planner);
 
 }  // namespace sluice

@@ -107,12 +107,7 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
                    "steps in flight; storage.window 0 sizes it by simulated loads)";
   }
   run_ahead_ = plan_.run_ahead;
-  RowCacheOptions co;
-  co.kind = in.oracle ? PlannerKind::kOracle : PlannerKind::kLru;
-  co.capacity_rows = plan_.cache_rows;
-  co.window_steps = plan_.window;
-  co.protect_steps = plan_.run_ahead;
-  co.window_rows = plan_.window_rows;
+  RowCacheOptions co = RowCacheOptionsFor(plan_, in.oracle ? PlannerKind::kOracle : PlannerKind::kLru);
   if (keeps) {
     SLUICE_RETURN_IF_ERROR(ChooseKeptRows(static_cast<uint64_t>(cfg_.storage.carry_rows * static_cast<double>(plan_.cache_rows))));
     if (kept_steps_ > 0) co.keep = &kept_;

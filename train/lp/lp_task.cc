@@ -666,14 +666,7 @@ Status LpTask::SetUpRowCache() {
   in.sampled_rows_per_step = probed.first;
   in.in_flight_rows = probed.second + probed.second / 4;
   SLUICE_ASSIGN_OR_RETURN(row_plan_, PlanRowMemory(in));
-  RowCacheOptions co;
-  const PlannerKind planner = cfg_.storage.planner;
-  co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
-  co.capacity_rows = row_plan_.cache_rows;
-  co.window_steps = row_plan_.window;
-  co.protect_steps = row_plan_.run_ahead;
-  co.window_rows = row_plan_.window_rows;
-  row_cache_ = std::make_unique<RowCache>(co);
+  row_cache_ = std::make_unique<RowCache>(RowCacheOptionsFor(row_plan_, cfg_.storage.planner));
   row_arena_ = AlignedBuffer(row_plan_.cache_rows * layout_.row_bytes, 4096);
   SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
                                                 /*writable=*/true, RowFileOptionsFrom(cfg_.io)));

@@ -511,16 +511,13 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   SLUICE_ASSIGN_OR_RETURN(RowPlanInput in, PlanInput());
   SLUICE_ASSIGN_OR_RETURN(plan_, PlanRowMemory(in));
   run_ahead_ = plan_.run_ahead;
-  RowCacheOptions& co = cache_options_;
   const PlannerKind planner = cfg_.storage.planner;
-  co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;
+  RowCacheOptions& co = cache_options_;
+  co = RowCacheOptionsFor(plan_, planner);
   // none: read-through, a cache only as large as the steps in flight (training's or
   // evaluation's, whichever samples more, with a margin).
   const uint64_t in_flight = (uint64_t{plan_.run_ahead} + 2) * std::max(probe_nodes_, probe_eval_nodes_) * 5 / 4;
-  co.capacity_rows = planner == PlannerKind::kNone ? std::min(plan_.cache_rows, in_flight) : plan_.cache_rows;
-  co.window_steps = plan_.window;
-  co.protect_steps = plan_.run_ahead;
-  co.window_rows = plan_.window_rows;
+  if (planner == PlannerKind::kNone) co.capacity_rows = std::min(plan_.cache_rows, in_flight);
   if (planner == PlannerKind::kStatic) {
     PinHottest(co.capacity_rows > plan_.min_rows ? co.capacity_rows - plan_.min_rows : 0);
     co.pinned = &pinned_;
