@@ -599,6 +599,15 @@ def test_link_prediction_out_of_core_trains_the_in_memory_model_at_world_sizes_1
         assert f"row cache {cache} of this process's {own} rows" in out.stdout, out.stdout
         assert rows_written_back(out.stdout) > 0, out.stdout  # the cache evicted dirty rows
         assert lp_model(sluice_bin, base / f"ooc-{n}") == two_epochs, f"{n} processes out of core trained another model"
+    # ComplEx corrupting both sides: head negatives among the uses too.
+    complex_sets = ("--set", "model.decoder=complex", "--set", "model.reciprocal=false", "--set", "train.epochs=1")
+    out = run(sluice_bin, "train", str(lp_ooc_config), "--set", f"run_dir={base / 'complex-memory'}",
+              "--set", "storage.mode=in_memory", *complex_sets)
+    assert out.returncode == 0, out.stderr
+    out = launch(lp_ooc_config, 2, base / "complex-ooc", "--set", "storage.cache_rows=500", *complex_sets)
+    assert out.returncode == 0, out.stderr
+    assert rows_written_back(out.stdout) > 0, out.stdout
+    assert lp_model(sluice_bin, base / "complex-ooc") == lp_model(sluice_bin, base / "complex-memory")
     split = base / "ooc-split"
     stop_two_ranks(sluice_bin, lp_ooc_config, split, 40, "--set", "storage.cache_rows=400")
     assert (split / "checkpoints/latest").read_text().strip() == "epoch-0-step-40"
