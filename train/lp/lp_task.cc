@@ -562,8 +562,8 @@ PartitionPlanInput LpTask::PlanInput() const {
 
 Status LpTask::SetUpStorage() {
   if (!fs::exists(table_path_)) {
-    SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0,
-                                           cfg_.model.init_scale));
+    const auto [lo, hi] = HeldRows();  // across processes a rank's own: its file stores no other
+    SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0, cfg_.model.init_scale, lo, hi));
   }
   if (row_cached()) return SetUpRowCache();
   PartitionPlanInput in = PlanInput();

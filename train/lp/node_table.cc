@@ -45,14 +45,20 @@ void InitNodeBlock(const NodeTableLayout& layout, uint64_t seed, uint32_t table,
 }
 
 Status CreateNodeTable(const std::string& path, const NodeTableLayout& layout, uint64_t seed,
-                       uint32_t table, double scale) {
+                       uint32_t table, double scale, uint64_t first_row, uint64_t end_row) {
   const std::string temp = path + ".tmp";
+  end_row = std::min(end_row, layout.num_rows());
   {
     SLUICE_ASSIGN_OR_RETURN(File file, File::Open(temp, OpenMode::kCreate, false));
+    SLUICE_RETURN_IF_ERROR(file.Truncate(layout.num_rows() * layout.row_bytes));
     std::vector<std::byte> block(layout.block_bytes());
     for (BlockId b = 0; b < layout.num_blocks(); ++b) {
+      const uint64_t begin = uint64_t{b} * layout.rows_per_block, end = begin + layout.rows_per_block;
+      const uint64_t lo = std::max(begin, first_row), hi = std::min(end, end_row);
+      if (lo >= hi) continue;
       InitNodeBlock(layout, seed, table, scale, b, block.data());
-      SLUICE_RETURN_IF_ERROR(PwriteFull(file, block.data(), block.size(), uint64_t{b} * block.size()));
+      SLUICE_RETURN_IF_ERROR(PwriteFull(file, block.data() + (lo - begin) * layout.row_bytes,
+                                        (hi - lo) * layout.row_bytes, lo * layout.row_bytes));
     }
     SLUICE_RETURN_IF_ERROR(file.Sync());
   }

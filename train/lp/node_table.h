@@ -42,8 +42,11 @@ NodeTableLayout MakeNodeTableLayout(const std::vector<uint64_t>& bounds, uint32_
 void InitNodeBlock(const NodeTableLayout& layout, uint64_t seed, uint32_t table, double scale,
                    BlockId b, std::byte* out);
 
-// Writes a freshly initialised table to `path` (a temporary name, renamed when complete).
+// Writes a freshly initialised table to `path` (a temporary name, renamed when complete): table
+// rows [first_row, end_row) initialised, the file as long as the whole table and the other rows
+// holes (a rank's rows across processes: the others are never read there, nor stored).
 Status CreateNodeTable(const std::string& path, const NodeTableLayout& layout, uint64_t seed,
-                       uint32_t table, double scale);
+                       uint32_t table, double scale, uint64_t first_row = 0,
+                       uint64_t end_row = ~uint64_t{0});
 
 }  // namespace sluice
