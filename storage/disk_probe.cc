@@ -60,11 +60,12 @@ Result<DiskProbe> ProbeDisk(IoSession& io, const File& file, uint64_t file_bytes
 }
 
 Result<std::vector<DepthRate>> ProbeDepths(IoSession& io, const File& file, uint64_t file_bytes,
-                                           std::span<const uint32_t> depths, double seconds) {
+                                           std::span<const uint32_t> depths, double seconds,
+                                           uint64_t first_byte) {
   if (file_bytes < kDirectAlignBytes) {
     return InvalidArgument("disk probe of " + file.path() + ": the file is smaller than one page");
   }
-  const uint64_t pages = file_bytes / kDirectAlignBytes;
+  const uint64_t pages = file_bytes / kDirectAlignBytes, base = first_byte / kDirectAlignBytes * kDirectAlignBytes;
   std::mt19937_64 rng(0x5eed);
   std::vector<DepthRate> rates;
   for (const uint32_t asked : depths) {
@@ -72,7 +73,7 @@ Result<std::vector<DepthRate>> ProbeDepths(IoSession& io, const File& file, uint
     SLUICE_ASSIGN_OR_RETURN(auto random,
                             Drive(io, file, kDirectAlignBytes, depth,
                                   seconds / static_cast<double>(depths.size()),
-                                  [&](uint64_t) { return rng() % pages * kDirectAlignBytes; }));
+                                  [&](uint64_t) { return base + rng() % pages * kDirectAlignBytes; }));
     rates.push_back(DepthRate{depth, static_cast<double>(random.first) / std::max(random.second, 1e-9)});
   }
   return rates;
@@ -109,8 +110,8 @@ DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance) {
   return c;
 }
 
-Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t file_bytes, const IoConfig& io,
-                                    uint64_t budget_bytes) {
+Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t first_byte, uint64_t file_bytes,
+                                    const IoConfig& io, uint64_t budget_bytes) {
   const auto start = std::chrono::steady_clock::now();
   const uint64_t most = std::clamp<uint64_t>(budget_bytes / 50 / std::max<uint64_t>(io.merge_max.value, 1), 4, 256);
   std::vector<uint32_t> depths;
@@ -119,7 +120,7 @@ Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t file_bytes
   probe.queue_depth = static_cast<int>(depths.back());
   SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kRead, io.direct));
   SLUICE_ASSIGN_OR_RETURN(auto session, IoSession::Create(probe));
-  SLUICE_ASSIGN_OR_RETURN(std::vector<DepthRate> rates, ProbeDepths(*session, file, file_bytes, depths, 0.5));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<DepthRate> rates, ProbeDepths(*session, file, file_bytes, depths, 0.5, first_byte));
   DepthChoice choice = ChooseQueueDepth(std::move(rates));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char text[64];

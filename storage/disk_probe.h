@@ -34,9 +34,11 @@ struct DepthRate {
   double reads_per_s = 0;
 };
 
-// Random 4 KiB reads at each depth (each at most io.queue_depth()), `seconds` shared evenly.
+// Random 4 KiB reads at each depth (each at most io.queue_depth()), `seconds` shared evenly, of
+// the file's file_bytes from the page holding first_byte.
 Result<std::vector<DepthRate>> ProbeDepths(IoSession& io, const File& file, uint64_t file_bytes,
-                                           std::span<const uint32_t> depths, double seconds);
+                                           std::span<const uint32_t> depths, double seconds,
+                                           uint64_t first_byte = 0);
 
 struct DepthChoice {
   uint32_t depth = 0;
@@ -50,9 +52,9 @@ DepthChoice ChooseQueueDepth(std::vector<DepthRate> rates, double tolerance = 0.
 
 // The probe a run makes at start-up for io.queue_depth 0: depths 4, 8, ... up to what 2% of
 // `budget_bytes` stages in merged reads (io.merge_max each; never under 4, at most 256), half a
-// second of random reads of `path` (its first file_bytes) in all; the reason ends with the
-// probe's own seconds.
-Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t file_bytes, const IoConfig& io,
-                                    uint64_t budget_bytes);
+// second of random reads of `path` (its file_bytes from first_byte: rows the run stores, not a
+// sparse file's holes) in all; the reason ends with the probe's own seconds.
+Result<DepthChoice> ProbeQueueDepth(const std::string& path, uint64_t first_byte, uint64_t file_bytes,
+                                    const IoConfig& io, uint64_t budget_bytes);
 
 }  // namespace sluice

@@ -242,7 +242,7 @@ Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
     created_table_ = true;
   }
-  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
+  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, 0, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
                                                          cfg_.io, cfg_.storage.budget.value));
   cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
   return Status::Ok();

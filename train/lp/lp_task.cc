@@ -653,10 +653,17 @@ Result<std::pair<uint64_t, uint64_t>> LpTask::ProbeOwnRows(uint32_t run_ahead) c
   return std::pair<uint64_t, uint64_t>{step_most, flight_most};
 }
 
+// Below this a rank's rows are read from the page cache whatever the depth.
+constexpr uint64_t kMinProbeBytes = 16ull << 20;
+
 Status LpTask::SetUpRowCache() {
-  if (cfg_.io.queue_depth == 0) {  // each step reads rows at random: the depth the disk wants
-    SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(table_path_, RowFile::FileBytes(layout_.row_bytes, layout_.num_rows()),
-                                                           cfg_.io, cfg_.storage.budget.value));
+  const auto [lo, hi] = HeldRows();
+  const uint64_t own_bytes = (hi - lo) * layout_.row_bytes;
+  // Each step reads rows at random: the depth the disk wants, probed on the rows this process
+  // stores (the rest of its file is holes), unless they are too few to say (the default then).
+  if (cfg_.io.queue_depth == 0 && own_bytes >= kMinProbeBytes) {
+    SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(table_path_, lo * layout_.row_bytes, own_bytes, cfg_.io,
+                                                           cfg_.storage.budget.value));
     cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
   }
   RowPlanInput in = RowPlanFor();
@@ -673,7 +680,6 @@ Status LpTask::SetUpRowCache() {
   row_offsets_ = {0, layout_.num_rows()};
   row_backing_ = std::make_unique<RowFileBacking>(table_.get(), &row_offsets_, [](const RowKey&, std::byte*) {},
                                                   /*all_written=*/true, /*staging_rows=*/0);
-  const auto [lo, hi] = HeldRows();
   row_ctx_ = LpRowCache{row_cache_.get(), row_arena_.data(), row_backing_.get(), row_plan_.run_ahead, lo, hi};
   plan_ = PartitionMemoryPlan();
   plan_.predicted_bytes = row_plan_.predicted_bytes;
