@@ -600,10 +600,9 @@ RowPlanInput LpTask::RowPlanFor() const {
   const uint64_t uses = 2 * queries + chunks * bo.negatives * (bo.reciprocal ? 1 : 2);
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
-  // libtorch, the edges of the shuffle, the sampler, allocator slack; across processes every
-  // node's embedding, gathered for evaluation.
-  in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes +
-                     (across_processes() ? layout_.num_nodes() * static_cast<uint64_t>(cfg_.model.dim) * 4 : 0);
+  // libtorch, the edges of the shuffle, the sampler, allocator slack; every node's embedding,
+  // which evaluation ranks against (gathered from the owners across processes).
+  in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes + layout_.num_nodes() * static_cast<uint64_t>(cfg_.model.dim) * 4;
   in.model_bytes = num_relations_ * static_cast<uint64_t>(cfg_.model.dim) * 4 * 4;  // relations, grads, optimizer
   in.step_bytes = stepper_->model().StepBytes();
   in.keys_per_step = std::min(uses, hi - lo);  // the step's rows this process owns, at most
