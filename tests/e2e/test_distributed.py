@@ -468,11 +468,12 @@ def test_node_classification_settings_that_cannot_shard_are_one_line(sluice_bin,
 # Link prediction across processes: the node table sharded by row range, each step's edges cut
 # into virtual shards with their own negatives, rows from their owners.
 
-@pytest.fixture(scope="module")
-def lp_config(tmp_path_factory) -> pathlib.Path:
-    d = tmp_path_factory.mktemp("lp-dp")
+def make_lp_config(d: pathlib.Path, nodes: int, edges: int, batch: str, storage: str) -> pathlib.Path:
+    """A generated graph of `nodes` ids (Zipf-skewed tails, 5 relations) prepared in 2 partitions,
+    and a DistMult config with 6 virtual shards; `batch`: the train keys of a batch, `storage`:
+    the storage map."""
     rng = np.random.default_rng(3)
-    triples = zip(rng.integers(0, 300, 4000), rng.integers(0, 5, 4000), (rng.zipf(1.5, 4000) * 7) % 300)
+    triples = zip(rng.integers(0, nodes, edges), rng.integers(0, 5, edges), (rng.zipf(1.5, edges) * 7) % nodes)
     (d / "g.tsv").write_text("\n".join(f"{h}\t{r}\t{t}" for h, r, t in triples) + "\n")
     out = subprocess.run(PREP + ["edges", str(d / "g.tsv"), "--src-col", "0", "--rel-col", "1", "--dst-col", "2",
                                  "--out", str(d / "ds"), "--partitions", "2", "--valid-frac", "0.05",
@@ -481,11 +482,17 @@ def lp_config(tmp_path_factory) -> pathlib.Path:
     cfg = d / "lp.yaml"
     cfg.write_text(f"dataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
                    "model: {decoder: distmult, dim: 8, reciprocal: true, entity_dropout: 0.2}\n"
-                   "train: {epochs: 2, batch: 120, chunks: 4, negatives: 20, lr: 0.1, schedule: shuffle, seed: 4,\n"
+                   f"train: {{epochs: 2, {batch}, lr: 0.1, schedule: shuffle, seed: 4,\n"
                    "        regularizer: n3, regularization: 0.01, virtual_shards: 6}\n"
-                   "eval: {every: 1}\nstorage: {mode: in_memory}\n"
+                   f"eval: {{every: 1}}\nstorage: {storage}\n"
                    "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
     return cfg
+
+
+@pytest.fixture(scope="module")
+def lp_config(tmp_path_factory) -> pathlib.Path:
+    return make_lp_config(tmp_path_factory.mktemp("lp-dp"), 300, 4000, "batch: 120, chunks: 4, negatives: 20",
+                          "{mode: in_memory}")
 
 
 def lp_model(sluice_bin, run_dir: pathlib.Path) -> dict:
@@ -555,22 +562,8 @@ def test_link_prediction_stopped_on_one_rank_resumes_at_other_world_sizes_bitwis
 def lp_ooc_config(tmp_path_factory) -> pathlib.Path:
     """A graph of 2,665 nodes (a table of 2,688 rows) whose steps use a few hundred rows: each
     process's rows out of core through a row cache far smaller than its share."""
-    d = tmp_path_factory.mktemp("lp-ooc")
-    rng = np.random.default_rng(3)
-    triples = zip(rng.integers(0, 3000, 6000), rng.integers(0, 5, 6000), (rng.zipf(1.5, 6000) * 7) % 3000)
-    (d / "g.tsv").write_text("\n".join(f"{h}\t{r}\t{t}" for h, r, t in triples) + "\n")
-    out = subprocess.run(PREP + ["edges", str(d / "g.tsv"), "--src-col", "0", "--rel-col", "1", "--dst-col", "2",
-                                 "--out", str(d / "ds"), "--partitions", "2", "--valid-frac", "0.05",
-                                 "--test-frac", "0.05"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    cfg = d / "lp.yaml"
-    cfg.write_text(f"dataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
-                   "model: {decoder: distmult, dim: 8, reciprocal: true, entity_dropout: 0.2}\n"
-                   "train: {epochs: 2, batch: 60, chunks: 2, negatives: 10, lr: 0.1, schedule: shuffle, seed: 4,\n"
-                   "        regularizer: n3, regularization: 0.01, virtual_shards: 6}\n"
-                   "eval: {every: 1}\nstorage: {mode: out_of_core, run_ahead: 1}\n"
-                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
-    return cfg
+    return make_lp_config(tmp_path_factory.mktemp("lp-ooc"), 3000, 6000, "batch: 60, chunks: 2, negatives: 10",
+                          "{mode: out_of_core, run_ahead: 1}")
 
 
 def rows_written_back(stdout: str) -> int:
