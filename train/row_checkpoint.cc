@@ -208,4 +208,34 @@ Status CheckpointRows::WriteRowFile(const std::string& path, uint64_t first, uin
   return Status::Ok();
 }
 
+Status CheckpointRows::ReadEach(uint64_t first, uint64_t count,
+                                const std::function<std::byte*(uint64_t row)>& row) const {
+  const uint64_t per = std::max<uint64_t>(1, kPieceBytes / row_bytes_);
+  std::vector<std::byte> piece;
+  for (uint64_t at = first; at < first + count; at += per) {
+    const uint64_t n = std::min(per, first + count - at);
+    piece.resize(n * row_bytes_);
+    SLUICE_RETURN_IF_ERROR(Read(at, n, piece.data()));
+    for (uint64_t i = 0; i < n; ++i) std::memcpy(row(at + i), piece.data() + i * row_bytes_, row_bytes_);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> AssembleRowShards(const std::string& dir, const std::string& table, uint32_t row_bytes,
+                                      uint64_t rows) {
+  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows shards, CheckpointRows::Open(dir, table, row_bytes, rows));
+  // Not fs::temp_directory_path: it crashed when linked against PyTorch 2.11's pip libtorch.
+  const char* env = std::getenv("TMPDIR");
+  const std::string temp = env != nullptr && *env != '\0' ? env : "/tmp";
+  const std::string path = temp + "/sluice-" + table + "-" + std::to_string(::getpid()) + ".bin";
+  const Status written = shards.WriteRowFile(path, 0, rows);
+  if (!written.ok()) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    std::filesystem::remove(path + ".tmp", ec);
+    return written.WithContext("assemble the " + std::to_string(shards.shards()) + " shards of " + dir + " in " + temp);
+  }
+  return path;
+}
+
 }  // namespace sluice

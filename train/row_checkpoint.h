@@ -59,6 +59,8 @@ class CheckpointRows {
   bool sharded() const { return files_.size() > 1 || bounds_.size() > 2; }
   int shards() const { return static_cast<int>(files_.size()); }
   Status Read(uint64_t first, uint64_t count, std::byte* out) const;
+  // Rows [first, first + count) each copied to `row(r)` (rows held in RAM), read in pieces.
+  Status ReadEach(uint64_t first, uint64_t count, const std::function<std::byte*(uint64_t row)>& row) const;
   // A row file of every row at `path` (through a temporary name), rows [first, first + count)
   // from the checkpoint and the others zero (a rank's rows only: the others are never read there).
   Status WriteRowFile(const std::string& path, uint64_t first, uint64_t count) const;
@@ -70,5 +72,11 @@ class CheckpointRows {
   std::vector<uint64_t> bounds_;  // shard s holds rows [bounds_[s], bounds_[s + 1])
   std::vector<File> files_;
 };
+
+// A single process reading a checkpoint whose `table` the ranks of a run wrote in shards: the
+// shards assembled into one row file under $TMPDIR (or /tmp), whose path is returned; the caller
+// opens it and removes the name. A failure removes what it wrote and says where.
+Result<std::string> AssembleRowShards(const std::string& dir, const std::string& table, uint32_t row_bytes,
+                                      uint64_t rows);
 
 }  // namespace sluice

@@ -47,6 +47,9 @@ class ShardedRows {
   // Sends them to their rows' owners; returns [own.size(), width]: each of this rank's rows'
   // sum of every rank's uses of it, added in global use order.
   Result<torch::Tensor> SumOwnGrads();
+  // Every row on every rank (evaluation over every node): `own` holds this rank's rows, `width`
+  // floats each in row order; returns all T rows' floats in row order.
+  Result<std::vector<float>> GatherAll(std::span<const float> own);
 
  private:
   DataParallel* dp_;

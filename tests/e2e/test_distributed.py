@@ -293,18 +293,18 @@ def checkpoint_bytes(run_dir: pathlib.Path) -> dict:
             "dense optimizer tensors": state}  # non-empty: Adam's moments
 
 
-def table_bytes(checkpoint: pathlib.Path) -> bytes:
-    """A checkpoint's tables in the row file's layout: rows.bin, or the ranks' shards laid end to
-    end as their manifest says (each shard exactly its rows), padded to 512 bytes as rows.bin is."""
-    manifest = checkpoint / "rows.bin.shards.json"
+def table_bytes(checkpoint: pathlib.Path, name: str = "rows.bin") -> bytes:
+    """A checkpoint's tables in the row file's layout: `name`, or the ranks' shards laid end to
+    end as their manifest says (each shard exactly its rows), padded to 512 bytes as the whole file is."""
+    manifest = checkpoint / f"{name}.shards.json"
     if not manifest.exists():
-        return (checkpoint / "rows.bin").read_bytes()
+        return (checkpoint / name).read_bytes()
     m = json.loads(manifest.read_text())
     world = m["world_size"]
-    assert not (checkpoint / "rows.bin").exists()
+    assert not (checkpoint / name).exists()
     parts = []
     for r in range(world):
-        data = (checkpoint / f"rows.bin.shard-{r}-of-{world}").read_bytes()
+        data = (checkpoint / f"{name}.shard-{r}-of-{world}").read_bytes()
         assert len(data) == (m["bounds"][r + 1] - m["bounds"][r]) * m["row_bytes"] == m["shards"][r]["bytes"]
         assert zlib.crc32(data) == m["shards"][r]["crc32"]
         parts.append(data)
@@ -453,11 +453,91 @@ def test_node_classification_stopped_on_one_rank_resumes_at_another_world_size_b
     assert nc_model(base / "nc-split")["dense.pt"] == nc_model(reference)["dense.pt"]
 
 
+def nc_embedding_model(sluice_bin, run_dir: pathlib.Path) -> dict:
+    """nc_model, the latest checkpoint's node embeddings with their optimizer state (whole or in
+    the ranks' shards) and what `sluice export` infers from it (every node's probabilities)."""
+    model = nc_model(run_dir)
+    latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
+    table = table_bytes(latest, "nodes.bin")  # padded as a row file is (4 KiB) or to 512 bytes (shards)
+    rows = 3000 * (8 + 1) * 4  # each node's embedding and its row-wise Adagrad state
+    assert len(table) >= rows and not any(table[rows:])
+    model["nodes.bin"] = table[:rows]
+    # Export infers over every neighbour: a hub's 700 take more than the training cache holds,
+    # so it reads with the budget's cache (storage keys are not part of the model).
+    cfg = run_dir / "config.yaml"
+    cfg.write_text(re.sub(r"cache_rows: \d+", "cache_rows: 0", cfg.read_text()))
+    shutil.rmtree(run_dir / "export", ignore_errors=True)
+    out = run(sluice_bin, "export", str(run_dir), "--out", str(run_dir / "export"))
+    assert out.returncode == 0, out.stderr
+    model["probabilities"] = (run_dir / "export/probabilities.npy").read_bytes()
+    return model
+
+
+# Learnable node embeddings (model.embedding_dim) instead of features: the table sharded by row
+# range, each rank's rows through its own cache, the step's rows from their owners.
+# Smaller steps than the features' (24 seeds, fanouts 3, 2) so a cache of a third of the rows
+# holds the steps in flight.
+NC_EMB = ["--set", "model.embedding_dim=8", "--set", "train.embedding_optimizer=rowwise_adagrad",
+          "--set", "train.embedding_lr=0.1", "--set", "train.batch=24", "--set", "model.fanouts=[3, 2]",
+          "--set", "eval.batch=64"]
+
+
+def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_at_world_sizes_1_2_and_3(
+        sluice_bin, nc_config, gloo):
+    base = nc_config.parent
+    # One process running the 6 shards out of core, a cache of 900 of the 3,000 rows.
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-one'}", *NC_EMB,
+              "--set", "storage.cache_rows=900")
+    assert out.returncode == 0, out.stderr
+    assert "owns table rows 0-2999 of 3000" in out.stdout, out.stdout
+    reference = nc_embedding_model(sluice_bin, base / "emb-one")
+    assert len(reference["losses"]) == 2
+    # Each epoch's validation ran (every node's embedding gathered across processes below).
+    valid = [json.loads(l)["valid"]["accuracy"] for l in (base / "emb-one/metrics.jsonl").read_text().splitlines()]
+    # The shards' row updates train the embeddings: 0.24 when they keep their initial values.
+    assert len(valid) == 2 and valid[-1] > 0.7, valid
+    # The same run in memory, validating over every neighbour (layer by layer): the same model.
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-one-mem'}", *NC_EMB,
+              "--set", "storage.mode=in_memory", "--set", "eval.fanouts=[]")
+    assert out.returncode == 0, out.stderr
+    assert nc_embedding_model(sluice_bin, base / "emb-one-mem") == reference
+    full = [json.loads(l)["valid"] for l in (base / "emb-one-mem/metrics.jsonl").read_text().splitlines()]
+    for n, cache in ((2, 500), (3, 350)):
+        out = launch(nc_config, n, base / f"emb-{n}", *NC_EMB, "--set", f"storage.cache_rows={cache}")
+        assert out.returncode == 0, out.stderr
+        assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout, out.stdout
+        assert f"owns table rows 0-{3000 // n - 1} of 3000" in out.stdout, out.stdout
+        latest = base / f"emb-{n}/checkpoints" / (base / f"emb-{n}/checkpoints/latest").read_text().strip()
+        assert (latest / f"nodes.bin.shard-{n - 1}-of-{n}").exists() and not (latest / "nodes.bin").exists()
+        model = nc_embedding_model(sluice_bin, base / f"emb-{n}")
+        for key in reference:
+            assert model[key] == reference[key], f"{n} ranks: {key} differs"
+        # Each rank's metrics: the same validation as one process (every rank evaluates).
+        assert [json.loads(l)["valid"]["accuracy"] for l in (base / f"emb-{n}/metrics.jsonl").read_text().splitlines()] == valid
+    out = launch(nc_config, 2, base / "emb-2-mem", *NC_EMB, "--set", "storage.mode=in_memory", "--set", "eval.fanouts=[]")
+    assert out.returncode == 0, out.stderr
+    assert nc_embedding_model(sluice_bin, base / "emb-2-mem") == reference
+    assert [json.loads(l)["valid"] for l in (base / "emb-2-mem/metrics.jsonl").read_text().splitlines()] == full
+    # Stopped after step 5 on 2 ranks out of core, resumed on 3 out of core, then in one process
+    # in memory for a third epoch: one process's 3 epochs.
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-three'}", *NC_EMB,
+              "--set", "train.epochs=3")
+    assert out.returncode == 0, out.stderr
+    stop_two_ranks(sluice_bin, nc_config, base / "emb-split", 5, *NC_EMB, "--set", "storage.cache_rows=500")
+    assert (base / "emb-split/checkpoints/latest").read_text().strip() == "epoch-0-step-5"
+    out = launch(nc_config, 3, base / "emb-split", "--resume", *NC_EMB, "--set", "storage.cache_rows=350")
+    assert out.returncode == 0, out.stderr
+    def resumed(model: dict) -> dict:  # the resumed epoch's mean loss covers its steps after the resume
+        return dict(model, losses=model["losses"][1:])
+    assert resumed(nc_embedding_model(sluice_bin, base / "emb-split")) == resumed(reference)
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-split'}", "--resume", *NC_EMB,
+              "--set", "storage.mode=in_memory", "--set", "train.epochs=3")
+    assert out.returncode == 0, out.stderr
+    assert resumed(nc_embedding_model(sluice_bin, base / "emb-split")) == resumed(nc_embedding_model(sluice_bin, base / "emb-three"))
+
+
 def test_node_classification_settings_that_cannot_shard_are_one_line(sluice_bin, nc_config, gloo):
     base = nc_config.parent
-    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad'}",
-              "--set", "model.embedding_dim=8")
-    assert out.returncode != 0 and "learnable node embeddings are not sharded across processes yet" in out.stderr, out.stderr
     out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'nc-bad2'}", "--set", "train.virtual_shards=129")
     assert out.returncode != 0 and "more than the 128 training nodes of a batch" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -143,7 +143,6 @@ class DlrmTask : public Task {
   Status SaveShard(const std::string& checkpoint_dir) override;
   // `use` given a reader of this process's global rows (synced).
   Status WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use);
-  Result<std::string> AssembleShards(const std::string& dir);
   // The rows a checkpoint's tables give this process: its own when sharded, else all.
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
   Result<double> TrainShardedStep(RowBatch& b);

@@ -122,23 +122,6 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
 
 // A checkpoint's sharded tables to read out of core: assembled into one row file in the temporary
 // directory ($TMPDIR), removed by name once opened.
-Result<std::string> DlrmTask::AssembleShards(const std::string& dir) {
-  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows,
-                          CheckpointRows::Open(dir, "rows.bin", tables_->row_bytes(), tables_->total_rows()));
-  // Not fs::temp_directory_path: it crashed when linked against PyTorch 2.11's pip libtorch.
-  const char* env = std::getenv("TMPDIR");
-  const std::string temp = env != nullptr && *env != '\0' ? env : "/tmp";
-  const std::string path = temp + "/sluice-rows-" + std::to_string(::getpid()) + ".bin";
-  std::error_code ec;
-  const Status written = rows.WriteRowFile(path, 0, tables_->total_rows());
-  if (!written.ok()) {
-    fs::remove(path, ec);
-    fs::remove(path + ".tmp", ec);
-    return written.WithContext("assemble the " + std::to_string(rows.shards()) + " shards of " + dir + " in " + temp);
-  }
-  return path;
-}
-
 Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   const bool reading = !rows_from.empty();
   if (rocksdb_) {
@@ -154,7 +137,7 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   }
   std::string path = tables_dir_ + "/rows.bin";
   if (reading && CheckpointRows::Sharded(rows_from, "rows.bin")) {
-    SLUICE_ASSIGN_OR_RETURN(path, AssembleShards(rows_from));
+    SLUICE_ASSIGN_OR_RETURN(path, AssembleRowShards(rows_from, "rows.bin", tables_->row_bytes(), tables_->total_rows()));
   } else if (reading) {
     path = rows_from + "/rows.bin";
   } else if ((fresh && !created_table_) || !fs::exists(path)) {
@@ -382,15 +365,7 @@ Status DlrmTask::LoadMemoryRows(const std::string& dir) {
     const uint32_t rb = tables_->row_bytes();
     SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows, CheckpointRows::Open(dir, "rows.bin", rb, tables_->total_rows()));
     const auto [lo, hi] = RowsToLoad();
-    std::vector<std::byte> piece;
-    constexpr uint64_t kPieceRows = 65536;
-    for (uint64_t at = lo; at < hi; at += kPieceRows) {
-      const uint64_t n = std::min(kPieceRows, hi - at);
-      piece.resize(n * rb);
-      SLUICE_RETURN_IF_ERROR(rows.Read(at, n, piece.data()));
-      for (uint64_t i = 0; i < n; ++i) std::memcpy(memory_->Row(KeyOf(at + i)), piece.data() + i * rb, rb);
-    }
-    return Status::Ok();
+    return rows.ReadEach(lo, hi - lo, [&](uint64_t row) { return memory_->Row(KeyOf(row)); });
   }
   const uint32_t rb = tables_->row_bytes();
   const std::string path = dir + "/rows.kv";

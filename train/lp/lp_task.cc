@@ -296,9 +296,7 @@ Status LpTask::ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const {
 }
 
 Result<torch::Tensor> LpTask::GatherEmbeddings() {
-  const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
-  const std::vector<uint64_t>& bounds = sharded_->bounds();
   const auto [lo, hi] = OwnRows();
   std::vector<float> own((hi - lo) * d);
   constexpr uint64_t kChunk = 1 << 14;
@@ -308,26 +306,13 @@ Result<torch::Tensor> LpTask::GatherEmbeddings() {
     SLUICE_RETURN_IF_ERROR(ReadMemoryRows(row, n, held.data()));
     for (uint64_t k = 0; k < n; ++k) std::memcpy(own.data() + (row - lo + k) * d, held.data() + k * layout_.row_bytes, d * 4);
   }
-  std::vector<float> send;
-  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
-  for (int q = 0; q < world; ++q) {
-    if (q == me) continue;
-    send.insert(send.end(), own.begin(), own.end());
-    send_counts[static_cast<size_t>(q)] = own.size();
-    recv_counts[static_cast<size_t>(q)] = (bounds[static_cast<size_t>(q) + 1] - bounds[static_cast<size_t>(q)]) * d;
-  }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "its rows for evaluation"));
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> rows, sharded_->GatherAll(own));
   const int64_t n = static_cast<int64_t>(layout_.num_nodes());
   torch::Tensor all = torch::empty({n, static_cast<int64_t>(d)});
   float* out = all.data_ptr<float>();
-  const float* from = got.data();
-  for (int q = 0; q < world; ++q) {
-    const float* rows = q == me ? own.data() : from;
-    for (uint64_t row = bounds[static_cast<size_t>(q)]; row < bounds[static_cast<size_t>(q) + 1]; ++row, rows += d) {
-      const uint64_t blk = row / layout_.rows_per_block, v = layout_.bounds[blk] + row % layout_.rows_per_block;
-      if (v < layout_.bounds[blk + 1]) std::memcpy(out + v * d, rows, d * 4);  // not a block's padding
-    }
-    if (q != me) from = rows;
+  for (uint64_t row = 0; row < layout_.num_rows(); ++row) {
+    const uint64_t blk = row / layout_.rows_per_block, v = layout_.bounds[blk] + row % layout_.rows_per_block;
+    if (v < layout_.bounds[blk + 1]) std::memcpy(out + v * d, rows.data() + row * d, d * 4);  // not a block's padding
   }
   return all;
 }

@@ -132,6 +132,13 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
 }
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
+  if (sharded_ != nullptr && across_processes() && eval_rows_ == nullptr) {  // every node's embedding, for now
+    SLUICE_RETURN_IF_ERROR(GatherEvalRows());
+    Result<torch::Tensor> logits = InferNodes(nodes, full_neighbourhood);
+    eval_rows_.reset();
+    std::vector<float>().swap(eval_floats_);
+    return logits;
+  }
   // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
   // neighbour.
   if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);

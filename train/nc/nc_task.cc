@@ -341,28 +341,15 @@ Status NcTask::Open(Purpose purpose) {
   return SetUpDataParallel();
 }
 
-Status NcTask::SetUpDataParallel() {
-  SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
-                                                              group_, cfg_.train.batch, "training nodes", cfg_.device));
-  if (!sharded) return Status::Ok();
-  if (embeddings_) {
-    return InvalidArgument("train.virtual_shards with model.embedding_dim: learnable node embeddings are not "
-                           "sharded across processes yet (features are: each rank reads its own copy)");
-  }
-  if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore) {
-    return InvalidArgument("train.virtual_shards with storage.spill_steps: the spill lists whole steps; "
-                           "set storage.spill_steps: 0");
-  }
-  dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
-  dp_->set_dense_floats(DenseFloats(net_->parameters()));
-  return Status::Ok();
-}
-
 Status NcTask::LoadState(const CheckpointReader& checkpoint) {
-  if (embeddings_ != checkpoint.Has("nodes.bin")) {
+  const bool sharded_rows = checkpoint.Has(RowShardManifestName("nodes.bin"));
+  if (embeddings_ != (checkpoint.Has("nodes.bin") || sharded_rows)) {
     return InvalidArgument(checkpoint.dir() + ": the checkpoint " +
                            (embeddings_ ? "holds no node embeddings (nodes.bin)" : "holds node embeddings") +
                            " but model.embedding_dim is " + std::to_string(cfg_.model.embedding_dim));
+  }
+  if (sharded_rows) {  // written by the ranks of a run: its manifest fits this model
+    SLUICE_RETURN_IF_ERROR(CheckpointRows::Open(checkpoint.dir(), "nodes.bin", row_bytes_, num_nodes_).status());
   }
   const torch::Device device = acc_ != nullptr ? acc_->device() : torch::Device(torch::kCPU);
   SLUICE_RETURN_IF_ERROR(LoadTorch(checkpoint, "dense.pt", net_, device));
@@ -371,20 +358,19 @@ Status NcTask::LoadState(const CheckpointReader& checkpoint) {
 
 Status NcTask::PrepareTraining(const CheckpointReader* resumed) {
   const bool in_memory = cfg_.storage.mode == StorageMode::kInMemory;
+  const auto [lo, hi] = RowsToLoad();
   if (embeddings_ && resumed != nullptr && !in_memory) {
-    SLUICE_RETURN_IF_ERROR(RestoreRowFile(resumed->dir(), "nodes.bin", tables_dir_));
+    SLUICE_RETURN_IF_ERROR(RestoreRows(resumed->dir(), lo, hi));
   }
   SLUICE_RETURN_IF_ERROR(SetUpStorage(resumed == nullptr, ""));
-  if (embeddings_ && resumed != nullptr && in_memory) {
-    SLUICE_RETURN_IF_ERROR(LoadDenseRows(*memory_, resumed->dir() + "/nodes.bin", num_nodes_));
-  }
+  if (embeddings_ && resumed != nullptr && in_memory) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(resumed->dir(), lo, hi));
   SLUICE_RETURN_IF_ERROR(SetUpDeviceRows());
   return SetUpSampler();
 }
 
 Status NcTask::PrepareReading(const CheckpointReader& checkpoint) {
   SLUICE_RETURN_IF_ERROR(SetUpStorage(false, checkpoint.dir()));
-  if (embeddings_ && memory_) return LoadDenseRows(*memory_, checkpoint.dir() + "/nodes.bin", num_nodes_);
+  if (embeddings_ && memory_) return LoadMemoryRows(checkpoint.dir(), 0, num_nodes_);
   return Status::Ok();
 }
 
@@ -452,7 +438,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.step_record_bytes = edges * 8 + most * 8 * 2;  // a ring slot's subgraph
   in.row_bytes = row_bytes_;
   in.total_rows = num_nodes_;
-  in.max_rows = num_nodes_;
+  in.max_rows = own_end_ > own_begin_ ? own_end_ - own_begin_ : num_nodes_;  // sharded: this rank's rows
   in.oracle = cfg_.storage.planner == PlannerKind::kOracle;
   in.window = static_cast<uint32_t>(cfg_.storage.window);
   // A group's io runs while the previous group computes.
@@ -474,14 +460,22 @@ Result<RowPlanInput> NcTask::PlanInput() {
 Status NcTask::OpenEmbeddingFile(bool fresh, const std::string& rows_from) {
   const bool reading = !rows_from.empty();
   std::string path = tables_dir_ + "/nodes.bin";
-  if (reading) {
+  const bool assemble = reading && CheckpointRows::Sharded(rows_from, "nodes.bin");
+  if (assemble) {  // written by the ranks of a run: one file of every row, read from a temporary name
+    SLUICE_ASSIGN_OR_RETURN(path, AssembleRowShards(rows_from, "nodes.bin", row_bytes_, num_nodes_));
+  } else if (reading) {
     path = rows_from + "/nodes.bin";
   } else if (fresh || !std::filesystem::exists(path)) {
     std::error_code ec;
     std::filesystem::create_directories(tables_dir_, ec);
     SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, row_bytes_, offsets_, Init(), cfg_.io));
   }
-  SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, row_bytes_, num_nodes_, !reading, RowFileOptionsFrom(cfg_.io)));
+  Result<std::unique_ptr<RowFile>> opened = RowFile::Open(path, row_bytes_, num_nodes_, !reading, RowFileOptionsFrom(cfg_.io));
+  if (assemble) {  // open (or not): its name is no longer needed
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  SLUICE_ASSIGN_OR_RETURN(row_file_, std::move(opened));
   embedding_backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &offsets_, Init(),
                                                         /*all_written=*/!fresh || reading, /*staging_rows=*/0);
   backing_ = embedding_backing_.get();
@@ -586,7 +580,7 @@ uint64_t NcTask::GraphBytes() const {
 std::string NcTask::DescribePlan() const {
   const uint64_t table = num_nodes_ * row_bytes_;
   return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
-         FormatCount(static_cast<double>(plan_.cache_rows)) + " feature rows (" + FormatBytes(plan_.cache_bytes) +
+         FormatCount(static_cast<double>(plan_.cache_rows)) + (embeddings_ ? " embedding rows (" : " feature rows (") + FormatBytes(plan_.cache_bytes) +
          " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
          "% of the rows; planner " + PlannerKindName(cfg_.storage.planner) +
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
@@ -622,6 +616,13 @@ void NcTask::FitEvalPass(Pass& pass, const RowCache* cache) const {
 
 NcTask::RowSource NcTask::FeatureSource() const {
   RowSource s;
+  if (eval_rows_ != nullptr) {  // every node's embedding, gathered for evaluation
+    s.memory = eval_rows_.get();
+    s.row_bytes = eval_rows_->row_bytes();
+    s.dim = feature_dim_;
+    s.features = false;
+    return s;
+  }
   s.memory = memory_.get();
   s.cache = cache_.get();
   s.arena = const_cast<std::byte*>(arena_.data());
@@ -658,6 +659,11 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     backing = spill_.get();
   }
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
+    if (pass.whole_steps) {
+      if (pass.Seeds(pass.first_step + t).empty()) return false;
+      SampleWholeStep(pass, pass.first_step + t, b);
+      return true;
+    }
     const std::span<const int64_t> seeds = pass.UnitSeeds(t);
     if (seeds.empty()) return false;
     const uint64_t n = seeds.size();
@@ -751,7 +757,13 @@ Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t 
     features.rows = features.uses.size(0);
     in.tables.push_back(std::move(features));
   }
-  const SampledSubgraph& s = b.sub;
+  AddSample(b.sub, in);
+  in.key = {pass.seed, pass.epoch, step};
+  in.training = training;
+  return in;
+}
+
+void NcTask::AddSample(const SampledSubgraph& s, ModelInput& in) const {
   for (size_t l = s.blocks.size(); l-- > 0;) {  // outermost block first
     const SampledBlock& sb = s.blocks[l];
     BlockInput bi;
@@ -769,9 +781,6 @@ Result<ModelInput> NcTask::StepInput(const Batch& b, const Pass& pass, uint64_t 
   in.labels = torch::empty({static_cast<int64_t>(seeds.size())}, torch::kLong);
   int64_t* lab = in.labels.data_ptr<int64_t>();
   for (size_t i = 0; i < seeds.size(); ++i) lab[i] = labels_[static_cast<size_t>(seeds[i])];
-  in.key = {pass.seed, pass.epoch, step};
-  in.training = training;
-  return in;
 }
 
 Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step) {
@@ -792,53 +801,6 @@ Result<double> NcTask::TrainStep(const Batch& b, const Pass& pass, uint64_t step
   }
   compute_s_ += SecondsSince(start);
   return g.loss;
-}
-
-std::vector<std::pair<uint64_t, int>> NcTask::ShardUnits(const Pass& pass) const {
-  std::vector<std::pair<uint64_t, int>> units;
-  for (uint64_t s = pass.first_step; s < pass.steps(); ++s) {
-    const uint64_t n = pass.Seeds(s).size();
-    for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
-      const auto [lo, hi] = DataParallel::ShardSamples(v, dp_->shards(), n);
-      if (lo < hi) units.emplace_back(s, v);
-    }
-  }
-  return units;
-}
-
-Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit) {
-  const uint64_t n = pass.Seeds(step).size();
-  const int shards = dp_->shards();
-  const std::vector<torch::Tensor> params = net_->parameters();
-  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
-  std::vector<float> mine;
-  net_->train();
-  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
-    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
-    if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
-      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
-      continue;
-    }
-    auto start = SteadyClock::now();
-    Status st;
-    const Batch* b = p.WaitReady(unit, st);
-    if (b == nullptr) return st;
-    SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(*b, pass, pass.UnitKey(unit).step, /*training=*/true,
-                                                     FeatureSource()));
-    gather_s_ += SecondsSince(start);
-    start = SteadyClock::now();
-    opt_->zero_grad();
-    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
-    AppendShardPayload(mine, g.loss, hi - lo, n, params);
-    compute_s_ += SecondsSince(start);
-    p.Computed(unit++);
-  }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
-  const auto start = SteadyClock::now();
-  const double loss = SetShardGradients(all, sizes, params);
-  opt_->step();
-  compute_s_ += SecondsSince(start);
-  return loss / static_cast<double>(n);
 }
 
 void NcTask::SetLearningRateScale(double scale) {
@@ -868,11 +830,15 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
     };
   }
   if (device_rows_ != nullptr) return TrainEpochOnDevice(pass, sink);
-  if (dp_ != nullptr) {
+  if (dp_ != nullptr) pass.shards = dp_->shards();
+  if (sharded_ != nullptr) {  // learnable embeddings: whole steps, this rank's rows
+    pass.whole_steps = true;
+    pass.own_begin = own_begin_, pass.own_end = own_end_;
+  } else if (dp_ != nullptr) {
     units_ = ShardUnits(pass);
     pass.units = &units_;
-    pass.shards = dp_->shards();
   }
+  const bool per_step = dp_ == nullptr || pass.whole_steps;  // else a unit is a shard
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();
@@ -880,17 +846,18 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   uint64_t unit = 0;  // a sharded pass's next unit
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
-    Batch* b = dp_ == nullptr ? p->WaitReady(s - first, st) : nullptr;
-    Result<double> loss = dp_ != nullptr ? TrainShardedStep(*p, pass, s, unit)
-                          : b != nullptr ? TrainStep(*b, pass, s)
-                                         : Result<double>(st);
+    Batch* b = per_step ? p->WaitReady(s - first, st) : nullptr;
+    Result<double> loss = !per_step         ? TrainShardedStep(*p, pass, s, unit)
+                          : b == nullptr    ? Result<double>(st)
+                          : pass.whole_steps ? TrainRowShardedStep(*b, pass, s)
+                                             : TrainStep(*b, pass, s);
     if (!loss.ok()) {
       p->Abort(loss.status());
       (void)FinishPass(*p);
       return loss.status();
     }
     const auto n = static_cast<uint32_t>(pass.Seeds(s).size());
-    if (dp_ == nullptr) p->Computed(s - first);
+    if (per_step) p->Computed(s - first);
     const bool last = s + 1 == steps;
     if (sink.StepDone(n, *loss * n, last) && !last) {
       SLUICE_RETURN_IF_ERROR(FinishPass(*p));
@@ -905,8 +872,8 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   torch::NoGradGuard no_grad;
   net_->eval();
   Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
-  FitEvalPass(pass, cache_.get());
   const RowSource source = FeatureSource();
+  FitEvalPass(pass, source.cache);
   auto p = MakePipeline(pass, source);
   p->Start();
   std::vector<torch::Tensor> logits;

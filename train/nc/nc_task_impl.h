@@ -26,6 +26,8 @@
 #include "train/accelerator.h"
 #include "train/data_parallel.h"
 #include "train/device_rows.h"
+#include "train/row_checkpoint.h"
+#include "train/sharded_rows.h"
 #include "train/nc/nc_config.h"
 #include "train/nc/nc_model.h"
 #include "train/task.h"
@@ -74,6 +76,7 @@ class NcTask : public Task {
     group_ = group;
     return Status::Ok();
   }
+  Status SaveShard(const std::string& checkpoint_dir) override;
   DataParallel* data_parallel() override { return dp_.get(); }
 
  private:
@@ -81,6 +84,14 @@ class NcTask : public Task {
   struct Batch {
     RowBatch rows;
     SampledSubgraph sub;
+    // Learnable embeddings in virtual shards (Pass::whole_steps): every shard's sample (`sub`
+    // unused), the step's distinct nodes in first-occurrence order, each shard's uses of them
+    // end to end, and where shard v's begin (shards + 1 entries); `rows` loads this rank's rows
+    // among them, in that order.
+    std::vector<SampledSubgraph> parts;
+    std::vector<uint64_t> step_rows;
+    std::vector<int64_t> uses;
+    std::vector<uint64_t> part_uses;
   };
   using Pipeline = RowPipeline<Batch>;
   static RowBatch& RowsOf(Batch& b) { return b.rows; }
@@ -102,6 +113,10 @@ class NcTask : public Task {
     // is a step.
     const std::vector<std::pair<uint64_t, int>>* units = nullptr;
     int shards = 0;
+    // Learnable embeddings in virtual shards: a unit is a step, every shard of it sampled
+    // (SampleWholeStep), its keys the rows of [own_begin, own_end) it uses.
+    bool whole_steps = false;
+    uint64_t own_begin = 0, own_end = 0;
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
     // Step `step`'s seeds (empty past the pass's end).
     std::span<const int64_t> Seeds(uint64_t step) const {
@@ -183,6 +198,27 @@ class NcTask : public Task {
   // it advances), every shard's loss and gradients exchanged and added in shard order, then the
   // optimizer. Returns the batch's mean loss.
   Result<double> TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit);
+  // Learnable embeddings in virtual shards (sharded by row range, train/sharded_rows.h): step
+  // `step` of a whole-step pass; the step's rows from their owners, this rank's shards computed,
+  // losses and dense gradients exchanged, each of this rank's rows updated with every rank's
+  // uses' gradients added in global use order.
+  Result<double> TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step);
+  static void SampleWholeStep(const Pass& pass, uint64_t step, Batch& b);
+  // The plans' probe (BuildModel's) again for whole steps: this rank's rows a step.
+  void ProbeWholeSteps();
+  // The sample's blocks, node ids and seeds' labels.
+  void AddSample(const SampledSubgraph& s, ModelInput& in) const;
+  bool across_processes() const { return dp_ != nullptr && dp_->group() != nullptr; }
+  // The rows of the embedding table a checkpoint gives this process: its own across processes.
+  std::pair<uint64_t, uint64_t> RowsToLoad() const;
+  // Rows [lo, hi) of a checkpoint's embeddings (whole or in shards) into memory_.
+  Status LoadMemoryRows(const std::string& dir, uint64_t lo, uint64_t hi);
+  // ... or into the run's row file (tables/nodes.bin; the other rows zero, never read here).
+  Status RestoreRows(const std::string& dir, uint64_t lo, uint64_t hi);
+  // This process's embedding rows by global number (out of core synced first, at the first read).
+  RowRangeReader HeldRowsReader();
+  // Across processes, evaluation reads every node's embedding: gathered from every rank.
+  Status GatherEvalRows();
   // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
   Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
   // Logits [all nodes, classes] with every neighbour, layer by layer (nc_layerwise.cc).
@@ -285,6 +321,12 @@ class NcTask : public Task {
   DistGroup* group_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
   std::vector<std::pair<uint64_t, int>> units_;  // the sharded pass's (step, shard) units
+  // Learnable embeddings: sharded by row range, this rank owning [own_begin_, own_end_).
+  std::unique_ptr<ShardedRows> sharded_;
+  uint64_t own_begin_ = 0, own_end_ = 0;
+  std::vector<uint64_t> own_rows_;  // the step's (global numbers)
+  std::vector<float> eval_floats_;  // GatherEvalRows: every node's embedding, while evaluating
+  std::unique_ptr<MemoryRows> eval_rows_;
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;

@@ -34,7 +34,10 @@ Result<Metrics> NcTask::Evaluate(const std::string& split) {
 }
 
 Status NcTask::Save(CheckpointWriter& writer) {
-  if (embeddings_) {
+  if (embeddings_ && across_processes()) {  // every rank's rows as its shard, rank 0 the manifest
+    SLUICE_RETURN_IF_ERROR(
+        CollectRowShards(*dp_, writer, "nodes.bin", sharded_->bounds(), row_bytes_, HeldRowsReader()));
+  } else if (embeddings_) {
     SLUICE_RETURN_IF_ERROR(SyncRows());
     if (memory_) {
       SLUICE_RETURN_IF_ERROR(WriteDenseRows(*memory_, writer.PathOf("nodes.bin"), num_nodes_));
@@ -94,7 +97,7 @@ void NcTask::Summarize(RunSummary& s) const {
   s.Set("pipeline", "plan_busy_s", plan_time_.busy_s), s.Set("pipeline", "io_busy_s", io_time_.busy_s);
   s.Set("pipeline", "compute_wait_s", wait_s_);
   s.Set("compute", "gather_s", gather_s_), s.Set("compute", "model_s", compute_s_);
-  if (dp_ != nullptr) SummarizeDataParallel(*dp_, 0, s);
+  if (dp_ != nullptr) SummarizeDataParallel(*dp_, sharded_ != nullptr ? num_nodes_ : 0, s);
   if (cache_) {
     RowCacheStats cs = cache_->stats();
     cs.steps += earlier_cache_stats_.steps, cs.accesses += earlier_cache_stats_.accesses;

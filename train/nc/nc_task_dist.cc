@@ -1,0 +1,252 @@
+// Node classification in virtual shards, in one process or across several (docs/distributed.md):
+// features are each rank's own copy of the dataset and only the dense gradients are exchanged;
+// learnable node embeddings are sharded by row range, each rank keeping its rows in its own
+// cache (see nc_task_impl.h).
+#include <filesystem>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "sampler/batch_order.h"
+#include "train/model_step.h"
+#include "train/nc/nc_task_impl.h"
+
+namespace sluice {
+
+Status NcTask::SetUpDataParallel() {
+  SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
+                                                              group_, cfg_.train.batch, "training nodes", cfg_.device));
+  if (!sharded) return Status::Ok();
+  if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore) {
+    return InvalidArgument("train.virtual_shards with storage.spill_steps: the spill lists whole steps; "
+                           "set storage.spill_steps: 0");
+  }
+  dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
+  dp_->set_dense_floats(DenseFloats(net_->parameters()));
+  if (!embeddings_) return Status::Ok();
+  const int world = dp_->world_size();
+  std::vector<uint64_t> bounds;
+  for (int r = 0; r <= world; ++r) bounds.push_back(DataParallel::RowRange(r, world, num_nodes_).first);
+  bounds.back() = num_nodes_;
+  std::tie(own_begin_, own_end_) = dp_->MyRows(num_nodes_);
+  sharded_ = std::make_unique<ShardedRows>(dp_.get(), std::move(bounds), static_cast<uint64_t>(feature_dim_));
+  ProbeWholeSteps();
+  return Status::Ok();
+}
+
+void NcTask::SampleWholeStep(const Pass& pass, uint64_t step, Batch& b) {
+  const std::span<const int64_t> seeds = pass.Seeds(step);
+  const auto shards = static_cast<size_t>(pass.shards);
+  b.parts.resize(shards);
+  b.step_rows.clear(), b.uses.clear();
+  b.part_uses.assign(shards + 1, 0);
+  std::unordered_map<int64_t, int64_t> index;
+  index.reserve(b.parts.empty() ? 0 : seeds.size() * 8);
+  for (size_t v = 0; v < shards; ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(static_cast<int>(v), pass.shards, seeds.size());
+    SampledSubgraph& sub = b.parts[v];
+    sub = SampledSubgraph{};
+    if (lo < hi) {  // keyed as each rank's shards are: step x shards + shard
+      sub = pass.sampler->Sample(seeds.subspan(lo, hi - lo), {pass.seed, pass.epoch, step * shards + v}, *pass.options);
+      for (int64_t node : sub.nodes()) {
+        const auto [it, fresh] = index.try_emplace(node, static_cast<int64_t>(b.step_rows.size()));
+        if (fresh) b.step_rows.push_back(static_cast<uint64_t>(node));
+        b.uses.push_back(it->second);
+      }
+      // Compute reads the seeds and the nodes: the layers between would only take ring memory.
+      for (size_t l = 1; l + 1 < sub.layers.size(); ++l) std::vector<int64_t>().swap(sub.layers[l]);
+    }
+    b.part_uses[v + 1] = b.uses.size();
+  }
+  b.rows.samples = static_cast<uint32_t>(seeds.size());
+  for (uint64_t row : b.step_rows) {
+    if (row >= pass.own_begin && row < pass.own_end) b.rows.keys.push_back(RowKey{row, 0});
+  }
+  b.rows.keys_distinct = true;
+}
+
+// Epoch 0's first steps sampled whole: this rank's rows a step and over consecutive steps (the
+// cache's plan), and a ring slot's words.
+void NcTask::ProbeWholeSteps() {
+  const std::vector<int64_t>& train = Split("train");
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
+  std::vector<int64_t> nodes(train.size());
+  for (size_t i = 0; i < order.size(); ++i) nodes[i] = train[static_cast<size_t>(order[i])];
+  Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  pass.whole_steps = true;
+  pass.shards = dp_->shards();
+  pass.own_begin = own_begin_, pass.own_end = own_end_;
+  std::vector<std::vector<int64_t>> own;
+  probe_nodes_ = probe_slot_words_ = 0;
+  for (uint64_t t = 0; t < kProbeSteps && t < pass.steps(); ++t) {
+    Batch b;
+    SampleWholeStep(pass, t, b);
+    uint64_t words = 3 * b.uses.size() + b.step_rows.size();
+    for (const SampledSubgraph& s : b.parts) {
+      for (const SampledBlock& blk : s.blocks) words += blk.src_local.size() + blk.offsets.size();
+    }
+    probe_nodes_ = std::max<uint64_t>(probe_nodes_, b.rows.keys.size());
+    probe_slot_words_ = std::max(probe_slot_words_, words);
+    auto& rows = own.emplace_back();
+    for (const RowKey& k : b.rows.keys) rows.push_back(static_cast<int64_t>(k.id));
+  }
+  ProbeUnions(own);
+}
+
+std::vector<std::pair<uint64_t, int>> NcTask::ShardUnits(const Pass& pass) const {
+  std::vector<std::pair<uint64_t, int>> units;
+  for (uint64_t s = pass.first_step; s < pass.steps(); ++s) {
+    const uint64_t n = pass.Seeds(s).size();
+    for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+      const auto [lo, hi] = DataParallel::ShardSamples(v, dp_->shards(), n);
+      if (lo < hi) units.emplace_back(s, v);
+    }
+  }
+  return units;
+}
+
+Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit) {
+  const uint64_t n = pass.Seeds(step).size();
+  const int shards = dp_->shards();
+  const std::vector<torch::Tensor> params = net_->parameters();
+  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
+  std::vector<float> mine;
+  net_->train();
+  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
+    if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
+      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      continue;
+    }
+    auto start = SteadyClock::now();
+    Status st;
+    const Batch* b = p.WaitReady(unit, st);
+    if (b == nullptr) return st;
+    SLUICE_ASSIGN_OR_RETURN(ModelInput in, StepInput(*b, pass, pass.UnitKey(unit).step, /*training=*/true,
+                                                     FeatureSource()));
+    gather_s_ += SecondsSince(start);
+    start = SteadyClock::now();
+    opt_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
+    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    compute_s_ += SecondsSince(start);
+    p.Computed(unit++);
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
+  const auto start = SteadyClock::now();
+  const double loss = SetShardGradients(all, sizes, params);
+  opt_->step();
+  compute_s_ += SecondsSince(start);
+  return loss / static_cast<double>(n);
+}
+
+
+Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step) {
+  auto start = SteadyClock::now();
+  const int world = dp_->world_size(), shards = dp_->shards();
+  std::vector<uint64_t> use_begin(static_cast<size_t>(world) + 1);
+  for (int q = 0; q <= world; ++q) use_begin[static_cast<size_t>(q)] = b.part_uses[static_cast<size_t>(shards * q / world)];
+  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
+  own_rows_.resize(own.size());
+  for (size_t k = 0; k < own.size(); ++k) own_rows_[k] = b.rows.unique[k].id;
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, b.step_rows, b.uses, use_begin, own, own_rows_, /*every_row=*/false));
+  gather_s_ += SecondsSince(start);
+  start = SteadyClock::now();
+  const uint64_t n = b.rows.samples;
+  const std::vector<torch::Tensor> params = net_->parameters();
+  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
+  std::vector<float> mine;
+  net_->train();
+  const std::span<const int64_t> uses(b.uses);
+  for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
+    const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
+    if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
+      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      continue;
+    }
+    const auto u = static_cast<size_t>(v);
+    ModelInput in;
+    in.tables.push_back(GatherUses(sharded_->ptrs(), {uses.subspan(b.part_uses[u], b.part_uses[u + 1] - b.part_uses[u])},
+                                   feature_dim_, /*requires_grad=*/true));
+    AddSample(b.parts[u], in);
+    in.key = {pass.seed, pass.epoch, step * static_cast<uint64_t>(shards) + static_cast<uint64_t>(v)};
+    in.training = true;
+    opt_->zero_grad();
+    SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
+    // The shard's mean loss weighs its share of the batch: gradients x nodes / n.
+    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
+    for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
+      const torch::Tensor x = (piece * share).contiguous();
+      sharded_->use_grads().insert(sharded_->use_grads().end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
+  const double loss = SetShardGradients(all, sizes, params);
+  opt_->step();
+  SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
+  ApplyRowOptimizer(cfg_.train.embedding_optimizer, own, sums, feature_dim_,
+                    static_cast<float>(cfg_.train.embedding_lr * lr_scale_));
+  compute_s_ += SecondsSince(start);
+  return loss / static_cast<double>(n);
+}
+
+std::pair<uint64_t, uint64_t> NcTask::RowsToLoad() const {
+  if (across_processes()) return {own_begin_, own_end_};
+  return {0, num_nodes_};
+}
+
+Status NcTask::LoadMemoryRows(const std::string& dir, uint64_t lo, uint64_t hi) {
+  if (!CheckpointRows::Sharded(dir, "nodes.bin")) return LoadDenseRows(*memory_, dir + "/nodes.bin", num_nodes_);
+  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows, CheckpointRows::Open(dir, "nodes.bin", row_bytes_, num_nodes_));
+  return rows.ReadEach(lo, hi - lo, [this](uint64_t row) { return memory_->Row(RowKey{row, 0}); });
+}
+
+Status NcTask::RestoreRows(const std::string& dir, uint64_t lo, uint64_t hi) {
+  if (!CheckpointRows::Sharded(dir, "nodes.bin")) return RestoreRowFile(dir, "nodes.bin", tables_dir_);
+  SLUICE_ASSIGN_OR_RETURN(const CheckpointRows rows, CheckpointRows::Open(dir, "nodes.bin", row_bytes_, num_nodes_));
+  std::error_code ec;
+  std::filesystem::create_directories(tables_dir_, ec);
+  if (ec) return IoError("resume: create " + tables_dir_ + ": " + ec.message());
+  return rows.WriteRowFile(tables_dir_ + "/nodes.bin", lo, hi - lo).WithContext("resume");  // other rows zero
+}
+
+RowRangeReader NcTask::HeldRowsReader() {
+  auto io = std::make_shared<std::unique_ptr<IoSession>>();
+  return [this, io](uint64_t at, uint64_t n, std::byte* out) -> Status {
+    if (memory_) {
+      for (uint64_t i = 0; i < n; ++i) std::memcpy(out + i * row_bytes_, memory_->Row(RowKey{at + i, 0}), row_bytes_);
+      return Status::Ok();
+    }
+    if (*io == nullptr) {  // the first read, inside the collective: the cache's dirty rows go home first
+      SLUICE_RETURN_IF_ERROR(SyncRows());
+      SLUICE_ASSIGN_OR_RETURN(*io, IoSession::Create(cfg_.io));
+    }
+    return row_file_->ReadRange(**io, at, n, out);
+  };
+}
+
+// A rank other than 0: its rows of the embedding table into the checkpoint rank 0 writes.
+Status NcTask::SaveShard(const std::string& checkpoint_dir) {
+  if (!embeddings_ || !across_processes()) return Status::Ok();
+  return SendRowShard(*dp_, checkpoint_dir, "nodes.bin", own_begin_, own_end_ - own_begin_, row_bytes_,
+                      HeldRowsReader());
+}
+
+Status NcTask::GatherEvalRows() {
+  const auto d = static_cast<uint64_t>(feature_dim_);
+  std::vector<float> own((own_end_ - own_begin_) * d);
+  constexpr uint64_t kChunk = 1 << 14;
+  std::vector<std::byte> held(row_bytes_ * std::min(kChunk, own_end_ - own_begin_));
+  const RowRangeReader read = HeldRowsReader();
+  for (uint64_t row = own_begin_; row < own_end_; row += kChunk) {  // the embeddings, without optimizer state
+    const uint64_t n = std::min(kChunk, own_end_ - row);
+    SLUICE_RETURN_IF_ERROR(read(row, n, held.data()));
+    for (uint64_t k = 0; k < n; ++k) std::memcpy(own.data() + (row - own_begin_ + k) * d, held.data() + k * row_bytes_, d * 4);
+  }
+  SLUICE_ASSIGN_OR_RETURN(eval_floats_, sharded_->GatherAll(own));
+  eval_rows_ = MemoryRows::External(static_cast<uint32_t>(d * 4), num_nodes_,
+                                    reinterpret_cast<const std::byte*>(eval_floats_.data()));
+  return Status::Ok();
+}
+
+}  // namespace sluice
