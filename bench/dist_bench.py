@@ -16,16 +16,20 @@ not scaling: every rank computes on the same two cores. One checkpoint at the en
 --task nc: node classification (GraphSage, 2 layers, features out of core) on a generated graph;
 only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
 compute is sampling waits excluded (gathers, forward/backward of its shards, the optimizer).
+With --nc-embeddings D the nodes' inputs are learnable embeddings of D floats instead (row-wise
+Adagrad), sharded by row range: the formula is the recommendation one with U, the step's row
+uses (every shard's sampled nodes, from the run), in place of B S; --storage both (the default)
+runs them in memory and out of core (a row cache of --cache-share of each rank's rows).
 
 --task lp: link prediction (DistMult, reciprocal relations, the global shuffle) on a generated
 single-relation community graph; the formula is the recommendation one with the step's row uses
-U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries). --lp-storage both (the
+U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries). --storage both (the
 default) runs each world size with the node table in memory and out of core, each rank's rows
 through a row cache of --cache-share of its rows (storage.cache_rows), in the same rounds.
 
   /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc|lp] [--data DIR] [--ranks 1,2,4] [--rounds 3]
-                                       [--lp-storage in_memory|out_of_core|both] [--cache-share 0.25]
-                                       [--max-steps 500]
+                                       [--storage in_memory|out_of_core|both] [--cache-share 0.25]
+                                       [--max-steps 500] [--nc-embeddings 0]
 """
 import argparse
 import json
@@ -40,6 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 B, S, DIM, V = 2048, 26, 16, 12
+EMB_DIM = 0  # --nc-embeddings
 
 
 def make_data(path: pathlib.Path) -> None:
@@ -62,23 +67,25 @@ def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     return cfg
 
 
-NC_B, NC_HIDDEN = 512, 64
+NC_B, NC_HIDDEN, NC_NODES = 512, 64, 300_000
 
 
 def make_nc_data(path: pathlib.Path) -> None:
-    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", "300000", "--edges", "3000000",
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", str(NC_NODES), "--edges", "3000000",
                           "--features", "256", "--classes", "8", "--seed", "1", "--out", str(path)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"dist_bench: gen-nc failed: {out.stderr.strip()}")
 
 
-def nc_config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
+def nc_config(tmp: pathlib.Path, data: pathlib.Path, embeddings: int = 0) -> pathlib.Path:
     cfg = tmp / "dist-nc.yaml"
+    emb = f", embedding_dim: {embeddings}" if embeddings else ""
+    row_opt = ", embedding_optimizer: rowwise_adagrad, embedding_lr: 0.1" if embeddings else ""
     cfg.write_text(f"task: node_classification\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
                    "checkpoint_every: 0\n"
-                   f"model: {{kind: graphsage, layers: 2, hidden: {NC_HIDDEN}, fanouts: [10, 5]}}\n"
-                   f"train: {{epochs: 1, batch: {NC_B}, lr: 0.01, seed: 1, virtual_shards: {V}}}\n"
+                   f"model: {{kind: graphsage, layers: 2, hidden: {NC_HIDDEN}, fanouts: [10, 5]{emb}}}\n"
+                   f"train: {{epochs: 1, batch: {NC_B}, lr: 0.01, seed: 1, virtual_shards: {V}{row_opt}}}\n"
                    "eval: {every: 0}\n"
                    "storage: {mode: out_of_core, budget: 320MiB}\n"
                    "dist: {interface: lo}\n")
@@ -149,9 +156,10 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int, *sets: s
         sys.exit(f"dist_bench: {ranks} ranks failed: {out.stderr.strip()[-2000:]}")
     s = json.loads((run_dir / "summary.json").read_text())
     dp = s["data_parallel"]
-    if "compute" in s and "model_s" in s["compute"]:  # node classification: dense gradients only
+    if "compute" in s and "model_s" in s["compute"]:  # node classification (the exchanges excluded)
         c = s["compute"]
-        return figures(s, dense_bytes(dp, ranks), c["gather_s"] + c["model_s"], s["pipeline"]["compute_wait_s"])
+        predicted = row_bytes(dp, ranks, dp["uses_per_step"], EMB_DIM) if EMB_DIM else dense_bytes(dp, ranks)
+        return figures(s, predicted, c["gather_s"] + c["model_s"], s["pipeline"]["compute_wait_s"])
     t = s["time"]
     sharded = t["gather_s"] + t["compute_s"] + t["update_s"] - dp["exchange_s"]
     if "sampler_busy_s" in t:  # link prediction: a step's row uses are its queries' and negatives'
@@ -168,23 +176,29 @@ def main() -> None:
     p.add_argument("--ranks", default="1,2,4")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bin", default=str(ROOT / "build/release/train/sluice"))
-    p.add_argument("--lp-storage", choices=["in_memory", "out_of_core", "both"], default="both")
+    p.add_argument("--storage", "--lp-storage", dest="storage", choices=["in_memory", "out_of_core", "both"],
+                   default="both", help="--task lp, or nc with --nc-embeddings: where the sharded table lives")
     p.add_argument("--cache-share", type=float, default=0.25,
-                   help="--task lp out of core: each rank's row cache as a share of its rows")
+                   help="out of core (--task lp, nc with --nc-embeddings): each rank's row cache as a share of its rows")
     p.add_argument("--max-steps", type=int, default=500,
-                   help="--task lp: steps of each run (0: the whole epoch of 2,000)")
+                   help="--task lp: steps of each run (0: the whole epoch)")
+    p.add_argument("--nc-embeddings", type=int, default=0,
+                   help="--task nc: learnable node embeddings of this width instead of the features (0: features)")
     a = p.parse_args()
+    global EMB_DIM
+    EMB_DIM = a.nc_embeddings if a.task == "nc" else 0
     ranks = [int(r) for r in a.ranks.split(",")]
-    modes = ["in_memory", "out_of_core"] if a.lp_storage == "both" else [a.lp_storage]
-    if a.task != "lp":
+    modes = ["in_memory", "out_of_core"] if a.storage == "both" else [a.storage]
+    if a.task != "lp" and not EMB_DIM:
         modes = [""]
+    table_rows = lp_rows() if a.task == "lp" else NC_NODES
 
     def sets(n: int, mode: str) -> list:
         if not mode:
             return []
-        out = [f"storage.mode={mode}", f"train.max_steps={a.max_steps}"]
+        out = [f"storage.mode={mode}"] + ([f"train.max_steps={a.max_steps}"] if a.task == "lp" else [])
         if mode == "out_of_core":
-            out.append(f"storage.cache_rows={math.ceil(a.cache_share * lp_rows() / n)}")
+            out.append(f"storage.cache_rows={math.ceil(a.cache_share * table_rows / n)}")
         return out
 
     with tempfile.TemporaryDirectory(prefix="dist-bench-") as t:
@@ -193,7 +207,7 @@ def main() -> None:
         make, conf = {"dlrm": (make_data, config), "nc": (make_nc_data, nc_config), "lp": (make_lp_data, lp_config)}[a.task]
         if not a.data:
             make(data)
-        cfg = conf(tmp, data)
+        cfg = conf(tmp, data, EMB_DIM) if EMB_DIM else conf(tmp, data)
         keys = [(n, m) for n in ranks for m in modes]
         runs = {k: [] for k in keys}
         for _ in range(a.rounds):
@@ -206,7 +220,9 @@ def main() -> None:
               f"negatives, run-ahead 2; out of core: a row cache of {a.cache_share:g} of each rank's rows; medians of "
               f"{a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline: samples and rows)")
     elif a.task == "nc":
-        print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, "
+        inputs = (f"learnable embeddings d={EMB_DIM} (row-wise Adagrad; out of core a row cache of {a.cache_share:g} "
+                  f"of each rank's rows)") if EMB_DIM else "features"
+        print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, {inputs}, "
               f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
     else:
         print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")

@@ -153,6 +153,7 @@ void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s)
   s.Set("data_parallel", "exchange_s", dp.exchange_s()), s.Set("data_parallel", "exchanges", dp.exchanges());
   s.Set("data_parallel", "dense_floats", dp.dense_floats());
   s.Set("data_parallel", "rows_needed_per_step", dp.rows_needed_per_step());
+  s.Set("data_parallel", "uses_per_step", dp.uses_per_step());
 }
 
 namespace {

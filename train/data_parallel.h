@@ -77,10 +77,14 @@ class DataParallel {
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t exchanges() const { return exchanges_; }
   double exchange_s() const { return exchange_s_; }
-  // Distinct rows this rank's shards used, summed over steps (the summary's mean).
-  void CountRowsNeeded(uint64_t rows) { rows_needed_ += rows, ++row_fetches_; }
+  // Distinct rows this rank's shards used and every rank's row uses, summed over steps (the
+  // summary's means).
+  void CountRowsNeeded(uint64_t rows, uint64_t uses) { rows_needed_ += rows, uses_ += uses, ++row_fetches_; }
   double rows_needed_per_step() const {
     return row_fetches_ ? static_cast<double>(rows_needed_) / static_cast<double>(row_fetches_) : 0.0;
+  }
+  double uses_per_step() const {
+    return row_fetches_ ? static_cast<double>(uses_) / static_cast<double>(row_fetches_) : 0.0;
   }
   // The dense floats of a shard's payload (P), set by the task.
   void set_dense_floats(uint64_t p) { dense_floats_ = p; }
@@ -94,7 +98,7 @@ class DataParallel {
   bool any_stop_ = false;
   std::vector<float> send_, all_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;
-  uint64_t dense_floats_ = 0, rows_needed_ = 0, row_fetches_ = 0;
+  uint64_t dense_floats_ = 0, rows_needed_ = 0, uses_ = 0, row_fetches_ = 0;
   double exchange_s_ = 0;
 };
 

@@ -697,21 +697,30 @@ def test_link_prediction_out_of_core_trains_the_in_memory_model_at_world_sizes_1
         assert ours[key] == reference[key], key
 
 
-def test_link_prediction_out_of_core_a_rank_whose_disk_fills_is_named(sluice_bin, lp_ooc_config, gloo):
-    """Rank 1's table file refuses its write-backs (ENOSPC from its 200th write on): it names the
-    file and the error, rank 0 names rank 1, both exit non-zero."""
+def a_rank_whose_disk_fills_is_named(sluice_bin, config, run_dir, writes: int, *sets) -> None:
+    """Rank 1's table file refuses its write-backs (ENOSPC from its `writes`th write on): it names
+    the file and the error, rank 0 names rank 1, both exit non-zero."""
     port = free_port()
-    run_dir = lp_ooc_config.parent / "ooc-full"
-    procs = [subprocess.Popen([str(sluice_bin), "train", str(lp_ooc_config), "--set", f"run_dir={run_dir}",
-                               "--set", "storage.cache_rows=400", "--world-size", "2", "--rank", str(r),
-                               "--master", f"127.0.0.1:{port}"],
+    fault = {"SLUICE_FAULT": f"write:enospc:tables/nodes.bin:{writes}:all"}
+    procs = [subprocess.Popen([str(sluice_bin), "train", str(config), "--set", f"run_dir={run_dir}", *sets,
+                               "--world-size", "2", "--rank", str(r), "--master", f"127.0.0.1:{port}"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, **({"SLUICE_FAULT": "write:enospc:tables/nodes.bin:200:all"} if r == 1 else {})))
+                              env=dict(os.environ, **(fault if r == 1 else {})))
              for r in (0, 1)]
     (rc0, _, err0), (rc1, _, err1) = finish(procs, timeout=120)
     assert rc0 != 0 and "rank 1 did not exchange the step's rows" in err0, err0
     last = err1.strip().splitlines()[-1]
     assert rc1 != 0 and last.startswith("sluice: error: write ") and "rank-1/tables/nodes.bin" in last and "No space left on device" in last, err1
+
+
+def test_link_prediction_out_of_core_a_rank_whose_disk_fills_is_named(sluice_bin, lp_ooc_config, gloo):
+    a_rank_whose_disk_fills_is_named(sluice_bin, lp_ooc_config, lp_ooc_config.parent / "ooc-full", 200,
+                                     "--set", "storage.cache_rows=400")
+
+
+def test_node_classification_learnable_embeddings_a_rank_whose_disk_fills_is_named(sluice_bin, nc_config, gloo):
+    a_rank_whose_disk_fills_is_named(sluice_bin, nc_config, nc_config.parent / "emb-full", 20, *NC_EMB,
+                                     "--set", "storage.cache_rows=500")
 
 
 @pytest.mark.parametrize("sets,says", [

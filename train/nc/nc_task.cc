@@ -580,7 +580,8 @@ uint64_t NcTask::GraphBytes() const {
 std::string NcTask::DescribePlan() const {
   const uint64_t table = num_nodes_ * row_bytes_;
   return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
-         FormatCount(static_cast<double>(plan_.cache_rows)) + (embeddings_ ? " embedding rows (" : " feature rows (") + FormatBytes(plan_.cache_bytes) +
+         FormatCount(static_cast<double>(plan_.cache_rows)) + (embeddings_ ? " embedding rows (" : " feature rows (") +
+         FormatBytes(plan_.cache_bytes) +
          " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
          "% of the rows; planner " + PlannerKindName(cfg_.storage.planner) +
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +

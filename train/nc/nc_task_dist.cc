@@ -140,7 +140,10 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
 }
 
 
+// Its time goes to gather_s_ (the rows) and compute_s_ without the exchanges (the summary's
+// data-parallel line has those).
 Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step) {
+  double exchanged = dp_->exchange_s();
   auto start = SteadyClock::now();
   const int world = dp_->world_size(), shards = dp_->shards();
   std::vector<uint64_t> use_begin(static_cast<size_t>(world) + 1);
@@ -149,7 +152,8 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   own_rows_.resize(own.size());
   for (size_t k = 0; k < own.size(); ++k) own_rows_[k] = b.rows.unique[k].id;
   SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, b.step_rows, b.uses, use_begin, own, own_rows_, /*every_row=*/false));
-  gather_s_ += SecondsSince(start);
+  gather_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
+  exchanged = dp_->exchange_s();
   start = SteadyClock::now();
   const uint64_t n = b.rows.samples;
   const std::vector<torch::Tensor> params = net_->parameters();
@@ -186,7 +190,7 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   ApplyRowOptimizer(cfg_.train.embedding_optimizer, own, sums, feature_dim_,
                     static_cast<float>(cfg_.train.embedding_lr * lr_scale_));
-  compute_s_ += SecondsSince(start);
+  compute_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
   return loss / static_cast<double>(n);
 }
 
