@@ -427,6 +427,38 @@ TEST_F(RowShardTest, ThreeShardsReadAcrossTheirBoundsAndBecomeOneRanksRowFile) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+// A reader of every row in one process (eval, export): each row to where it is held, and the
+// shards assembled into one row file under $TMPDIR.
+TEST_F(RowShardTest, RowsAreReadOneByOneOrAssembledIntoOneFile) {
+  WriteShards({0, 400, 1000});
+  auto rows = CheckpointRows::Open(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<std::byte> held(kRows * kRowBytes, std::byte{0xFF});
+  ASSERT_TRUE(rows->ReadEach(350, 100, [&](uint64_t g) { return held.data() + (kRows - 1 - g) * kRowBytes; }).ok());
+  for (uint64_t g = 0; g < kRows; ++g) {  // rows 350-449 reversed, the others untouched
+    const bool read = g >= 350 && g < 450;
+    ASSERT_EQ(held[(kRows - 1 - g) * kRowBytes + 5], read ? At(g, 5) : std::byte{0xFF}) << g;
+  }
+  const std::string temp = dir() + "/tmp";
+  fs::create_directories(temp);
+  ::setenv("TMPDIR", temp.c_str(), 1);
+  auto path = AssembleRowShards(dir(), "rows.bin", kRowBytes, kRows);
+  ::unsetenv("TMPDIR");
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(fs::path(*path).parent_path(), fs::path(temp));
+  std::ifstream in(*path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), 12288u);
+  for (uint64_t g = 0; g < kRows; ++g) ASSERT_EQ(static_cast<std::byte>(bytes[g * kRowBytes + 11]), At(g, 11)) << g;
+  // A shard that is not there: one line saying where it assembled, nothing left behind.
+  fs::remove(*path);
+  fs::remove(dir() + "/" + RowShardName("rows.bin", 1, 2));
+  auto missing = AssembleRowShards(dir(), "rows.bin", kRowBytes, kRows);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("rows.bin.shard-1-of-2"), std::string::npos) << missing.status().message();
+  EXPECT_TRUE(fs::is_empty(temp));
+}
+
 TEST_F(RowShardTest, AWholeTableIsReadTheSameWay) {
   WriteShards({0, 1000});
   fs::rename(dir() + "/" + RowShardName("rows.bin", 0, 1), dir() + "/rows.bin");

@@ -132,6 +132,9 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
 }
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
+  // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
+  // neighbour. (Across processes each step's rows come from their owners.)
+  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
   if (sharded_ != nullptr && across_processes() && eval_rows_ == nullptr) {  // every node's embedding, for now
     SLUICE_RETURN_IF_ERROR(GatherEvalRows());
     Result<torch::Tensor> logits = InferNodes(nodes, full_neighbourhood);
@@ -139,9 +142,6 @@ Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool
     std::vector<float>().swap(eval_floats_);
     return logits;
   }
-  // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
-  // neighbour.
-  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
   return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
                                               {static_cast<int64_t>(nodes.size())}, torch::kLong));

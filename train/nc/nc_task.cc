@@ -677,14 +677,17 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     } else {
       b.sub = pass.sampler->Sample(seeds, key, *pass.options);
     }
-    if (pass.max_rows != 0 && b.sub.nodes().size() > pass.max_rows) {
+    b.rows.samples = static_cast<uint32_t>(n);
+    for (int64_t v : b.sub.nodes()) {
+      const auto row = static_cast<uint64_t>(v);
+      if (!pass.own_keys || (row >= pass.own_begin && row < pass.own_end)) b.rows.keys.push_back(RowKey{row, 0});
+    }
+    if (pass.max_rows != 0 && b.rows.keys.size() > pass.max_rows) {
       return FailedPrecondition("evaluation step " + std::to_string(key.step) + " samples " +
-                                std::to_string(b.sub.nodes().size()) + " nodes, more than the " +
+                                std::to_string(b.rows.keys.size()) + " nodes, more than the " +
                                 std::to_string(pass.max_rows) + " feature rows a step may take in this "
                                 "cache; lower eval.batch, sample (eval.fanouts) or raise storage.budget");
     }
-    b.rows.samples = static_cast<uint32_t>(n);
-    for (int64_t v : b.sub.nodes()) b.rows.keys.push_back(RowKey{static_cast<uint64_t>(v), 0});
     b.rows.keys_distinct = true;  // a sample holds each node once
     // Compute reads the seeds and the nodes (the first and last layers, of which the others
     // are prefixes): the rest would only take ring memory.
@@ -875,13 +878,19 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   const RowSource source = FeatureSource();
   FitEvalPass(pass, source.cache);
+  if (sharded_ != nullptr && across_processes() && eval_rows_ == nullptr) {  // rows from their owners
+    pass.own_keys = true;
+    pass.own_begin = own_begin_, pass.own_end = own_end_;
+  }
   auto p = MakePipeline(pass, source);
   p->Start();
   std::vector<torch::Tensor> logits;
   for (uint64_t t = 0; t < pass.steps(); ++t) {
     Status s;
     Batch* b = p->WaitReady(t, s);
-    Result<ModelInput> in = b != nullptr ? StepInput(*b, pass, t, false, source) : Result<ModelInput>(s);
+    Result<ModelInput> in = b == nullptr    ? Result<ModelInput>(s)
+                            : pass.own_keys ? FetchedStepInput(*b, pass, t)
+                                            : StepInput(*b, pass, t, false, source);
     if (!in.ok()) {
       p->Abort(in.status());
       (void)FinishPass(*p);

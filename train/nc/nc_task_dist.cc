@@ -3,6 +3,7 @@
 // learnable node embeddings are sharded by row range, each rank keeping its rows in its own
 // cache (see nc_task_impl.h).
 #include <filesystem>
+#include <numeric>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -192,6 +193,26 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
                     static_cast<float>(cfg_.train.embedding_lr * lr_scale_));
   compute_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
   return loss / static_cast<double>(n);
+}
+
+// Every rank evaluates the whole step, so every rank receives every row of it.
+Result<ModelInput> NcTask::FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step) {
+  const std::vector<int64_t>& nodes = b.sub.layers.back();
+  const std::vector<uint64_t> rows(nodes.begin(), nodes.end());
+  std::vector<int64_t> uses(nodes.size());
+  std::iota(uses.begin(), uses.end(), int64_t{0});
+  std::vector<uint64_t> use_begin(static_cast<size_t>(dp_->world_size()) + 1, 0);
+  use_begin.back() = uses.size();
+  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
+  own_rows_.resize(own.size());
+  for (size_t k = 0; k < own.size(); ++k) own_rows_[k] = b.rows.unique[k].id;
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, rows, uses, use_begin, own, own_rows_, /*every_row=*/true));
+  ModelInput in;
+  in.tables.push_back(GatherUses(sharded_->ptrs(), {uses}, feature_dim_, /*requires_grad=*/false));
+  AddSample(b.sub, in);
+  in.key = {pass.seed, pass.epoch, step};
+  in.training = false;
+  return in;
 }
 
 std::pair<uint64_t, uint64_t> NcTask::RowsToLoad() const {

@@ -117,6 +117,9 @@ class NcTask : public Task {
     // (SampleWholeStep), its keys the rows of [own_begin, own_end) it uses.
     bool whole_steps = false;
     uint64_t own_begin = 0, own_end = 0;
+    // Sampled evaluation across processes: the keys are the rows of [own_begin, own_end) a step
+    // samples; the others come from their owners (FetchedStepInput).
+    bool own_keys = false;
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
     // Step `step`'s seeds (empty past the pass's end).
     std::span<const int64_t> Seeds(uint64_t step) const {
@@ -204,6 +207,8 @@ class NcTask : public Task {
   // uses' gradients added in global use order.
   Result<double> TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step);
   static void SampleWholeStep(const Pass& pass, uint64_t step, Batch& b);
+  // An evaluation step of a pass with own_keys: every row of its sample from its owner.
+  Result<ModelInput> FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step);
   // The plans' probe (BuildModel's) again for whole steps: this rank's rows a step.
   void ProbeWholeSteps();
   // The sample's blocks, node ids and seeds' labels.
