@@ -106,19 +106,37 @@ Status KvBacking::Write(IoSession&, std::span<const RowKey> keys, const std::byt
   return kv_->Write(keys, rows);
 }
 
+namespace {
+
+// A row file of `rows` rows: reserved on disk, or (`sparse`) holes until written.
+Result<std::unique_ptr<RowFile>> CreateRowFile(const std::string& path, uint32_t row_bytes, uint64_t rows,
+                                               const IoConfig& io, bool sparse) {
+  if (!sparse) return RowFile::Create(path, row_bytes, rows, RowFileOptionsFrom(io));
+  {
+    SLUICE_ASSIGN_OR_RETURN(File file, File::Open(path, OpenMode::kCreate, false));
+    SLUICE_RETURN_IF_ERROR(file.Truncate(RowFile::FileBytes(row_bytes, rows)));
+  }
+  return RowFile::Open(path, row_bytes, rows, /*writable=*/true, RowFileOptionsFrom(io));
+}
+
+}  // namespace
+
 Status CreateInitialRowFile(const std::string& path, uint32_t row_bytes,
                             const std::vector<uint64_t>& offsets, const RowInit& init,
-                            const IoConfig& io) {
+                            const IoConfig& io, uint64_t first_row, uint64_t end_row) {
   const std::string temp = path + ".tmp";
+  end_row = std::min(end_row, offsets.back());
   {
-    SLUICE_ASSIGN_OR_RETURN(auto file, RowFile::Create(temp, row_bytes, offsets.back(),
-                                                       RowFileOptionsFrom(io)));
+    SLUICE_ASSIGN_OR_RETURN(auto file, CreateRowFile(temp, row_bytes, offsets.back(), io,
+                                                     /*sparse=*/first_row > 0 || end_row < offsets.back()));
     SLUICE_ASSIGN_OR_RETURN(auto session, IoSession::Create(io));
     constexpr uint64_t kChunk = 1 << 16;
     std::vector<std::byte> rows(kChunk * row_bytes);
     for (uint32_t t = 0; t + 1 < offsets.size(); ++t) {
-      const uint64_t n = offsets[t + 1] - offsets[t];
-      for (uint64_t lo = 0; lo < n; lo += kChunk) {
+      // The table's rows within [first_row, end_row), numbered within the table.
+      const uint64_t begin = std::clamp(first_row, offsets[t], offsets[t + 1]) - offsets[t];
+      const uint64_t n = std::clamp(end_row, offsets[t], offsets[t + 1]) - offsets[t];
+      for (uint64_t lo = begin; lo < n; lo += kChunk) {
         const uint64_t c = std::min(kChunk, n - lo);
         // A row's initial value is a pure function of its key: a chunk is filled in parallel.
         tbb::parallel_for(tbb::blocked_range<uint64_t>(0, c, 4096), [&](const tbb::blocked_range<uint64_t>& r) {

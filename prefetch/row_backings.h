@@ -77,10 +77,13 @@ class RowFileBacking : public RowBacking {
 };
 
 // Writes a row file of dense tables (table k's row i at offsets[k] + i) holding every row's
-// initial value, to a temporary name renamed into place when complete.
+// initial value, to a temporary name renamed into place when complete. With global rows
+// [first_row, end_row) narrower than the file (a rank's rows across processes), only those are
+// written: the file has every row's length, the others are holes (never read), and its space is
+// not reserved ahead.
 Status CreateInitialRowFile(const std::string& path, uint32_t row_bytes,
                             const std::vector<uint64_t>& offsets, const RowInit& init,
-                            const IoConfig& io);
+                            const IoConfig& io, uint64_t first_row = 0, uint64_t end_row = ~uint64_t{0});
 
 class KvBacking : public RowBacking {
  public:

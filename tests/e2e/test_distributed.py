@@ -233,6 +233,9 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
             own = base / name / f"rank-{r}"
             assert (own / "tables").is_dir()
             assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
+        # Each rank's table file stores its own rows: the whole table's length, the others holes.
+        f = os.stat(base / name / "rank-1/tables/rows.bin")
+        assert f.st_blocks * 512 < f.st_size * (0.6 if name == "two" else 0.45), (f.st_size, f.st_blocks)
 
 
 def stop_two_ranks(sluice_bin, config, run_dir, steps: int, *extra) -> None:
@@ -509,6 +512,9 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
         assert f"owns table rows 0-{3000 // n - 1} of 3000" in out.stdout, out.stdout
         latest = base / f"emb-{n}/checkpoints" / (base / f"emb-{n}/checkpoints/latest").read_text().strip()
         assert (latest / f"nodes.bin.shard-{n - 1}-of-{n}").exists() and not (latest / "nodes.bin").exists()
+        # Rank 1's table file stores its own rows (a third or half of the table), the others holes.
+        f = os.stat(base / f"emb-{n}/rank-1/tables/nodes.bin")
+        assert f.st_blocks * 512 < f.st_size * (0.6 if n == 2 else 0.45), (f.st_size, f.st_blocks)
         model = nc_embedding_model(sluice_bin, base / f"emb-{n}")
         for key in reference:
             assert model[key] == reference[key], f"{n} ranks: {key} differs"

@@ -141,8 +141,7 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   } else if (reading) {
     path = rows_from + "/rows.bin";
   } else if ((fresh && !created_table_) || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(),
-                                                Init(), cfg_.io));
+    SLUICE_RETURN_IF_ERROR(CreateTable(path));
   }
   SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
                                                    !reading, RowFileOptionsFrom(cfg_.io)));
@@ -216,16 +215,24 @@ Status DlrmTask::ChooseKeptRows(uint64_t most) {
   return Status::Ok();
 }
 
+// A fresh row file of every row's initial value; across processes of this rank's rows only (the
+// others are holes, never read here).
+Status DlrmTask::CreateTable(const std::string& path) {
+  const auto [lo, hi] = RowsToLoad();
+  return CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io, lo, hi);
+}
+
 Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
   if (cfg_.io.queue_depth != 0) return Status::Ok();
   cfg_.io.queue_depth = IoConfig::kDefaultQueueDepth;
   if (rocksdb_ || !rows_from.empty()) return Status::Ok();  // nothing to probe, or only reading
   const std::string path = tables_dir_ + "/rows.bin";
   if (fresh || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
+    SLUICE_RETURN_IF_ERROR(CreateTable(path));
     created_table_ = true;
   }
-  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, 0, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
+  const auto [lo, hi] = RowsToLoad();  // this rank's rows: the others are holes across processes
+  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, lo * tables_->row_bytes(), (hi - lo) * tables_->row_bytes(),
                                                          cfg_.io, cfg_.storage.budget.value));
   cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
   return Status::Ok();
@@ -247,7 +254,7 @@ Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlan
   }
   const std::string path = tables_dir_ + "/rows.bin";
   if ((fresh && !created_table_) || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
+    SLUICE_RETURN_IF_ERROR(CreateTable(path));
     created_table_ = true;
   }
   const auto start = std::chrono::steady_clock::now();

@@ -468,7 +468,8 @@ Status NcTask::OpenEmbeddingFile(bool fresh, const std::string& rows_from) {
   } else if (fresh || !std::filesystem::exists(path)) {
     std::error_code ec;
     std::filesystem::create_directories(tables_dir_, ec);
-    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, row_bytes_, offsets_, Init(), cfg_.io));
+    const auto [lo, hi] = RowsToLoad();  // across processes this rank's rows, the others holes
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, row_bytes_, offsets_, Init(), cfg_.io, lo, hi));
   }
   Result<std::unique_ptr<RowFile>> opened = RowFile::Open(path, row_bytes_, num_nodes_, !reading, RowFileOptionsFrom(cfg_.io));
   if (assemble) {  // open (or not): its name is no longer needed
