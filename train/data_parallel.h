@@ -77,8 +77,8 @@ class DataParallel {
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t exchanges() const { return exchanges_; }
   double exchange_s() const { return exchange_s_; }
-  // Distinct rows this rank's shards used and every rank's row uses, summed over steps (the
-  // summary's means).
+  // Distinct rows this rank's shards used and every rank's row uses, summed over training steps
+  // (the summary's means).
   void CountRowsNeeded(uint64_t rows, uint64_t uses) { rows_needed_ += rows, uses_ += uses, ++row_fetches_; }
   double rows_needed_per_step() const {
     return row_fetches_ ? static_cast<double>(rows_needed_) / static_cast<double>(row_fetches_) : 0.0;

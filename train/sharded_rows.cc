@@ -80,7 +80,7 @@ Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::sp
     ptrs_[u] = values_.data() + u * w;
     ++needed_;
   }
-  dp_->CountRowsNeeded(needed_, uses_.size());
+  if (!every_row) dp_->CountRowsNeeded(needed_, uses_.size());  // training's steps
   return Status::Ok();
 }
 

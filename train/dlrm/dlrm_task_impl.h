@@ -145,7 +145,6 @@ class DlrmTask : public Task {
   Status WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use);
   // The rows a checkpoint's tables give this process: its own when sharded, else all.
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
-  Status CreateTable(const std::string& path);
   Result<double> TrainShardedStep(RowBatch& b);
   // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
   // end, every shard's payload size, and the uses' gradients (sharded_->use_grads()).

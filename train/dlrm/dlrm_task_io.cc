@@ -120,8 +120,8 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   return Status::Ok();
 }
 
-// A checkpoint's sharded tables to read out of core: assembled into one row file in the temporary
-// directory ($TMPDIR), removed by name once opened.
+// A checkpoint's sharded tables to read out of core are assembled into one row file in the
+// temporary directory ($TMPDIR, AssembleRowShards), removed by name once opened.
 Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   const bool reading = !rows_from.empty();
   if (rocksdb_) {
@@ -141,14 +141,16 @@ Status DlrmTask::OpenBacking(bool fresh, const std::string& rows_from) {
   } else if (reading) {
     path = rows_from + "/rows.bin";
   } else if ((fresh && !created_table_) || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateTable(path));
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(),
+                                                Init(), cfg_.io));
   }
-  SLUICE_ASSIGN_OR_RETURN(row_file_, RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
-                                                   !reading, RowFileOptionsFrom(cfg_.io)));
-  if (reading && path != rows_from + "/rows.bin") {  // assembled: open, so no longer needed by name
+  Result<std::unique_ptr<RowFile>> opened = RowFile::Open(path, tables_->row_bytes(), tables_->total_rows(),
+                                                          !reading, RowFileOptionsFrom(cfg_.io));
+  if (reading && path != rows_from + "/rows.bin") {  // assembled: open (or not), so no longer needed by name
     std::error_code ec;
     fs::remove(path, ec);
   }
+  SLUICE_ASSIGN_OR_RETURN(row_file_, std::move(opened));
   // A fresh table holds initial rows only; a restored or evaluated one may hold any.
   backing_ = std::make_unique<RowFileBacking>(row_file_.get(), &tables_->offsets(), Init(),
                                               /*all_written=*/!fresh || reading,
@@ -215,24 +217,16 @@ Status DlrmTask::ChooseKeptRows(uint64_t most) {
   return Status::Ok();
 }
 
-// A fresh row file of every row's initial value; across processes of this rank's rows only (the
-// others are holes, never read here).
-Status DlrmTask::CreateTable(const std::string& path) {
-  const auto [lo, hi] = RowsToLoad();
-  return CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io, lo, hi);
-}
-
 Status DlrmTask::SizeQueueDepth(bool fresh, const std::string& rows_from) {
   if (cfg_.io.queue_depth != 0) return Status::Ok();
   cfg_.io.queue_depth = IoConfig::kDefaultQueueDepth;
   if (rocksdb_ || !rows_from.empty()) return Status::Ok();  // nothing to probe, or only reading
   const std::string path = tables_dir_ + "/rows.bin";
   if (fresh || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateTable(path));
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
     created_table_ = true;
   }
-  const auto [lo, hi] = RowsToLoad();  // this rank's rows: the others are holes across processes
-  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, lo * tables_->row_bytes(), (hi - lo) * tables_->row_bytes(),
+  SLUICE_ASSIGN_OR_RETURN(depth_choice_, ProbeQueueDepth(path, 0, RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()),
                                                          cfg_.io, cfg_.storage.budget.value));
   cfg_.io.queue_depth = static_cast<int>(depth_choice_->depth);
   return Status::Ok();
@@ -254,7 +248,7 @@ Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlan
   }
   const std::string path = tables_dir_ + "/rows.bin";
   if ((fresh && !created_table_) || !fs::exists(path)) {
-    SLUICE_RETURN_IF_ERROR(CreateTable(path));
+    SLUICE_RETURN_IF_ERROR(CreateInitialRowFile(path, tables_->row_bytes(), tables_->offsets(), Init(), cfg_.io));
     created_table_ = true;
   }
   const auto start = std::chrono::steady_clock::now();

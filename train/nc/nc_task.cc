@@ -552,11 +552,13 @@ Status NcTask::OpenSpill() {
   return Status::Ok();
 }
 
-// The `rows` highest in-degree nodes (ties: lower id first), as a bitmap by id.
+// The `rows` highest in-degree nodes (ties: lower id first), as a bitmap by id; across processes
+// among this rank's rows.
 std::vector<uint64_t> NcTask::HottestRows(uint64_t rows) const {
-  std::vector<int64_t> order(num_nodes_);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  rows = std::min<uint64_t>(rows, num_nodes_);
+  const auto [lo, hi] = RowsToLoad();
+  std::vector<int64_t> order(hi - lo);
+  std::iota(order.begin(), order.end(), static_cast<int64_t>(lo));
+  rows = std::min<uint64_t>(rows, hi - lo);
   std::partial_sort(order.begin(), order.begin() + static_cast<int64_t>(rows), order.end(), [&](int64_t a, int64_t b) {
     const uint64_t da = graph_.degree(a), db = graph_.degree(b);
     return da != db ? da > db : a < b;
@@ -568,7 +570,8 @@ std::vector<uint64_t> NcTask::HottestRows(uint64_t rows) const {
 
 void NcTask::PinHottest(uint64_t rows) {
   pinned_ = HottestRows(rows);
-  pinned_rows_ = std::min<uint64_t>(rows, num_nodes_);
+  const auto [lo, hi] = RowsToLoad();
+  pinned_rows_ = std::min<uint64_t>(rows, hi - lo);
 }
 
 // What the graph side holds for the run: the CSR graph, the sampler's per-node table, the
@@ -580,11 +583,13 @@ uint64_t NcTask::GraphBytes() const {
 
 std::string NcTask::DescribePlan() const {
   const uint64_t table = num_nodes_ * row_bytes_;
+  const auto [lo, hi] = RowsToLoad();
+  const uint64_t held = hi - lo;
   return "out of core, budget " + FormatBytes(cfg_.storage.budget.value) + ": cache " +
          FormatCount(static_cast<double>(plan_.cache_rows)) + (embeddings_ ? " embedding rows (" : " feature rows (") +
          FormatBytes(plan_.cache_bytes) +
-         " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(num_nodes_, 1)) +
-         "% of the rows; planner " + PlannerKindName(cfg_.storage.planner) +
+         " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(held, 1)) +
+         (held < num_nodes_ ? "% of this rank's rows; planner " : "% of the rows; planner ") + PlannerKindName(cfg_.storage.planner) +
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
          ", io in groups of " + std::to_string(cfg_.storage.io_group) + " steps), graph and sampler " +
          FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) +

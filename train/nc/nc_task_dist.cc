@@ -216,7 +216,7 @@ Result<ModelInput> NcTask::FetchedStepInput(const Batch& b, const Pass& pass, ui
 }
 
 std::pair<uint64_t, uint64_t> NcTask::RowsToLoad() const {
-  if (across_processes()) return {own_begin_, own_end_};
+  if (sharded_ != nullptr && across_processes()) return {own_begin_, own_end_};  // features: every row
   return {0, num_nodes_};
 }
 

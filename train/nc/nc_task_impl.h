@@ -214,7 +214,8 @@ class NcTask : public Task {
   // The sample's blocks, node ids and seeds' labels.
   void AddSample(const SampledSubgraph& s, ModelInput& in) const;
   bool across_processes() const { return dp_ != nullptr && dp_->group() != nullptr; }
-  // The rows of the embedding table a checkpoint gives this process: its own across processes.
+  // The rows this process holds: across processes its own embedding rows, else every row (and
+  // every feature row: each rank reads its own copy of the features).
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
   // Rows [lo, hi) of a checkpoint's embeddings (whole or in shards) into memory_.
   Status LoadMemoryRows(const std::string& dir, uint64_t lo, uint64_t hi);
