@@ -147,4 +147,11 @@ Result<std::vector<float>> ShardedRows::GatherAll(std::span<const float> own) {
   return all;
 }
 
+void ShardedRows::AddUseGrads(const std::vector<torch::Tensor>& pieces, float share) {
+  for (const torch::Tensor& piece : pieces) {
+    const torch::Tensor x = (piece * share).contiguous();
+    use_grads_.insert(use_grads_.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  }
+}
+
 }  // namespace sluice

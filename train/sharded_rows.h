@@ -44,6 +44,9 @@ class ShardedRows {
   // This rank's uses' gradients, `width` floats each in use order, appended by the task as it
   // computes its shards (Fetch clears them).
   std::vector<float>& use_grads() { return use_grads_; }
+  // Appends a shard's use gradients (pieces covering its uses in order, as RunModel gives them)
+  // times `share`, the shard's share of the step (its mean loss weighs that much of the batch's).
+  void AddUseGrads(const std::vector<torch::Tensor>& pieces, float share);
   // Sends them to their rows' owners; returns [own.size(), width]: each of this rank's rows'
   // sum of every rank's uses of it, added in global use order.
   Result<torch::Tensor> SumOwnGrads();

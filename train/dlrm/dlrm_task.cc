@@ -401,11 +401,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
     // The shard's mean loss weighs its share of the batch: gradients x samples / n.
     AppendShardPayload(mine, g.loss, hi - lo, n, params);
-    const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
-    for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
-      const torch::Tensor x = (piece * share).contiguous();
-      sharded_->use_grads().insert(sharded_->use_grads().end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
-    }
+    sharded_->AddUseGrads(g.use_grads[0], static_cast<float>(hi - lo) / static_cast<float>(n));
   }
   return Status::Ok();
 }

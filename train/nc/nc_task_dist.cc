@@ -179,11 +179,7 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
     // The shard's mean loss weighs its share of the batch: gradients x nodes / n.
     AppendShardPayload(mine, g.loss, hi - lo, n, params);
-    const float share = static_cast<float>(hi - lo) / static_cast<float>(n);
-    for (const torch::Tensor& piece : g.use_grads[0]) {  // this rank's uses, in use order
-      const torch::Tensor x = (piece * share).contiguous();
-      sharded_->use_grads().insert(sharded_->use_grads().end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
-    }
+    sharded_->AddUseGrads(g.use_grads[0], static_cast<float>(hi - lo) / static_cast<float>(n));
   }
   SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
   const double loss = SetShardGradients(all, sizes, params);
