@@ -50,7 +50,7 @@ def table_bytes(run_dir: pathlib.Path) -> bytes:
 # The quality options: 1vsAll against every node of the buffer state's partitions, label
 # smoothing, dropout on the queries (keyed on the step, so the same masks out of core).
 QUALITY = ("train.scoring=all", "train.label_smoothing=0.1", "model.entity_dropout=0.3",
-           "model.relation_dropout=0.2")
+           "model.relation_dropout=0.2", "model.candidate_dropout=0.2")
 
 
 # GraphSage in front of the decoder: every scored node encoded over its sampled neighbours

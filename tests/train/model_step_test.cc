@@ -160,6 +160,7 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
       cfg.model.dim = 32;
       cfg.model.entity_dropout = 0.3;
       cfg.model.relation_dropout = 0.2;
+      cfg.model.candidate_dropout = 0.25;
       cfg.train.scoring = scoring;
       cfg.train.label_smoothing = 0.1;
       cfg.train.regularizer = Regularizer::kN3;
@@ -171,6 +172,64 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
       }
     }
   }
+}
+
+// model.candidate_dropout under 1vsAll: every candidate is scored through one mask keyed on the
+// step, and each query's true candidate through its column's row of that mask, so each query's
+// loss is the plain cross-entropy over its row of the masked score matrix (fused and autograd).
+TEST(ModelStepTest, OneVsAllTrueCandidateTakesItsColumnsDropoutMask) {
+  LpConfig cfg;
+  cfg.model.decoder = Decoder::kDistMult;
+  cfg.model.dim = 16;
+  cfg.model.reciprocal = true;
+  cfg.model.candidate_dropout = 0.5;
+  cfg.train.scoring = Scoring::kAll;
+  const int64_t q = 40, rows = 90, d = 16, relations = 5;
+  Step s = RandomStep(rows, d, {q, q, rows}, 6);
+  for (int64_t j = 0; j < rows; ++j) s.parts[2][static_cast<size_t>(j)] = j;
+  for (auto& r : s.rows) {
+    for (float& x : r) x *= 4;  // scores far from zero, so a wrong mask shows in the loss
+  }
+  std::vector<int64_t> rel(static_cast<size_t>(q));
+  for (int64_t i = 0; i < q; ++i) rel[static_cast<size_t>(i)] = i % relations;
+  auto input = [&](bool grad) {
+    ModelInput in;
+    in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, grad));
+    in.ids["relation"] = torch::tensor(rel);
+    in.ids["tail_col"] = torch::tensor(s.parts[1]);
+    in.sizes = {{"queries", q}, {"chunks", 1}, {"per_chunk", rows}, {"head_negatives", 0}};
+    in.key = {3, 1, 7};
+    return in;
+  };
+  LinkModel model(cfg, static_cast<uint64_t>(relations), static_cast<uint64_t>(rows));
+  torch::Tensor table = torch::empty({rows, d});
+  for (int64_t j = 0; j < rows; ++j) std::memcpy(table[j].data_ptr<float>(), s.rows[static_cast<size_t>(j)].data(), d * 4);
+  const torch::Tensor mask = KeyedDropoutMask({rows, d}, 0.5, SampleKey{3, 1, 7}, 4, torch::kCPU);
+  const torch::Tensor query = table.index_select(0, torch::tensor(s.parts[0])) *
+                              model.relations().detach().index_select(0, torch::tensor(rel));
+  const torch::Tensor scores = query.matmul((table * mask).t());
+  const torch::Tensor col = torch::tensor(s.parts[1]);
+  const double want =
+      (torch::logsumexp(scores, 1) - scores.gather(1, col.unsqueeze(1)).squeeze(1)).mean().item<double>();
+  ModelInput fused_in = input(false);
+  auto fused = RunModel(model, fused_in, true);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  EXPECT_NEAR(fused->loss, want, 1e-5 * std::abs(want));
+  model.relations().mutable_grad() = torch::Tensor();
+  ModelInput auto_in = input(true);
+  auto autograd = RunModel(model, auto_in, false);
+  ASSERT_TRUE(autograd.ok()) << autograd.status().ToString();
+  EXPECT_NEAR(autograd->loss, want, 1e-5 * std::abs(want));
+  // Without the mask the loss is another: the option is not inert.
+  const torch::Tensor plain = query.matmul(table.t());
+  const double unmasked =
+      (torch::logsumexp(plain, 1) - plain.gather(1, col.unsqueeze(1)).squeeze(1)).mean().item<double>();
+  EXPECT_GT(std::abs(unmasked - want), 0.01 * std::abs(want));
+  // Nor does a true candidate scored through a mask of its own give it.
+  const torch::Tensor own = KeyedDropoutMask({q, d}, 0.5, SampleKey{3, 1, 7}, 5, torch::kCPU);
+  const torch::Tensor own_pos = (query * table.index_select(0, col) * own).sum(1);
+  const double separate = (torch::logsumexp(scores, 1) - own_pos).mean().item<double>();
+  EXPECT_GT(std::abs(separate - want), 0.01 * std::abs(want));
 }
 
 // A learnable scale of every gathered row, in front of the model.

@@ -69,6 +69,7 @@ struct LpModelConfig {
   double init_scale = 0.001;
   double entity_dropout = 0.0;    // on the query's entity (h of (h, r, ?), t of (?, r, t))
   double relation_dropout = 0.0;  // on the query's relation
+  double candidate_dropout = 0.0; // on the scored candidates (negatives and the true one)
   LpEncoder encoder = LpEncoder::kNone;
   int fanout = 10;  // graphsage: neighbours drawn per node (in and out together)
 
@@ -81,10 +82,15 @@ struct LpModelConfig {
     v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
             InRange(0.0, 10.0));
     v.Field("entity_dropout", entity_dropout,
-            "dropout on the query's entity embedding in training (candidates are scored whole)",
+            "dropout on the query's entity embedding in training (the candidates: candidate_dropout)",
             InRange(0.0, 0.95));
     v.Field("relation_dropout", relation_dropout,
             "dropout on the query's relation embedding in training", InRange(0.0, 0.95));
+    v.Field("candidate_dropout", candidate_dropout,
+            "dropout on the scored candidates' embeddings in training: the negatives and the "
+            "true candidate (a negative's mask is shared by the queries that score it; 1vsAll: "
+            "the true candidate takes its column's)",
+            InRange(0.0, 0.95));
     v.Field("encoder", encoder,
             "none (a node is its embedding row) or graphsage (one GraphSage layer, mean "
             "aggregator, over up to `fanout` sampled in- and out-neighbours of every node a step "

@@ -430,8 +430,8 @@ LpGrads GeneralLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOpt
     entity[k] = Masked(tail ? b.h : b.t, tail ? o.tail_entity_mask : o.head_entity_mask);
     rel[k] = Masked(b.r, tail ? o.tail_relation_mask : o.head_relation_mask);
     query[k] = (tail ? dec.TailQuery(entity[k], rel[k]) : dec.HeadQuery(rel[k], entity[k])).contiguous();
-    target[k] = (tail ? b.t : b.h).contiguous();
-    neg[k] = (tail ? b.tail_neg : b.head_neg).contiguous();
+    target[k] = Masked(tail ? b.t : b.h, tail ? o.tail_target_mask : o.head_target_mask).contiguous();
+    neg[k] = Masked(tail ? b.tail_neg : b.head_neg, tail ? o.tail_candidate_mask : o.head_candidate_mask).contiguous();
   }
   SideGrads side[2];
   const bool all = o.tail_col.defined();
@@ -464,6 +464,8 @@ LpGrads GeneralLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOpt
     auto [de, dr] = QueryGrads(decoder, tail, side[k].query, entity[k], rel[k]);
     de = Masked(de, tail ? o.tail_entity_mask : o.head_entity_mask);
     dr = Masked(dr, tail ? o.tail_relation_mask : o.head_relation_mask);
+    side[k].target = Masked(side[k].target, tail ? o.tail_target_mask : o.head_target_mask);
+    side[k].neg = Masked(side[k].neg, tail ? o.tail_candidate_mask : o.head_candidate_mask);
     g.loss += side[k].loss;
     if (tail) {
       g.h = de, g.r = dr, g.t = side[k].target, g.tail_neg = side[k].neg;
@@ -614,6 +616,21 @@ LinkModel::Masks LinkModel::DropoutMasks(const ModelInput& in, const Views& v) c
   };
   m.tail_entity = mask(pe, 0), m.tail_relation = mask(pr, 1);
   if (v.batch.head_neg.defined()) m.head_entity = mask(pe, 2), m.head_relation = mask(pr, 3);
+  const double pc = config_.model.candidate_dropout;
+  if (pc <= 0) return m;
+  // A true candidate among the scored ones (1vsAll: its column) takes that candidate's mask, so
+  // its score is the one its softmax column would have; otherwise its own.
+  auto candidates = [&](const torch::Tensor& negatives, const torch::Tensor& col, uint64_t site,
+                        torch::Tensor& cand, torch::Tensor& target) {
+    cand = KeyedDropoutMask(negatives.sizes(), pc, in.key, site, device);
+    target = KeyedDropoutMask({v.q, d}, pc, in.key, site + 1, device);
+    if (!col.defined()) return;
+    const torch::Tensor c = col.to(device);
+    const torch::Tensor rows = cand.view({-1, d}).index_select(0, c.clamp_min(0));
+    target = torch::where((c >= 0).unsqueeze(1), rows, target);
+  };
+  candidates(v.batch.tail_neg, v.tail_col, 4, m.tail_candidate, m.tail_target);
+  if (v.batch.head_neg.defined()) candidates(v.batch.head_neg, v.head_col, 6, m.head_candidate, m.head_target);
   return m;
 }
 
@@ -665,14 +682,19 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
   const LpBatch& b = v.batch;
   torch::Tensor r = relations_.index_select(0, v.relation_ids);
   const Masks m = DropoutMasks(in, v);
+  Views scored = v;  // the candidates as scored (dropped out in training)
+  scored.batch.tail_neg = Masked(b.tail_neg, m.tail_candidate);
+  if (b.head_neg.defined()) scored.batch.head_neg = Masked(b.head_neg, m.head_candidate);
   torch::Tensor tq = decoder_.TailQuery(Masked(b.h, m.tail_entity), Masked(r, m.tail_relation));
-  torch::Tensor pos = decoder_.Score(tq, b.t);
+  torch::Tensor pos = decoder_.Score(tq, Masked(b.t, m.tail_target));
   torch::Tensor hq, head_pos = pos;  // without dropout both sides score the same triple
   if (b.head_neg.defined()) {
     hq = decoder_.HeadQuery(Masked(r, m.head_relation), Masked(b.t, m.head_entity));
-    if (m.head_entity.defined() || m.head_relation.defined()) head_pos = decoder_.Score(hq, b.h);
+    if (m.head_entity.defined() || m.head_relation.defined() || m.tail_target.defined()) {
+      head_pos = decoder_.Score(hq, Masked(b.h, m.head_target));
+    }
   }
-  torch::Tensor loss = ChunkLosses(v, pos, head_pos, tq, hq);
+  torch::Tensor loss = ChunkLosses(scored, pos, head_pos, tq, hq);
   const double scale = Scale(v.q);
   loss = loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
@@ -700,6 +722,8 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
   const Masks m = DropoutMasks(in, v);
   o.tail_entity_mask = m.tail_entity, o.tail_relation_mask = m.tail_relation;
   o.head_entity_mask = m.head_entity, o.head_relation_mask = m.head_relation;
+  o.tail_candidate_mask = m.tail_candidate, o.tail_target_mask = m.tail_target;
+  o.head_candidate_mask = m.head_candidate, o.head_target_mask = m.head_target;
   o.scores = &scores_;
   LpGrads g = BilinearLossAndGrads(config_.model.decoder, v.batch, o);
   out.loss = g.loss * scale;

@@ -55,8 +55,9 @@ LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
                              const LpBatch& batch, double scale);
 
 // The same with the quality options: label smoothing (softmax), dropout masks on each side's
-// query inputs (the tail query's h and r, the head query's t and r; 0 or 1 / (1 - p); the
-// candidates are scored whole) and 1vsAll (tail_col defined: one chunk of negatives, every node
+// query inputs (the tail query's h and r, the head query's t and r; 0 or 1 / (1 - p)) and on
+// the candidates (`*_candidate_mask` shaped as the side's negatives, `*_target_mask` [q, d] as
+// its true candidates) and 1vsAll (tail_col defined: one chunk of negatives, every node
 // of the step's partitions, shared by all queries; tail_col[i] / head_col[i] the column of
 // query i's true candidate, left out of its softmax). 1vsAll's score matrix [queries,
 // candidates] lives in `scores` (grown as needed, reused between steps).
@@ -67,10 +68,11 @@ struct BilinearOptions {
   float smoothing = 0.0f;
   torch::Tensor tail_col, head_col;
   torch::Tensor tail_entity_mask, tail_relation_mask, head_entity_mask, head_relation_mask;
+  torch::Tensor tail_candidate_mask, tail_target_mask, head_candidate_mask, head_target_mask;
   std::vector<float>* scores = nullptr;
   bool general() const {
     return smoothing > 0 || tail_col.defined() || tail_entity_mask.defined() ||
-           tail_relation_mask.defined();
+           tail_relation_mask.defined() || tail_candidate_mask.defined();
   }
 };
 LpGrads BilinearLossAndGrads(Decoder decoder, const LpBatch& batch, const BilinearOptions& options);
@@ -126,9 +128,11 @@ class LinkModel : public Model {
     torch::Tensor relation_ids;
     torch::Tensor tail_col, head_col;  // 1vsAll (ids "tail_col", "head_col")
   };
-  // Dropout masks [q, d] of the queries' inputs (undefined: none).
+  // Dropout masks [q, d] of the queries' inputs, the candidates' (shaped as the negatives) and
+  // the true candidates' [q, d] (undefined: none).
   struct Masks {
     torch::Tensor tail_entity, tail_relation, head_entity, head_relation;
+    torch::Tensor tail_candidate, tail_target, head_candidate, head_target;
   };
   Views Split(const ModelInput& input) const;
   Masks DropoutMasks(const ModelInput& input, const Views& v) const;

@@ -112,6 +112,11 @@ void CheckQuality(const QualityCase& c, int64_t q, int64_t n, int64_t d) {
   if (c.dropout) {
     o.tail_entity_mask = mask(0.3), o.tail_relation_mask = mask(0.2);
     if (c.heads) o.head_entity_mask = mask(0.3), o.head_relation_mask = mask(0.2);
+    auto candidates = [&](const torch::Tensor& neg) {
+      return torch::bernoulli(torch::full(neg.sizes(), 0.75)) / 0.75;
+    };
+    o.tail_candidate_mask = candidates(b.tail_neg), o.tail_target_mask = mask(0.25);
+    if (c.heads) o.head_candidate_mask = candidates(b.head_neg), o.head_target_mask = mask(0.25);
   }
   const Decoder decoder = Named<Decoder>(c.decoder);
   LpGrads got = BilinearLossAndGrads(decoder, b, o);
@@ -131,8 +136,8 @@ void CheckQuality(const QualityCase& c, int64_t q, int64_t n, int64_t d) {
     torch::Tensor e = masked(tail ? h : t, tail ? o.tail_entity_mask : o.head_entity_mask);
     torch::Tensor rr = masked(r, tail ? o.tail_relation_mask : o.head_relation_mask);
     torch::Tensor query = tail ? dec.TailQuery(e, rr) : dec.HeadQuery(rr, e);
-    torch::Tensor pos = dec.Score(query, tail ? t : h);
-    torch::Tensor neg = tail ? tn : hn;
+    torch::Tensor pos = dec.Score(query, masked(tail ? t : h, tail ? o.tail_target_mask : o.head_target_mask));
+    torch::Tensor neg = masked(tail ? tn : hn, tail ? o.tail_candidate_mask : o.head_candidate_mask);
     const torch::Tensor ex = excluded(tail ? o.tail_col : o.head_col);
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t lo = q * k / chunks, hi = q * (k + 1) / chunks;
