@@ -609,10 +609,8 @@ std::string NcTask::DescribePlan() const {
 // An evaluation pass through `cache`: the run-ahead that steps as large as the probe's largest
 // evaluation sample (a tenth more) leave room for (FitPass; the first batch of a split in id
 // order is its hubs on a degree-ordered graph, larger than training's steps), io groups no
-// longer than run-ahead + 1 steps (a group's steps are planned before any of them computes);
-// the static planner's pinned rows may then be evicted (MakePipeline), so the whole cache counts.
+// longer than run-ahead + 1 steps (a group's steps are planned before any of them computes).
 void NcTask::FitEvalPass(Pass& pass, const RowCache* cache) const {
-  pass.evaluation = true;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
   if (cache == nullptr) return;
@@ -649,11 +647,7 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.writes = pass.writes;
   po.io = cfg_.io;
   po.group_steps = pass.group;
-  if (source.cache) {
-    source.cache->SetProtectSteps(pass.run_ahead);
-    // Evaluation's steps may need more than the room the static planner's pins leave.
-    source.cache->SetPinning(!pass.evaluation);
-  }
+  if (source.cache) source.cache->SetProtectSteps(pass.run_ahead);
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   RowBacking* backing = source.backing;
   if (pass.spill && spill_ != nullptr) {
