@@ -146,7 +146,7 @@ bool RowCache::Kept(const Entry& e) const {
 
 void RowCache::PushCandidate(const Entry& e) {
   if (fits_) return;                                                 // nothing is ever evicted
-  if (options_.kind == PlannerKind::kStatic && Pinned(e)) return;  // never evicted
+  if (options_.kind == PlannerKind::kStatic && pinning_ && Pinned(e)) return;  // never evicted
   uint64_t priority = e.last_step;
   if (options_.kind == PlannerKind::kOracle) {
     // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
@@ -226,6 +226,30 @@ void RowCache::SetProtectSteps(uint32_t protect_steps) {
   SLUICE_CHECK(window_.empty() && protected_.empty(), "run-ahead changed inside a pass (%zu appended, %zu protected)",
                window_.size(), protected_.size());
   options_.protect_steps = protect_steps;
+}
+
+void RowCache::SetPinning(bool on) {
+  SLUICE_CHECK(window_.empty() && protected_.empty(), "row cache: pinning changed inside a pass (%zu appended, %zu protected)",
+               window_.size(), protected_.size());
+  if (options_.kind != PlannerKind::kStatic || on == pinning_) return;
+  pinning_ = on;
+  if (fits_) return;  // nothing is ever evicted
+  if (on) {  // the pinned rows' candidates leave the queue (static's is a queue: fifo_)
+    size_t out = 0;
+    for (size_t i = fifo_head_; i < heap_n_; ++i) {
+      const Entry* e = Find(RowKey{candidates_[i].id, candidates_[i].table});
+      if (e == nullptr || !Pinned(*e)) candidates_[out++] = candidates_[i];
+    }
+    heap_n_ = out;
+    fifo_head_ = 0;
+    return;
+  }
+  std::vector<const Entry*> pinned;
+  for (const Entry& e : table_) {
+    if (e.used && e.slot != kNoSlot && Pinned(e)) pinned.push_back(&e);
+  }
+  std::stable_sort(pinned.begin(), pinned.end(), [](const Entry* a, const Entry* b) { return a->last_step < b->last_step; });
+  for (const Entry* e : pinned) PushCandidate(*e);
 }
 
 Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {

@@ -125,6 +125,12 @@ class RowCache {
   // Between passes (nothing appended, nothing protected: after DropWindow and
   // ReleaseProtected): the run-ahead of the next pass (FitPass).
   void SetProtectSteps(uint32_t protect_steps);
+  // static, between passes as SetProtectSteps: whether the pinned rows stay resident (true, the
+  // default) or are evicted as any other row (a pass whose steps need the room: evaluation's
+  // samples can be larger than training's). Off: the resident pinned rows become eviction
+  // candidates, oldest last use first. On again: those still resident stay from then on, and
+  // those evicted meanwhile stay once a step loads them.
+  void SetPinning(bool on);
   // Dirty resident rows (to flush), at most max_rows per call so that a flush needs bounded
   // memory: start with cursor 0 and call until it returns false (no rows); MarkAllClean after
   // they are written.
@@ -179,6 +185,7 @@ class RowCache {
   RowCacheOptions options_;
   bool dense_ = false;  // table_ is indexed by id (total_rows entries, never grown)
   bool fits_ = false;   // every row fits: no candidates, no protected steps
+  bool pinning_ = true;  // static: pinned rows are never evicted (SetPinning)
   std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full (or dense)
   uint64_t size_ = 0;
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned

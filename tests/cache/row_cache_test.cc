@@ -195,6 +195,57 @@ TEST(RowCache, StaticNeverEvictsAPinnedRowAndReplaysTheModel) {
   RunModel(steps, PlannerKind::kStatic, 0, 2, MinCapacityRows(0, 2, 60) + 8, &pinned);
 }
 
+// The static planner's pins leave room for training's steps only. A pass with larger steps
+// (evaluation's) fails while they stay; with pinning off it evicts them instead, and with
+// pinning on again the pinned rows stay resident once a step has loaded them back.
+TEST(RowCache, StaticPinsYieldToALargerPassAndComeBack) {
+  std::vector<uint64_t> pinned(1000 / 64 + 1, 0);
+  for (uint64_t id = 0; id < 40; ++id) pinned[id / 64] |= uint64_t{1} << (id % 64);
+  auto ids = [](uint64_t first, uint64_t n, std::vector<RowKey> keys = {}) {
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(RowKey{first + i, 0});
+    return keys;
+  };
+  const std::vector<RowKey> a = ids(100, 20, ids(0, 40)), b = ids(200, 60), c = ids(300, 90), d = ids(400, 60),
+                            e = ids(500, 60);
+  RowCacheOptions o;
+  o.kind = PlannerKind::kStatic;
+  o.capacity_rows = 100;
+  o.pinned = &pinned;
+  RowStepPlan plan;
+  auto pinned_loads = [&]() {
+    uint64_t n = 0;
+    for (const RowKey& k : plan.load_keys) n += k.id < 40;
+    return n;
+  };
+  {
+    RowCache cache(o);
+    ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+    ASSERT_TRUE(cache.Plan(b, false, plan).ok());
+    const Status full = cache.Plan(c, false, plan);  // 40 pinned + 90 > 100
+    ASSERT_FALSE(full.ok());
+    EXPECT_NE(full.ToString().find("is full"), std::string::npos) << full.ToString();
+  }
+  RowCache cache(o);
+  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+  EXPECT_EQ(pinned_loads(), 40u);
+  ASSERT_TRUE(cache.Plan(b, false, plan).ok());
+  cache.ReleaseProtected();
+  cache.SetPinning(false);
+  ASSERT_TRUE(cache.Plan(c, false, plan).ok());
+  EXPECT_EQ(plan.load_keys.size(), 90u);
+  cache.ReleaseProtected();
+  cache.SetPinning(true);
+  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+  const uint64_t reloaded = pinned_loads();
+  EXPECT_GT(reloaded, 0u);  // evicted by the larger pass, loaded again
+  EXPECT_LT(reloaded, 40u);  // the oldest went first: some stayed
+  ASSERT_TRUE(cache.Plan(d, false, plan).ok());
+  ASSERT_TRUE(cache.Plan(e, false, plan).ok());
+  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+  EXPECT_EQ(pinned_loads(), 0u);  // pinned again: 120 other rows passed through without evicting one
+  EXPECT_EQ(plan.load_keys.size(), 20u);
+}
+
 TEST(RowCache, LruReplayMatchesModel) {
   const Steps steps = ZipfSteps(400, 60, 3, 500, 2);
   for (uint32_t protect : {0u, 2u}) {

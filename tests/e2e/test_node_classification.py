@@ -106,6 +106,24 @@ def test_every_planner_and_mmap_equal_in_memory_bitwise(sluice_bin, gen, tmp_pat
         assert summary["cache"]["capacity_rows"] < 6000, summary["cache"]
 
 
+def test_static_planner_makes_room_for_larger_evaluation_steps(sluice_bin, gen, tmp_path):
+    """The static planner pins the hottest rows, leaving room for training's steps only (1.4k of
+    3,000 rows pinned); evaluation's steps are four times larger (batch 128). The evaluation pass
+    evicts pinned rows instead of failing with a full cache: the same validation as the oracle,
+    and training's next epoch pins them again (the same model)."""
+    metrics = {}
+    for planner in ("static", "oracle"):
+        st = f"{{mode: out_of_core, cache_rows: 3000, planner: {planner}, run_ahead: 1}}"
+        cfg = write_config(tmp_path / f"{planner}.yaml", gen, tmp_path / planner, EMB, st, epochs=2)
+        cfg.write_text(cfg.read_text().replace("batch: 32}", "batch: 128}"))  # eval's batch
+        out = train(sluice_bin, cfg)
+        if planner == "static":
+            assert "planner static, 1.4k pinned" in out.stdout, out.stdout
+        metrics[planner] = [json.loads(l)["valid"] for l in (tmp_path / planner / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics["static"]) == 2 and metrics["static"] == metrics["oracle"]
+    assert dense(tmp_path / "static") == dense(tmp_path / "oracle")
+
+
 def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
     """With storage.spill_steps the loads of training come from the steps' packs (the pinned rows
     never spilled), and the spill file is gone once the run ends; more than io groups of one step

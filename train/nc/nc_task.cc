@@ -610,12 +610,23 @@ std::string NcTask::DescribePlan() const {
 // evaluation sample (a tenth more) leave room for (FitPass; the first batch of a split in id
 // order is its hubs on a degree-ordered graph, larger than training's steps), io groups no
 // longer than run-ahead + 1 steps (a group's steps are planned before any of them computes).
+// The static planner's pinned rows keep their room when such a step fits beside them; when it
+// does not, the pass may evict them (MakePipeline; training's next pass pins them again) and
+// the whole cache counts. Unpinning costs the next epoch their reloads (and, spilling, reads of
+// them outside the packs), so it happens only then.
 void NcTask::FitEvalPass(Pass& pass, const RowCache* cache) const {
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
   if (cache == nullptr) return;
-  const PassFit fit = FitPass(cache->options().capacity_rows, cache->options().window_steps, run_ahead_,
-                              probe_eval_nodes_ + probe_eval_nodes_ / 10);
+  const uint64_t step_rows = probe_eval_nodes_ + probe_eval_nodes_ / 10;
+  const uint64_t capacity = cache->options().capacity_rows;
+  uint64_t room = capacity;
+  if (pinned_rows_ > 0 && capacity > pinned_rows_ && capacity - pinned_rows_ >= step_rows) {
+    room = capacity - pinned_rows_;
+  } else if (pinned_rows_ > 0) {
+    pass.unpin = true;
+  }
+  const PassFit fit = FitPass(room, cache->options().window_steps, run_ahead_, step_rows);
   pass.run_ahead = fit.run_ahead;
   pass.group = std::min(pass.group, fit.run_ahead + 1);
   pass.max_rows = fit.max_rows;
@@ -647,7 +658,11 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.writes = pass.writes;
   po.io = cfg_.io;
   po.group_steps = pass.group;
-  if (source.cache) source.cache->SetProtectSteps(pass.run_ahead);
+  if (source.cache) {
+    source.cache->SetProtectSteps(pass.run_ahead);
+    // Evaluation's steps may need more than the room the static planner's pins leave.
+    source.cache->SetPinning(!pass.unpin);
+  }
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   RowBacking* backing = source.backing;
   if (pass.spill && spill_ != nullptr) {

@@ -102,6 +102,7 @@ class NcTask : public Task {
     const KHopOptions* options = nullptr;  // the pass's fanouts
     uint64_t seed = 0, epoch = 0, first_step = 0, batch = 1;
     uint64_t max_rows = 0;  // an evaluation step's largest sample (0: no limit)
+    bool unpin = false;  // FitEvalPass's: the static planner's pinned rows may be evicted
     uint32_t run_ahead = 0, group = 1;  // steps of io ahead of compute, steps per io group
     // Set when training samples on the GPU (train.sampler): the CUDA sampler, the same samples.
     std::function<Result<SampledSubgraph>(std::span<const int64_t>, const SampleKey&)> sample_on_device = nullptr;
