@@ -157,6 +157,7 @@ NUMERIC_CASES = [
     ("chunks-zero", ["train.chunks=0"], "train.chunks"),
     ("smoothing-one", ["train.label_smoothing=1.5"], "train.label_smoothing"),
     ("smoothing-nan", ["train.label_smoothing=nan"], "train.label_smoothing"),
+    ("relation-prediction-negative", ["train.relation_prediction=-1"], "train.relation_prediction"),
     ("dropout-one", ["model.entity_dropout=1.0"], "model.entity_dropout"),
     ("dropout-negative", ["model.relation_dropout=-0.2"], "model.relation_dropout"),
     ("budget-negative", ["storage.budget=-5GiB"], "storage.budget"),

@@ -48,9 +48,10 @@ def table_bytes(run_dir: pathlib.Path) -> bytes:
 
 
 # The quality options: 1vsAll against every node of the buffer state's partitions, label
-# smoothing, dropout on the queries (keyed on the step, so the same masks out of core).
+# smoothing, dropout on the queries (keyed on the step, so the same masks out of core),
+# relation prediction.
 QUALITY = ("train.scoring=all", "train.label_smoothing=0.1", "model.entity_dropout=0.3",
-           "model.relation_dropout=0.2", "model.candidate_dropout=0.2")
+           "model.relation_dropout=0.2", "model.candidate_dropout=0.2", "train.relation_prediction=0.5")
 
 
 # GraphSage in front of the decoder: every scored node encoded over its sampled neighbours
@@ -125,6 +126,15 @@ def test_quality_options_each_change_the_model(sluice_bin, graph, tmp_path):
         assert out.returncode == 0, out.stderr
         tables.add(table_bytes(tmp_path / str(i)))
     assert len(tables) == 1 + len(QUALITY)
+
+
+def test_relation_prediction_needs_a_decoder_with_relations(sluice_bin, graph, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", graph, tmp_path / "run", mode="in_memory", resident=4)
+    bad = run(sluice_bin, "train", str(cfg), "--set", "model.decoder=dot", "--set", "train.relation_prediction=1")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [
+        "sluice: error: train.relation_prediction: the dot decoder has no relations to predict; set it to 0"]
+    assert not (tmp_path / "run/tables").exists()
 
 
 def test_scoring_auto_scores_every_node_on_small_graphs_only(sluice_bin, graph, tmp_path):

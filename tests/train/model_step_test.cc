@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
+#include <complex>
 #include <cstring>
 #include <random>
 
@@ -165,6 +166,7 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
       cfg.train.label_smoothing = 0.1;
       cfg.train.regularizer = Regularizer::kN3;
       cfg.train.regularization = 0.005;
+      cfg.train.relation_prediction = 0.7;
       if (scoring == Scoring::kAll) {
         CompareFusedAndAutograd(cfg, 200, 1, 900, 900, 20);
       } else {
@@ -230,6 +232,85 @@ TEST(ModelStepTest, OneVsAllTrueCandidateTakesItsColumnsDropoutMask) {
   const torch::Tensor own_pos = (query * table.index_select(0, col) * own).sum(1);
   const double separate = (torch::logsumexp(scores, 1) - own_pos).mean().item<double>();
   EXPECT_GT(std::abs(separate - want), 0.01 * std::abs(want));
+}
+
+// train.relation_prediction: the loss grows by weight x the mean over queries of the
+// cross-entropy of each query's relation among the relations of its direction (reciprocal rows
+// [5, 10) compete among themselves), scored from its head and tail; computed here by hand in
+// double. Fused and autograd alike; TransE through autograd.
+TEST(ModelStepTest, RelationPredictionAddsEachQuerysRelationCrossEntropy) {
+  const int64_t q = 30, rows = 60, d = 8, base = 5, chunks = 2, per_chunk = 10;
+  for (Decoder decoder : {Decoder::kDistMult, Decoder::kComplEx, Decoder::kTransE}) {
+    SCOPED_TRACE(EnumName(decoder));
+    LpConfig cfg;
+    cfg.model.decoder = decoder;
+    cfg.model.dim = d;
+    cfg.model.reciprocal = true;
+    Step s = RandomStep(rows, d, {q, q, chunks * per_chunk}, 8);
+    std::vector<int64_t> rel(static_cast<size_t>(q));
+    for (int64_t i = 0; i < q; ++i) rel[static_cast<size_t>(i)] = (i * 7) % (2 * base);
+    auto input = [&](bool grad) {
+      ModelInput in;
+      in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, grad));
+      in.ids["relation"] = torch::tensor(rel);
+      in.sizes = {{"queries", q}, {"chunks", chunks}, {"per_chunk", per_chunk}, {"head_negatives", 0}};
+      in.key = {3, 1, 7};
+      return in;
+    };
+    auto loss_at = [&](double weight, bool fused, torch::Tensor* rel_grad) {
+      cfg.train.relation_prediction = weight;
+      LinkModel model(cfg, 2 * base, rows);
+      model.relations().data().add_(torch::randn({2 * base, d}, torch::TensorOptions().dtype(torch::kFloat))
+                                        .mul_(0.5), 1.0);  // relations far apart
+      ModelInput in = input(!fused);
+      auto r = RunModel(model, in, fused && decoder != Decoder::kTransE);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (rel_grad) *rel_grad = model.relations().grad().clone();
+      return std::make_pair(r.ok() ? r->loss : 0.0, model.relations().detach().clone());
+    };
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(fused ? "fused" : "autograd");
+      torch::manual_seed(11);
+      const auto [plain, relations] = loss_at(0.0, fused, nullptr);
+      torch::manual_seed(11);
+      torch::Tensor with_grad, without_grad;
+      const auto [with, same] = loss_at(0.6, fused, &with_grad);
+      ASSERT_TRUE(torch::equal(relations, same));
+      torch::manual_seed(11);
+      loss_at(0.0, fused, &without_grad);
+      // By hand: score(h, r, t) per decoder, in double.
+      auto score = [&](int64_t i, int64_t j) {
+        const float* h = s.rows[static_cast<size_t>(s.parts[0][static_cast<size_t>(i)])].data();
+        const float* t = s.rows[static_cast<size_t>(s.parts[1][static_cast<size_t>(i)])].data();
+        const torch::Tensor row = relations[j].contiguous();
+        const float* r = row.data_ptr<float>();
+        double x = 0;
+        if (decoder == Decoder::kDistMult) {
+          for (int64_t k = 0; k < d; ++k) x += static_cast<double>(h[k]) * r[k] * t[k];
+        } else if (decoder == Decoder::kComplEx) {
+          for (int64_t k = 0; k < d / 2; ++k) {
+            const std::complex<double> hc(h[k], h[k + d / 2]), rc(r[k], r[k + d / 2]), tc(t[k], t[k + d / 2]);
+            x += (hc * rc * std::conj(tc)).real();
+          }
+        } else {
+          for (int64_t k = 0; k < d; ++k) x += std::pow(static_cast<double>(h[k]) + r[k] - t[k], 2);
+          x = -std::sqrt(x);
+        }
+        return x;
+      };
+      double ce = 0;
+      for (int64_t i = 0; i < q; ++i) {
+        const int64_t own = rel[static_cast<size_t>(i)], lo = own < base ? 0 : base;
+        double m = -1e300, z = 0;
+        for (int64_t j = lo; j < lo + base; ++j) m = std::max(m, score(i, j));
+        for (int64_t j = lo; j < lo + base; ++j) z += std::exp(score(i, j) - m);
+        ce += m + std::log(z) - score(i, own);
+      }
+      EXPECT_NEAR(with - plain, 0.6 * ce / q, 1e-5 * (0.6 * ce / q));
+      EXPECT_GT(ce / q, 0.05);
+      EXPECT_GT((with_grad - without_grad).abs().max().item<float>(), 1e-4);
+    }
+  }
 }
 
 // A learnable scale of every gathered row, in front of the model.

@@ -110,6 +110,7 @@ struct LpTrainConfig {
   Scoring scoring = Scoring::kSampled;
   uint64_t all_max_pairs = 10'000'000'000;  // scoring auto: 1vsAll up to this many edge x node pairs
   double label_smoothing = 0.0;
+  double relation_prediction = 0.0;  // weight of the relation-prediction loss (0: off)
   double max_minutes = 0;   // training time budget (0: none)
   double lr_decay = 1;      // every learning rate x this on a plateau (1: never)
   int lr_decay_patience = 1;
@@ -145,6 +146,12 @@ struct LpTrainConfig {
     v.Field("label_smoothing", label_smoothing,
             "softmax loss: the target puts 1 - e on the true candidate and e spread evenly over "
             "the negatives", InRange(0.0, 0.99));
+    v.Field("relation_prediction", relation_prediction,
+            "weight of an auxiliary loss in training: each edge's relation predicted from its head "
+            "and tail (a cross-entropy over every relation, scored by the decoder; with reciprocal "
+            "relations over those of the query's direction), added to the mean loss; distmult, "
+            "complex or transe (0: off)",
+            InRange(0.0, 1000.0));
     MaxMinutesField(v, max_minutes);
     LrDecayFields(v, lr_decay, lr_decay_patience);
     v.Field("lr_decay_restore", lr_decay_restore,

@@ -60,6 +60,31 @@ torch::Tensor LpDecoder::ScoreChunks(const torch::Tensor& q, const torch::Tensor
   return torch::bmm(q, candidates.transpose(1, 2));
 }
 
+torch::Tensor LpDecoder::ScoreRelations(const torch::Tensor& h, const torch::Tensor& t,
+                                        const torch::Tensor& relations) const {
+  if (kind_ == Decoder::kDistMult) return (h * t).mm(relations.t());
+  if (kind_ == Decoder::kTransE) return ScoreAll(t - h, relations);  // -||r - (t - h)||
+  SLUICE_CHECK(kind_ == Decoder::kComplEx, "%s has no relations to score", EnumName(kind_));
+  // complex: Re<h, r, conj(t)> = <rr, hr tr + hi ti> + <ri, hr ti - hi tr>.
+  auto hs = h.chunk(2, 1), ts = t.chunk(2, 1);
+  const torch::Tensor x = torch::cat({hs[0] * ts[0] + hs[1] * ts[1], hs[0] * ts[1] - hs[1] * ts[0]}, 1);
+  return x.mm(relations.t());
+}
+
+torch::Tensor RelationPredictionLoss(const LpDecoder& decoder, const torch::Tensor& h,
+                                     const torch::Tensor& t, const torch::Tensor& relations,
+                                     const torch::Tensor& ids, bool reciprocal) {
+  torch::Tensor scores = decoder.ScoreRelations(h, t, relations);
+  if (reciprocal) {
+    const int64_t base = relations.size(0) / 2;
+    const torch::Tensor inverse_col =
+        torch::arange(relations.size(0), ids.options()).ge(base).unsqueeze(0);
+    const torch::Tensor other = inverse_col.ne(ids.ge(base).unsqueeze(1));
+    scores = scores.masked_fill(other, -std::numeric_limits<float>::infinity());
+  }
+  return (torch::logsumexp(scores, 1) - scores.gather(1, ids.unsqueeze(1)).squeeze(1)).sum();
+}
+
 torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg, double smoothing, const torch::Tensor& excluded) {
   if (kind == LossKind::kSoftmax) {
@@ -705,6 +730,11 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
       loss = loss + w * (b.h.abs().pow(3).sum() + b.t.abs().pow(3).sum() + r.abs().pow(3).sum());
     }
   }
+  if (tc.relation_prediction > 0) {
+    loss = loss + tc.relation_prediction * scale *
+                      RelationPredictionLoss(decoder_, b.h, b.t, relations_, v.relation_ids,
+                                             config_.model.reciprocal);
+  }
   return loss;
 }
 
@@ -743,10 +773,29 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
   for (int64_t i = 0; i < v.q; ++i) {
     for (int64_t j = 0; j < d; ++j) rg[ids[i] * d + j] += src[i * d + j];
   }
+  if (tc.relation_prediction > 0) out.loss += AddRelationPrediction(v, scale, g, rel_grad);
   relations_.mutable_grad() = rel_grad;
   out.use_grads = {{g.h, g.t, g.tail_neg}};
   if (g.head_neg.defined()) out.use_grads[0].push_back(g.head_neg);
   return true;
+}
+
+// A small product (queries x relations) next to the scoring: through autograd on leaves of the
+// step's heads, tails and the relations, its gradients added to the fused ones.
+double LinkModel::AddRelationPrediction(const Views& v, double scale, LpGrads& g,
+                                        torch::Tensor& rel_grad) const {
+  torch::AutoGradMode grad_mode(true);
+  const torch::Tensor h = v.batch.h.detach().requires_grad_(true);
+  const torch::Tensor t = v.batch.t.detach().requires_grad_(true);
+  const torch::Tensor rel = relations_.detach().requires_grad_(true);
+  const torch::Tensor loss = config_.train.relation_prediction * scale *
+                             RelationPredictionLoss(decoder_, h, t, rel, v.relation_ids,
+                                                    config_.model.reciprocal);
+  loss.backward();
+  g.h.add_(h.grad());
+  g.t.add_(t.grad());
+  rel_grad.add_(rel.grad());
+  return loss.item<double>();
 }
 
 uint64_t LinkModel::StepBytes() const {

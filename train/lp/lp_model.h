@@ -29,6 +29,10 @@ class LpDecoder {
   torch::Tensor ScoreAll(const torch::Tensor& q, const torch::Tensor& candidates) const;
   // The same per chunk, all chunks at once: q [C, b, d] against candidates [C, n, d] -> [C, b, n].
   torch::Tensor ScoreChunks(const torch::Tensor& q, const torch::Tensor& candidates) const;
+  // Scores of (h[i], r, t[i]) for every relation r (rows of `relations`): [queries, relations].
+  // Dot has no relations (not called for it).
+  torch::Tensor ScoreRelations(const torch::Tensor& h, const torch::Tensor& t,
+                               const torch::Tensor& relations) const;
 
  private:
   Decoder kind_;
@@ -88,6 +92,14 @@ torch::Tensor LpLoss(LossKind kind, double margin, const torch::Tensor& pos,
                      const torch::Tensor& neg, double smoothing = 0.0,
                      const torch::Tensor& excluded = {});
 
+// Relation prediction (train.relation_prediction): the cross-entropy of each query's relation
+// `ids[i]` among every relation, scored with its own head and tail, summed over queries. With
+// reciprocal relations (rows [base, 2 base) invert rows [0, base)) a query's relation competes
+// with those of its own direction only. Differentiable in h, t and `relations`.
+torch::Tensor RelationPredictionLoss(const LpDecoder& decoder, const torch::Tensor& h,
+                                     const torch::Tensor& t, const torch::Tensor& relations,
+                                     const torch::Tensor& ids, bool reciprocal);
+
 // Adds w * |x|^2 (l2, n3 false) or w * |x|^3 (n3) summed over the rows of x [n, d] to a step's
 // loss: its gradient is added to gx [n, d] in place (made contiguous first), in one pass over
 // blocks of rows on the TBB workers; returns the penalty, summed per block of 256 rows and then
@@ -102,7 +114,8 @@ double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& g
 // holds each query's relation; sizes "queries", "chunks", "per_chunk", "head_negatives".
 // 1vsAll (train.scoring: all): C = 1, the negatives are every candidate, and ids["tail_col"]
 // (ids["head_col"]) give each query's true candidate's column among them.
-// The loss is the mean over scored queries (plus the L2/N3 penalty of the rows a step uses).
+// The loss is the mean over scored queries (plus the L2/N3 penalty of the rows a step uses,
+// plus train.relation_prediction times the mean relation-prediction loss).
 // Bilinear decoders (distmult, complex, dot) have a fused path (BilinearLossAndGrads); transe,
 // or any decoder with set_fused(false), goes through autograd.
 class LinkModel : public Model {
@@ -139,6 +152,9 @@ class LinkModel : public Model {
   torch::Tensor ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& head_pos,
                             const torch::Tensor& tq, const torch::Tensor& hq) const;
   double Scale(int64_t queries) const;
+  // train.relation_prediction on the fused path: adds its gradients to g's heads and tails and
+  // to `rel_grad`; returns its share of the loss.
+  double AddRelationPrediction(const Views& v, double scale, LpGrads& g, torch::Tensor& rel_grad) const;
 
   LpConfig config_;
   LpDecoder decoder_;

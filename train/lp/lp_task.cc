@@ -203,6 +203,12 @@ Status LpTask::Open(Purpose purpose) {
     return InvalidArgument("model.dim: complex needs an even dimension, got " +
                            std::to_string(cfg_.model.dim));
   }
+  if (cfg_.train.relation_prediction > 0 && (factory_ || cfg_.model.decoder == Decoder::kDot)) {
+    return InvalidArgument(std::string("train.relation_prediction: ") +
+                           (factory_ ? "a user's model (Run::SetModel) brings its own loss"
+                                     : "the dot decoder has no relations to predict") +
+                           "; set it to 0");
+  }
   if (cfg_.model.encoder != LpEncoder::kNone && factory_) {
     return InvalidArgument("model.encoder: graphsage encodes for the built-in decoders; a user's model "
                            "(Run::SetModel) brings its own encoding");
