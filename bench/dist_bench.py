@@ -141,6 +141,7 @@ def figures(s: dict, predicted: float, compute_s: float, wait_s: float) -> dict:
             "io_ms": 1e3 * wait_s / steps, "comm_ms": 1e3 * dp["exchange_s"] / steps,
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
             "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
+            "ahead_pct": 100 * dp.get("rows_ahead", 0) / max(1, dp.get("remote_rows", 0)),
             "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
 
 
@@ -184,6 +185,9 @@ def main() -> None:
                    help="--task lp: steps of each run (0: the whole epoch)")
     p.add_argument("--nc-embeddings", type=int, default=0,
                    help="--task nc: learnable node embeddings of this width instead of the features (0: features)")
+    p.add_argument("--prefetch-rows", choices=["on", "off", "both"], default="on",
+                   help="dist.prefetch_rows across processes: the next step's rows that a step does not use "
+                   "travel while it computes (both: each setting, interleaved)")
     a = p.parse_args()
     global EMB_DIM
     EMB_DIM = a.nc_embeddings if a.task == "nc" else 0
@@ -208,11 +212,13 @@ def main() -> None:
         if not a.data:
             make(data)
         cfg = conf(tmp, data, EMB_DIM) if EMB_DIM else conf(tmp, data)
-        keys = [(n, m) for n in ranks for m in modes]
+        ahead = {"on": ["on"], "off": ["off"], "both": ["on", "off"]}[a.prefetch_rows]
+        keys = [(n, m, f) for n in ranks for m in modes for f in (ahead if n > 1 else ahead[:1])]
         runs = {k: [] for k in keys}
         for _ in range(a.rounds):
-            for n, m in keys:
-                runs[(n, m)].append(train(a.bin, cfg, tmp / f"run{n}{m}", n, *sets(n, m)))
+            for n, m, f in keys:
+                runs[(n, m, f)].append(train(a.bin, cfg, tmp / f"run{n}{m}{f}", n, *sets(n, m),
+                                             f"dist.prefetch_rows={'true' if f == 'on' else 'false'}"))
     med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in runs[k][0]} for k in keys}
     base = med[keys[0]]["samples_s"]
     if a.task == "lp":
@@ -226,14 +232,14 @@ def main() -> None:
               f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
     else:
         print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
-    print("| ranks | storage | units/s | vs first | compute ms | local io ms | communication ms | "
-          "received KiB/step | formula KiB/step | rows owned | peak RSS MiB | checkpoint s |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, mode in keys:
-        m = med[(n, mode)]
-        print(f"| {n} | {mode or '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | {m['compute_ms']:.1f} | {m['io_ms']:.1f} | "
-              f"{m['comm_ms']:.1f} | {m['received_kb']:.1f} | {m['predicted_kb']:.1f} | {m['rows_owned']:,.0f} | "
-              f"{m['rss_mb']:.0f} | {m['ckpt_s']:.2f} |")
+    print("| ranks | storage | rows ahead | units/s | vs first | compute ms | local io ms | communication ms | "
+          "received KiB/step | formula KiB/step | remote rows sent ahead % | rows owned | peak RSS MiB | checkpoint s |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, mode, f in keys:
+        m = med[(n, mode, f)]
+        print(f"| {n} | {mode or '-'} | {f if n > 1 else '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | "
+              f"{m['compute_ms']:.1f} | {m['io_ms']:.1f} | {m['comm_ms']:.1f} | {m['received_kb']:.1f} | "
+              f"{m['predicted_kb']:.1f} | {m['ahead_pct']:.1f} | {m['rows_owned']:,.0f} | {m['rss_mb']:.0f} | {m['ckpt_s']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,39 @@ Result<std::vector<float>> DataParallel::AllToAll(std::span<const float> send, s
   return out;
 }
 
+Result<DataParallel::PendingAllToAll> DataParallel::StartAllToAll(std::span<const float> send,
+                                                                   std::span<const uint64_t> send_counts,
+                                                                   std::span<const uint64_t> recv_counts,
+                                                                   const char* what) {
+  const auto start = SteadyClock::now();
+  PendingAllToAll p;
+  p.what = what;
+  for (int r = 0; r < world_; ++r) {
+    if (r != rank_) p.received += recv_counts[static_cast<size_t>(r)], p.sent += send_counts[static_cast<size_t>(r)];
+  }
+  if (group_ == nullptr) return FailedPrecondition("data parallel: an all-to-all started in one process (a bug)");
+  SLUICE_RETURN_IF_ERROR(Collective(what, [&]() -> Status {
+    SLUICE_ASSIGN_OR_RETURN(p.op, group_->StartAllToAll(send, send_counts, recv_counts));
+    return Status::Ok();
+  }));
+  exchange_s_ += SecondsSince(start);
+  return p;
+}
+
+Result<std::vector<float>> DataParallel::FinishAllToAll(PendingAllToAll& p) {
+  const auto start = SteadyClock::now();
+  std::vector<float> got;
+  SLUICE_RETURN_IF_ERROR(Collective(p.what, [&]() -> Status {
+    SLUICE_ASSIGN_OR_RETURN(got, group_->FinishAllToAll(*p.op));
+    return Status::Ok();
+  }));
+  p.op.reset();
+  bytes_sent_ += p.sent * 4;
+  bytes_received_ += p.received * 4;
+  exchange_s_ += SecondsSince(start);
+  return got;
+}
+
 Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, std::span<const uint64_t> sizes) {
   const auto start = SteadyClock::now();
   const bool stop = stop_probe_ && stop_probe_();
@@ -145,7 +178,13 @@ void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s)
        << ", " << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_sent()) / steps)) << " sent and "
        << FormatBytes(static_cast<uint64_t>(static_cast<double>(dp.bytes_received()) / steps))
        << " received per step, exchanges " << dp.exchange_s() << " s";
+  if (dp.remote_rows() > 0) {
+    line << ", " << dp.rows_ahead() << " of " << dp.remote_rows() << " rows from other ranks ("
+         << 100.0 * static_cast<double>(dp.rows_ahead()) / static_cast<double>(dp.remote_rows())
+         << "%) fetched a step ahead";
+  }
   s.Line(line.str());
+  s.Set("data_parallel", "remote_rows", dp.remote_rows()), s.Set("data_parallel", "rows_ahead", dp.rows_ahead());
   s.Set("data_parallel", "rank", dp.rank()), s.Set("data_parallel", "world_size", dp.world_size());
   s.Set("data_parallel", "virtual_shards", dp.shards());
   s.Set("data_parallel", "rows_owned", end - begin);

@@ -11,7 +11,8 @@
 // Tables are sharded by row range: rank r of N owns global rows [T r / N, T (r + 1) / N) of the
 // T rows of all tables laid end to end (RowRange), keeps them out of core through its own cache
 // and planner, and alone updates them. A step's rows come from their owners by all-to-all (each
-// rank receives the rows its shards use, at the step, never ahead, so no update is missed); each
+// rank receives the rows its shards use; those the step before does not use travel during it,
+// the others at the step, so no update is missed: train/sharded_rows.h); each
 // use gradient goes back to its row's owner by all-to-all, ranks (so uses) in order, and the
 // owner sums each row's in global use order. Checkpoints: every rank writes its rows as its
 // shard of the checkpoint, rank 0 the manifest (two phases, train/row_checkpoint.h).
@@ -20,12 +21,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "train/device_config.h"
+#include "train/dist.h"
 #include "train/row_checkpoint.h"
 
 namespace sluice {
@@ -58,6 +61,17 @@ class DataParallel {
   Result<std::vector<float>> AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
                                       std::span<const uint64_t> recv_counts, const char* what);
 
+  // AllToAll in two halves: started now (`send` copied), finished later while the rank's other
+  // work runs in between. Every rank starts and finishes the same ones in the same order.
+  struct PendingAllToAll {
+    std::shared_ptr<DistGroup::Pending> op;
+    uint64_t sent = 0, received = 0;  // floats to and from the other ranks
+    const char* what = "";
+  };
+  Result<PendingAllToAll> StartAllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
+                                        std::span<const uint64_t> recv_counts, const char* what);
+  Result<std::vector<float>> FinishAllToAll(PendingAllToAll& pending);
+
   // Runs a collective step of every rank (`run`: this rank's part, e.g. its sends of a
   // checkpoint's rows); when communication fails, the error names the ranks that died or stopped.
   Status Collective(const char* what, const std::function<Status()>& run);
@@ -80,6 +94,10 @@ class DataParallel {
   // Distinct rows this rank's shards used and every rank's row uses, summed over training steps
   // (the summary's means).
   void CountRowsNeeded(uint64_t rows, uint64_t uses) { rows_needed_ += rows, uses_ += uses, ++row_fetches_; }
+  // Rows received from other ranks during training, and those of them fetched a step ahead.
+  void CountRemoteRows(uint64_t received, uint64_t ahead) { remote_rows_ += received, rows_ahead_ += ahead; }
+  uint64_t remote_rows() const { return remote_rows_; }
+  uint64_t rows_ahead() const { return rows_ahead_; }
   double rows_needed_per_step() const {
     return row_fetches_ ? static_cast<double>(rows_needed_) / static_cast<double>(row_fetches_) : 0.0;
   }
@@ -98,7 +116,7 @@ class DataParallel {
   bool any_stop_ = false;
   std::vector<float> send_, all_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;
-  uint64_t dense_floats_ = 0, rows_needed_ = 0, uses_ = 0, row_fetches_ = 0;
+  uint64_t dense_floats_ = 0, rows_needed_ = 0, uses_ = 0, row_fetches_ = 0, remote_rows_ = 0, rows_ahead_ = 0;
   double exchange_s_ = 0;
 };
 

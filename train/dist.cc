@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -281,6 +282,57 @@ Status DistGroup::AllToAll(std::span<const float> send, std::span<const uint64_t
   std::copy(send.begin(), send.end(), recv.begin());
 #endif
   return Status::Ok();
+}
+
+struct DistGroup::Pending {
+  at::Tensor input, output;     // owned by torch: Gloo's work keeps them alive
+  std::function<void()> wait;   // the work's wait (its type differs between libtorch versions)
+  std::vector<float> local;     // one process: what it sent itself
+};
+
+Result<std::shared_ptr<DistGroup::Pending>> DistGroup::StartAllToAll(std::span<const float> send,
+                                                                     std::span<const uint64_t> send_counts,
+                                                                     std::span<const uint64_t> recv_counts) {
+  auto op = std::make_shared<Pending>();
+#ifdef SLUICE_HAVE_GLOO
+  try {
+    std::vector<int64_t> in(send_counts.begin(), send_counts.end()), out(recv_counts.begin(), recv_counts.end());
+    int64_t total = 0;
+    for (int64_t c : out) total += c;
+    // Gloo wants a non-empty buffer even when nothing travels.
+    op->input = torch::empty({std::max<int64_t>(1, static_cast<int64_t>(send.size()))}, torch::kFloat);
+    op->output = torch::empty({std::max<int64_t>(1, total)}, torch::kFloat);
+    std::copy(send.begin(), send.end(), op->input.data_ptr<float>());
+    if (send.empty()) op->input = op->input.slice(0, 0, 0);
+    if (total == 0) op->output = op->output.slice(0, 0, 0);
+    auto work = impl_->group->alltoall_base(op->output, op->input, out, in);
+    op->wait = [work]() mutable { work->wait(); };
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": an all-to-all could not start: " + FirstLine(e));
+  }
+#else
+  (void)send_counts, (void)recv_counts;
+  op->local.assign(send.begin(), send.end());
+#endif
+  return op;
+}
+
+Result<std::vector<float>> DistGroup::FinishAllToAll(Pending& op) {
+#ifdef SLUICE_HAVE_GLOO
+  try {
+    if (op.wait) op.wait();
+    op.wait = nullptr;
+  } catch (const std::exception& e) {
+    return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ": an all-to-all failed (another rank stopped or stalled past dist.op_timeout " +
+                       Seconds(impl_->config.op_timeout) + "): " + FirstLine(e));
+  }
+  const float* got = op.output.data_ptr<float>();
+  return std::vector<float>(got, got + op.output.numel());
+#else
+  return std::move(op.local);
+#endif
 }
 
 Status DistGroup::Send(std::span<const std::byte> bytes, int peer) {

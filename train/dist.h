@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "train/dist_config.h"
@@ -70,6 +71,14 @@ class DistGroup {
   // recv_counts[r] floats from rank r land in `recv` (end to end, rank order).
   Status AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts, std::span<float> recv,
                   std::span<const uint64_t> recv_counts);
+  // An all-to-all started now, finished by FinishAllToAll: the rank's other work runs while Gloo
+  // moves the floats (AllToAll's arguments; `send` is copied before it returns). Every rank
+  // starts the same operations in the same order.
+  struct Pending;
+  Result<std::shared_ptr<Pending>> StartAllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
+                                                 std::span<const uint64_t> recv_counts);
+  // Waits for it (op_timeout): what every rank sent this one, end to end in rank order.
+  Result<std::vector<float>> FinishAllToAll(Pending& op);
   // Point to point (Gloo send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
   Status Send(std::span<const std::byte> bytes, int peer);
   Status Recv(std::span<std::byte> bytes, int peer);

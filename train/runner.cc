@@ -715,7 +715,8 @@ Status TrainDistributed(Task& task, const DistPlace& place, const TrainOptions& 
   std::printf("rank %d of %d joined at %s\n", place.rank, place.world_size, place.master().c_str());
   std::fflush(stdout);
   SLUICE_RETURN_IF_ERROR(group->Agree("config", FingerprintLines(task.ConfigYaml()) +
-                                                    "fingerprint: " + task.ConfigFingerprint() + "\n"));
+                                                    "dist.prefetch_rows: " + (s.dist.prefetch_rows ? "true" : "false") +
+                                                    "\nfingerprint: " + task.ConfigFingerprint() + "\n"));
   SLUICE_ASSIGN_OR_RETURN(const std::string dataset_fp, DatasetFingerprint(s.dataset));
   SLUICE_RETURN_IF_ERROR(group->Agree("dataset", "manifest fingerprint: " + dataset_fp + "\n"));
   SLUICE_RETURN_IF_ERROR(group->Barrier());

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "train/data_parallel.h"
 #include "train/model_step.h"
 
 namespace sluice {
@@ -16,72 +15,155 @@ int ShardedRows::OwnerOf(uint64_t row) const {
   return static_cast<int>(it - bounds_.begin()) - 1;
 }
 
+Status ShardedRows::MakePlan(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+                             std::span<const uint64_t> use_begin, std::span<const uint64_t> own_rows, uint64_t own,
+                             bool every_row, Plan& plan) const {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const size_t n = rows.size();
+  plan.owner.resize(n);
+  plan.local_of.assign(n, -1);
+  int64_t k = 0;
+  bool same = own_rows.size() == own;
+  for (size_t u = 0; u < n; ++u) {
+    plan.owner[u] = OwnerOf(rows[u]);
+    if (plan.owner[u] != me) continue;
+    same = same && static_cast<size_t>(k) < own_rows.size() && own_rows[static_cast<size_t>(k)] == rows[u];
+    plan.local_of[u] = k++;
+  }
+  if (static_cast<uint64_t>(k) != own || !same) {
+    return FailedPrecondition("data parallel: step " + std::to_string(step) + " has " + std::to_string(k) +
+                              " rows of this rank but " + std::to_string(own) +
+                              " were loaded, or not the same rows in the same order (a bug)");
+  }
+  // Which rows each rank's shards use: every one (evaluation), or their uses'.
+  plan.needs.resize(static_cast<size_t>(world));  // reused: no allocation per step once grown
+  for (std::vector<char>& need : plan.needs) need.assign(n, every_row);
+  if (!every_row) {
+    for (int q = 0; q < world; ++q) {
+      for (uint64_t i = use_begin[static_cast<size_t>(q)]; i < use_begin[static_cast<size_t>(q) + 1]; ++i) {
+        plan.needs[static_cast<size_t>(q)][static_cast<size_t>(uses[i])] = 1;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void ShardedRows::Pack(const Plan& plan, std::span<float* const> own, std::span<const char> ahead, char which,
+                       std::vector<float>& send, std::vector<uint64_t>& send_counts,
+                       std::vector<uint64_t>& recv_counts) const {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const uint64_t w = width_;
+  const size_t n = plan.owner.size();
+  const auto travels = [&](size_t u) { return ahead.empty() || ahead[u] == which; };
+  send.clear();
+  send_counts.assign(static_cast<size_t>(world), 0);
+  recv_counts.assign(static_cast<size_t>(world), 0);
+  for (int q = 0; q < world; ++q) {
+    const std::vector<char>& need = plan.needs[static_cast<size_t>(q)];
+    for (size_t u = 0; u < n; ++u) {
+      if (!need[u] || plan.owner[u] != me || !travels(u)) continue;
+      const float* row = own[static_cast<size_t>(plan.local_of[u])];
+      send.insert(send.end(), row, row + w);
+      send_counts[static_cast<size_t>(q)] += w;
+    }
+  }
+  const std::vector<char>& need = plan.needs[static_cast<size_t>(me)];
+  for (size_t u = 0; u < n; ++u) {
+    if (need[u] && travels(u)) recv_counts[static_cast<size_t>(plan.owner[u])] += w;
+  }
+}
+
 Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
                           std::span<const uint64_t> use_begin, std::span<float* const> own,
                           std::span<const uint64_t> own_rows, bool every_row) {
   const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t w = width_;
   const size_t n = rows.size();
-  owner_.resize(n);
-  local_of_.assign(n, -1);
-  int64_t k = 0;
-  bool same = own_rows.size() == own.size();
-  for (size_t u = 0; u < n; ++u) {
-    owner_[u] = OwnerOf(rows[u]);
-    if (owner_[u] != me) continue;
-    same = same && static_cast<size_t>(k) < own_rows.size() && own_rows[static_cast<size_t>(k)] == rows[u];
-    local_of_[u] = k++;
-  }
-  if (static_cast<size_t>(k) != own.size() || !same) {
-    return FailedPrecondition("data parallel: step " + std::to_string(step) + " has " + std::to_string(k) +
-                              " rows of this rank but " + std::to_string(own.size()) +
-                              " were loaded, or not the same rows in the same order (a bug)");
-  }
+  SLUICE_RETURN_IF_ERROR(MakePlan(step, rows, uses, use_begin, own_rows, own.size(), every_row, plan_));
   own_rows_ = own.size();
   uses_.assign(uses.begin(), uses.end());
   use_begin_.assign(use_begin.begin(), use_begin.end());
   use_grads_.clear();
-  // Which rows each rank's shards use: every one (evaluation), or their uses'.
-  needs_.resize(static_cast<size_t>(world));  // reused: no allocation per step once grown
-  for (std::vector<char>& need : needs_) need.assign(n, every_row);
-  if (!every_row) {
-    for (int q = 0; q < world; ++q) {
-      for (uint64_t i = use_begin_[static_cast<size_t>(q)]; i < use_begin_[static_cast<size_t>(q) + 1]; ++i) {
-        needs_[static_cast<size_t>(q)][static_cast<size_t>(uses_[i])] = 1;
-      }
+  // The rows that travelled ahead (Prefetch), if this step's did.
+  std::vector<float> early;
+  std::span<const char> ahead;
+  if (ahead_pending_) {
+    if (every_row || ahead_step_ != step || !std::equal(rows.begin(), rows.end(), ahead_rows_.begin(), ahead_rows_.end())) {
+      return FailedPrecondition("data parallel: step " + std::to_string(step) + " fetched, but step " +
+                                std::to_string(ahead_step_) + "'s rows were sent ahead (a bug)");
     }
+    ahead_pending_ = false;
+    SLUICE_ASSIGN_OR_RETURN(early, dp_->FinishAllToAll(ahead_op_));
+    ahead = ahead_;
   }
   std::vector<float> send;
-  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
-  for (int q = 0; q < world; ++q) {
-    const std::vector<char>& need = needs_[static_cast<size_t>(q)];
+  std::vector<uint64_t> send_counts, recv_counts;
+  Pack(plan_, own, ahead, /*which=*/0, send, send_counts, recv_counts);
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "the step's rows"));
+  // Where each owner's rows start in `got` and in `early`.
+  std::vector<uint64_t> at(static_cast<size_t>(world), 0), at_early(static_cast<size_t>(world), 0);
+  std::vector<uint64_t> early_counts(static_cast<size_t>(world), 0);
+  const std::vector<char>& need = plan_.needs[static_cast<size_t>(me)];
+  if (!ahead.empty()) {
     for (size_t u = 0; u < n; ++u) {
-      if (!need[u] || owner_[u] != me) continue;
-      const float* row = own[static_cast<size_t>(local_of_[u])];
-      send.insert(send.end(), row, row + w);
-      send_counts[static_cast<size_t>(q)] += w;
+      if (need[u] && ahead[u]) early_counts[static_cast<size_t>(plan_.owner[u])] += w;
     }
   }
-  const std::vector<char>& need = needs_[static_cast<size_t>(me)];
-  for (size_t u = 0; u < n; ++u) {
-    if (need[u]) recv_counts[static_cast<size_t>(owner_[u])] += w;
+  for (int r = 1; r < world; ++r) {
+    at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
+    at_early[static_cast<size_t>(r)] = at_early[static_cast<size_t>(r) - 1] + early_counts[static_cast<size_t>(r) - 1];
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "the step's rows"));
-  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each owner's rows start in `got`
-  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
   values_.resize(n * w);
   ptrs_.assign(n, nullptr);
   needed_ = 0;
+  uint64_t remote = 0, remote_early = 0;
   for (size_t u = 0; u < n; ++u) {
     if (!need[u]) continue;
-    uint64_t& from = at[static_cast<size_t>(owner_[u])];
-    std::copy_n(got.data() + from, w, values_.data() + u * w);
+    const bool is_early = !ahead.empty() && ahead[u];
+    uint64_t& from = (is_early ? at_early : at)[static_cast<size_t>(plan_.owner[u])];
+    std::copy_n((is_early ? early : got).data() + from, w, values_.data() + u * w);
     from += w;
     ptrs_[u] = values_.data() + u * w;
     ++needed_;
+    if (plan_.owner[u] != me) ++remote, remote_early += is_early;
   }
-  if (!every_row) dp_->CountRowsNeeded(needed_, uses_.size());  // training's steps
+  if (!every_row) {  // training's steps
+    dp_->CountRowsNeeded(needed_, uses_.size());
+    dp_->CountRemoteRows(remote, remote_early);
+  }
+  if (world > 1) rows_.assign(rows.begin(), rows.end());
   return Status::Ok();
+}
+
+Status ShardedRows::Prefetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+                             std::span<const uint64_t> use_begin, std::span<float* const> own,
+                             std::span<const uint64_t> own_rows) {
+  if (dp_->world_size() == 1) return Status::Ok();
+  if (ahead_pending_) return FailedPrecondition("data parallel: a second step prefetched before the first was fetched (a bug)");
+  Plan plan;
+  SLUICE_RETURN_IF_ERROR(MakePlan(step, rows, uses, use_begin, own_rows, own.size(), /*every_row=*/false, plan));
+  // A row the step in hand uses is updated after it: it travels at its own step.
+  ahead_.resize(rows.size());
+  // (A bit per table row marks the step in hand's, set and cleared here: O(rows of both steps).)
+  used_.resize((bounds_.back() + 63) / 64);
+  const auto bit = [](uint64_t row) { return uint64_t{1} << (row % 64); };
+  for (uint64_t row : rows_) used_[row / 64] |= bit(row);
+  for (size_t u = 0; u < rows.size(); ++u) ahead_[u] = (used_[rows[u] / 64] & bit(rows[u])) == 0;
+  for (uint64_t row : rows_) used_[row / 64] &= ~bit(row);
+  std::vector<float> send;
+  std::vector<uint64_t> send_counts, recv_counts;
+  Pack(plan, own, ahead_, /*which=*/1, send, send_counts, recv_counts);
+  SLUICE_ASSIGN_OR_RETURN(ahead_op_, dp_->StartAllToAll(send, send_counts, recv_counts, "the next step's rows"));
+  ahead_pending_ = true;
+  ahead_step_ = step;
+  ahead_rows_.assign(rows.begin(), rows.end());
+  return Status::Ok();
+}
+
+Status ShardedRows::DropPrefetch() {
+  if (!ahead_pending_) return Status::Ok();
+  ahead_pending_ = false;
+  return dp_->FinishAllToAll(ahead_op_).status();
 }
 
 Result<torch::Tensor> ShardedRows::SumOwnGrads() {
@@ -97,7 +179,7 @@ Result<torch::Tensor> ShardedRows::SumOwnGrads() {
   std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
   for (int r = 0; r < world; ++r) {
     for (uint64_t i = first; i < end; ++i) {
-      if (owner_[static_cast<size_t>(uses_[i])] != r) continue;
+      if (plan_.owner[static_cast<size_t>(uses_[i])] != r) continue;
       const float* g = use_grads_.data() + (i - first) * w;
       send.insert(send.end(), g, g + w);
       send_counts[static_cast<size_t>(r)] += w;
@@ -108,8 +190,8 @@ Result<torch::Tensor> ShardedRows::SumOwnGrads() {
   for (int q = 0; q < world; ++q) {
     for (uint64_t i = use_begin_[static_cast<size_t>(q)]; i < use_begin_[static_cast<size_t>(q) + 1]; ++i) {
       const auto u = static_cast<size_t>(uses_[i]);
-      if (owner_[u] != me) continue;
-      use_rows.push_back(local_of_[u]);
+      if (plan_.owner[u] != me) continue;
+      use_rows.push_back(plan_.local_of[u]);
       recv_counts[static_cast<size_t>(q)] += w;
     }
   }

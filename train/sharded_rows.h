@@ -1,10 +1,15 @@
 #pragma once
 // A data-parallel step's rows across the ranks that own them (train/data_parallel.h), for every
 // task whose learnable table is sharded by row range (recommendation, link prediction): the rows
-// each rank's shards use come from their owners by all-to-all, at the step (never ahead, so no
-// update is missed); after the step each use's gradient goes back to its row's owner by
-// all-to-all, ranks (so uses) in order, and the owner adds each row's in global use order. The
-// owner alone applies the sums to its rows.
+// each rank's shards use come from their owners by all-to-all; after the step each use's
+// gradient goes back to its row's owner by all-to-all, ranks (so uses) in order, and the owner
+// adds each row's in global use order. The owner alone applies the sums to its rows.
+//
+// Ahead (Prefetch): while step t computes, the rows of step t + 1 that step t does not use
+// travel already, by an all-to-all started before t computes and finished at t + 1's Fetch: no
+// step between the fetch and the use updates them (step t's updates touch only step t's rows),
+// so they are the values t + 1 would fetch. Fetch(t + 1) then moves only the rows both steps use.
+// Every rank knows every step's rows, so all agree without asking which rows go ahead.
 
 #include <torch/torch.h>
 
@@ -13,10 +18,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "train/data_parallel.h"
 
 namespace sluice {
-
-class DataParallel;
 
 class ShardedRows {
  public:
@@ -37,6 +41,15 @@ class ShardedRows {
   Status Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
                std::span<const uint64_t> use_begin, std::span<float* const> own,
                std::span<const uint64_t> own_rows, bool every_row);
+  // Step `step` (the next one Fetch will be asked for, its arguments as Fetch's) while the step
+  // of the last Fetch computes: its rows the last Fetch's step does not use start travelling now.
+  // One process: nothing (no row is another rank's).
+  Status Prefetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+                  std::span<const uint64_t> use_begin, std::span<float* const> own,
+                  std::span<const uint64_t> own_rows);
+  // A prefetched step that will not be fetched (the pass stopped before it): waits for its
+  // all-to-all, as every rank does.
+  Status DropPrefetch();
   // Per distinct row of the step: its floats (null where this rank's uses read none of it).
   std::span<float* const> ptrs() const { return ptrs_; }
   // Distinct rows this rank's uses read.
@@ -55,17 +68,37 @@ class ShardedRows {
   Result<std::vector<float>> GatherAll(std::span<const float> own);
 
  private:
+  // Who owns and who needs a step's rows.
+  struct Plan {
+    std::vector<int> owner;          // per distinct row
+    std::vector<int64_t> local_of;   // per distinct row: its index in `own` (-1: another rank's)
+    std::vector<std::vector<char>> needs;  // per rank: which distinct rows its shards use
+  };
+  Status MakePlan(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+                  std::span<const uint64_t> use_begin, std::span<const uint64_t> own_rows, uint64_t own,
+                  bool every_row, Plan& plan) const;
+  // The all-to-all's counts and this rank's sends: the rows each rank needs of this rank's,
+  // those with `ahead[u]` == `which` (every row when `ahead` is empty).
+  void Pack(const Plan& plan, std::span<float* const> own, std::span<const char> ahead, char which,
+            std::vector<float>& send, std::vector<uint64_t>& send_counts, std::vector<uint64_t>& recv_counts) const;
+
   DataParallel* dp_;
   std::vector<uint64_t> bounds_;
   uint64_t width_;
   // The step's (Fetch).
-  std::vector<int> owner_;          // per distinct row
-  std::vector<int64_t> local_of_;   // per distinct row: its index in `own` (-1: another rank's)
+  Plan plan_;
   std::vector<int64_t> uses_;       // per use: its distinct row
   std::vector<uint64_t> use_begin_;
+  std::vector<uint64_t> rows_;      // its distinct rows (what the next step's prefetch leaves)
+  std::vector<uint64_t> used_;      // a bit per table row: zero between Prefetch calls
   uint64_t own_rows_ = 0, needed_ = 0;
-  std::vector<std::vector<char>> needs_;  // per rank: which distinct rows its shards use
   std::vector<float> values_;             // the rows' floats from their owners
+  // The next step's, started ahead (Prefetch).
+  bool ahead_pending_ = false;
+  uint64_t ahead_step_ = 0;
+  std::vector<uint64_t> ahead_rows_;  // its distinct rows (Fetch checks it is asked for these)
+  std::vector<char> ahead_;           // per distinct row: 1 if it travels ahead
+  DataParallel::PendingAllToAll ahead_op_;
   std::vector<float*> ptrs_;
   std::vector<float> use_grads_;
 };

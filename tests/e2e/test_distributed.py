@@ -117,6 +117,12 @@ def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin,
         assert rc != 0
         assert "rank 2 differs from rank 0 in their config: train.lr is 0.05 on rank 2, 0.1 on rank 0" in err, err
         assert len(err.strip().splitlines()) == 1, err
+    # Whether rows travel a step ahead changes the ranks' collectives: they must agree on it.
+    results = finish([start(sluice_bin, config, 0, 2, port + 2), start(sluice_bin, config, 1, 2, port + 2,
+                                                                        "dist.prefetch_rows=false")])
+    for rc, out, err in results:
+        assert rc != 0
+        assert "rank 1 differs from rank 0 in their config: dist.prefetch_rows is false on rank 1, true on rank 0" in err, err
     # Where a rank runs (its run directory, its storage) may differ: only the trajectory must not.
     results = finish([start(sluice_bin, config, 0, 2, port + 1, "storage.budget=1GiB"),
                       start(sluice_bin, config, 1, 2, port + 1, "storage.budget=2GiB", "threads.total=1")])
@@ -189,6 +195,13 @@ def _sluice_path(sluice_bin):
     SLUICE = sluice_bin
 
 
+def assert_rows_travel_ahead(stdout: str) -> None:
+    """Rank 0's summary: some, not all, of the rows it received from other ranks travelled a step
+    ahead (those the step before did not use)."""
+    ahead = re.search(r"(\d+) of (\d+) rows from other ranks \(([\d.]+)%\) fetched a step ahead", stdout)
+    assert ahead and 0 < int(ahead.group(1)) < int(ahead.group(2)), stdout
+
+
 def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, clicks_config, gloo):
     base = clicks_config.parent
     out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'one'}")
@@ -211,6 +224,8 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
     assert rc0 == 0 and rc1 == 0, (err0, err1)
     assert "data parallel: rank 0 of 2, 6 virtual shards a batch (this rank's: 0-2), owns table rows 0-12287 of 24576" in out0, out0
     assert "rank 1: trained 21600 samples" in out1, out1
+    # The next step's rows that a step does not use travel during it (dist.prefetch_rows).
+    assert_rows_travel_ahead(out0)
     out = launch(clicks_config, 3, base / "three")
     assert out.returncode == 0, out.stderr
     assert "data parallel: rank 0 of 3, 6 virtual shards a batch (this rank's: 0-1)" in out.stdout, out.stdout
@@ -223,6 +238,11 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
     out = launch(clicks_config, 2, base / "two-mem", "--set", "storage.mode=in_memory")
     assert out.returncode == 0, out.stderr
     assert model_bytes(sluice_bin, base / "two-mem") == reference
+    # Every row at its own step: the same model, nothing ahead.
+    out = launch(clicks_config, 2, base / "two-now", "--set", "dist.prefetch_rows=false")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r", 0 of \d+ rows from other ranks \(0%\) fetched a step ahead", out.stdout), out.stdout
+    assert model_bytes(sluice_bin, base / "two-now") == reference
     for name in ("two", "three"):
         assert model_bytes(sluice_bin, base / name) == reference, f"{name} ranks trained another model"
         losses = [json.loads(l)["loss"] for l in (base / name / "metrics.jsonl").read_text().splitlines()]
@@ -508,6 +528,7 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
         assert out.returncode == 0, out.stderr
         assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout, out.stdout
         assert f"owns table rows 0-{3000 // n - 1} of 3000" in out.stdout, out.stdout
+        assert_rows_travel_ahead(out.stdout)
         latest = base / f"emb-{n}/checkpoints" / (base / f"emb-{n}/checkpoints/latest").read_text().strip()
         assert (latest / f"nodes.bin.shard-{n - 1}-of-{n}").exists() and not (latest / "nodes.bin").exists()
         # Rank 1's table file stores its own rows (a third or half of the table), the others holes.
@@ -520,6 +541,7 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
         assert [json.loads(l)["valid"]["accuracy"] for l in (base / f"emb-{n}/metrics.jsonl").read_text().splitlines()] == valid
     out = launch(nc_config, 2, base / "emb-2-mem", *NC_EMB, "--set", "storage.mode=in_memory", "--set", "eval.fanouts=[]")
     assert out.returncode == 0, out.stderr
+    assert_rows_travel_ahead(out.stdout)
     assert nc_embedding_model(sluice_bin, base / "emb-2-mem") == reference
     assert [json.loads(l)["valid"] for l in (base / "emb-2-mem/metrics.jsonl").read_text().splitlines()] == full
     # Stopped after step 5 on 2 ranks out of core, resumed on 3 out of core, then in one process
@@ -616,6 +638,7 @@ def test_link_prediction_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(
         owned, held = {2: ("0-191", "12.00 KiB"), 3: ("0-127", "8.00 KiB")}[n]
         assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout and f"owns table rows {owned} of 384" in out.stdout, out.stdout
         assert f"node table 24.00 KiB (embeddings + Adagrad state), this rank holds its rows: {held}" in out.stdout, out.stdout
+        assert_rows_travel_ahead(out.stdout)
         # Two phases: each rank's rows are its shard of the checkpoint, rank 0 wrote the manifest.
         latest = base / f"ranks-{n}/checkpoints/epoch-2-step-0"
         assert sorted(p.name for p in latest.glob("nodes.bin*")) == [f"nodes.bin.shard-{r}-of-{n}" for r in range(n)] + ["nodes.bin.shards.json"]
@@ -675,6 +698,8 @@ def test_link_prediction_out_of_core_trains_the_in_memory_model_at_world_sizes_1
         assert out.returncode == 0, out.stderr
         assert f"row cache {cache} of this process's {own} rows" in out.stdout, out.stdout
         assert rows_written_back(out.stdout) > 0, out.stdout  # the cache evicted dirty rows
+        if n > 1:
+            assert_rows_travel_ahead(out.stdout)  # loaded run_ahead (1) steps ahead, sent one ahead
         assert lp_model(sluice_bin, base / f"ooc-{n}") == two_epochs, f"{n} processes out of core trained another model"
         if n == 3:  # a rank's table file stores its own rows only (the others are holes)
             f = os.stat(base / "ooc-3/rank-1/tables/nodes.bin")

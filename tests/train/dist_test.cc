@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "train/data_parallel.h"
 #include "train/fingerprint.h"
@@ -162,6 +168,78 @@ TEST(ShardedRowsTest, OneProcessGathersEveryRowAsItsOwn) {
   const std::vector<float> short_rows = {1, 2};
   EXPECT_NE(sharded.GatherAll(short_rows).status().message().find("2 floats of this rank's rows, 6 expected"),
             std::string::npos);
+}
+
+// A TCP port nobody listens on now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Two ranks (threads of this process, on loopback) own rows 0-3 and 4-7 of a table one float
+// wide, row i starting at 100 + i. Step 0 uses rows 1 and 5; step 1 rows 5, 6 and 2. While step 0
+// computes, step 1's rows 6 and 2 (step 0 does not use them) travel ahead: their values when the
+// prefetch started arrive (each owner writes 9999 into them afterwards, which no step would do, to
+// show when they left), while row 5, which step 0 uses and updates (+1000), travels at step 1
+// with its update.
+TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  const int port = FreePort();
+  DistConfig config;
+  config.interface = "lo", config.rendezvous_timeout = 30, config.op_timeout = 30;
+  std::vector<float> got[2];
+  uint64_t remote[2] = {0, 0}, ahead[2] = {0, 0};
+  std::string error[2];
+  auto rank = [&](int r) {
+    auto fail = [&](const Status& s) { error[r] = s.ToString(); };
+    DistPlace place{2, r, "127.0.0.1", port};
+    Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
+    if (!group.ok()) return fail(group.status());
+    DataParallel dp(group->get(), 2);
+    ShardedRows sharded(&dp, {0, 4, 8}, 1);
+    std::vector<float> table = {100.0f + 4 * r, 101.0f + 4 * r, 102.0f + 4 * r, 103.0f + 4 * r};
+    auto at = [&](uint64_t row) { return &table[row - 4 * static_cast<uint64_t>(r)]; };
+    // Step 0: rows {1, 5}; shard 0 uses both, shard 1 row 5.
+    const std::vector<uint64_t> rows0 = {1, 5}, begin0 = {0, 2, 3};
+    const std::vector<int64_t> uses0 = {0, 1, 1};
+    const std::vector<uint64_t> own0 = {r == 0 ? uint64_t{1} : uint64_t{5}};
+    const std::vector<float*> ptr0 = {at(own0[0])};
+    if (Status s = sharded.Fetch(0, rows0, uses0, begin0, ptr0, own0, false); !s.ok()) return fail(s);
+    // Step 1: rows {5, 6, 2}; shard 0 uses rows 5 and 6, shard 1 rows 2 and 5.
+    const std::vector<uint64_t> rows1 = {5, 6, 2}, begin1 = {0, 2, 4};
+    const std::vector<int64_t> uses1 = {0, 1, 2, 0};
+    const std::vector<uint64_t> own1 = r == 0 ? std::vector<uint64_t>{2} : std::vector<uint64_t>{5, 6};
+    std::vector<float*> ptr1;
+    for (uint64_t row : own1) ptr1.push_back(at(row));
+    if (Status s = sharded.Prefetch(1, rows1, uses1, begin1, ptr1, own1); !s.ok()) return fail(s);
+    *at(own0[0]) += 1000;                     // step 0's update of its rows
+    *at(r == 0 ? 2 : 6) = 9999;               // after the prefetch left
+    if (Status s = sharded.Fetch(1, rows1, uses1, begin1, ptr1, own1, false); !s.ok()) return fail(s);
+    for (float* p : sharded.ptrs()) got[r].push_back(p != nullptr ? *p : -1.0f);
+    // A prefetch the pass stops before: dropped on both ranks.
+    if (Status s = sharded.Prefetch(2, rows0, uses0, begin0, ptr0, own0); !s.ok()) return fail(s);
+    if (Status s = sharded.DropPrefetch(); !s.ok()) return fail(s);
+    remote[r] = dp.remote_rows(), ahead[r] = dp.rows_ahead();
+    if (Status s = group->get()->Barrier(); !s.ok()) return fail(s);
+  };
+  std::thread one(rank, 1);
+  rank(0);
+  one.join();
+  ASSERT_EQ(error[0], "");
+  ASSERT_EQ(error[1], "");
+  EXPECT_EQ(got[0], (std::vector<float>{1105, 106, -1}));  // rank 0's shard: rows 5 and 6
+  EXPECT_EQ(got[1], (std::vector<float>{1105, -1, 102}));  // rank 1's: rows 2 and 5
+  EXPECT_EQ(remote[0], 3u);  // row 5 at steps 0 and 1, row 6 ahead
+  EXPECT_EQ(ahead[0], 1u);
+  EXPECT_EQ(remote[1], 1u);  // row 2, ahead
+  EXPECT_EQ(ahead[1], 1u);
 }
 
 }  // namespace

@@ -350,8 +350,8 @@ void DlrmTask::KeepOwnedKeys(RowBatch& b) const {
   });
 }
 
-Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
-  StepRows& s = step_rows_;
+void DlrmTask::MakeStepRows(const RowBatch& b, StepRows& s) {
+  s.step = b.step;
   s.all.keys = b.all_keys;
   s.all.keys_distinct = false;
   all_dedupe_.Dedupe(s.all);
@@ -367,10 +367,32 @@ Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
     const int v = dp_->shards() * q / world;
     s.use_begin[static_cast<size_t>(q)] = DataParallel::ShardSamples(v, dp_->shards(), n).first * per_sample;
   }
-  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
   s.own_rows.resize(b.unique.size());
   for (size_t k = 0; k < b.unique.size(); ++k) s.own_rows[k] = offsets[b.unique[k].table] + b.unique[k].id;
+}
+
+Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
+  StepRows& s = step_rows_;
+  MakeStepRows(b, s);
+  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
   return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, every_row);
+}
+
+Status DlrmTask::GatherTrainingRows(const RowBatch& b, const RowBatch* next) {
+  if (next_rows_.step == b.step) {  // sent ahead during the step before: made then
+    std::swap(step_rows_, next_rows_);
+    next_rows_.step = ~uint64_t{0};
+    const StepRows& s = step_rows_;
+    const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
+    SLUICE_RETURN_IF_ERROR(sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, false));
+  } else {
+    SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/false));
+  }
+  if (next == nullptr) return Status::Ok();
+  MakeStepRows(*next, next_rows_);
+  const StepRows& s = next_rows_;
+  const std::span<float* const> own(reinterpret_cast<float* const*>(next->rows.data()), next->rows.size());
+  return sharded_->Prefetch(next->step, s.rows, s.inverse, s.use_begin, own, s.own_rows);
 }
 
 Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
@@ -409,11 +431,11 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
 // Every rank computes its shards; the shards' losses and dense gradients are all-gathered and
 // added in shard order; each use gradient goes to its row's owner (all-to-all), which adds each
 // row's in global use order and updates the row.
-Result<double> DlrmTask::TrainShardedStep(RowBatch& b) {
+Result<double> DlrmTask::TrainShardedStep(RowBatch& b, const RowBatch* next) {
   auto start = SteadyClock::now();
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
-  SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/false));
+  SLUICE_RETURN_IF_ERROR(GatherTrainingRows(b, next));
   std::vector<float> mine;
   std::vector<uint64_t> sizes;
   time_.gather_s += SecondsSince(start);
@@ -469,10 +491,19 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSi
   auto p = MakePipeline(source, first, /*writes=*/true, CarriedWindow(epoch));
   p->Start();
   sink.EpochStart(source->RecordsBefore(first));
+  // Across processes the next step's rows start travelling while a step computes; its batch is
+  // ready by then (its io may run storage.run_ahead steps ahead of compute).
+  const bool ahead = dp_ != nullptr && dp_->world_size() > 1 && cfg_.dist.prefetch_rows && (in_memory_ || run_ahead_ >= 1);
+  next_rows_.step = ~uint64_t{0};
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
     RowBatch* b = p->WaitReady(s - first, st);
-    Result<double> loss = b == nullptr ? Result<double>(st) : dp_ ? TrainShardedStep(*b) : TrainStep(*b);
+    RowBatch* next = nullptr;
+    if (b != nullptr && ahead && s + 1 < steps) {
+      next = p->WaitReady(s + 1 - first, st);
+      if (next == nullptr) b = nullptr;
+    }
+    Result<double> loss = b == nullptr ? Result<double>(st) : dp_ ? TrainShardedStep(*b, next) : TrainStep(*b);
     if (!loss.ok()) {
       p->Abort(loss.status());
       (void)FinishPass(*p);
@@ -482,6 +513,7 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSi
     p->Computed(s - first);
     const bool last = s + 1 == steps;
     if (sink.StepDone(samples, *loss * samples, last) && !last) {
+      if (dp_ != nullptr) SLUICE_RETURN_IF_ERROR(sharded_->DropPrefetch());  // every rank stops after this step
       SLUICE_RETURN_IF_ERROR(FinishPass(*p));
       return EpochOutcome{true, s + 1};
     }

@@ -133,6 +133,8 @@ class DlrmTask : public Task {
   // The step's rows from their owners (step_rows_, all-to-all): the rows this rank's shards use,
   // or (every_row) every distinct row of b.all_keys.
   Status GatherStepRows(const RowBatch& b, bool every_row);
+  // Training: step b's rows, and the next step's (dist.prefetch_rows; null: none) sent ahead.
+  Status GatherTrainingRows(const RowBatch& b, const RowBatch* next);
   int OwnerOf(uint64_t global_row) const { return sharded_->OwnerOf(global_row); }
   RowKey KeyOf(uint64_t global_row) const;
   // Global rows [first, first + count) of this process's tables (synced), as row_bytes each.
@@ -145,7 +147,7 @@ class DlrmTask : public Task {
   Status WithGlobalRows(const std::function<Status(const RowRangeReader&)>& use);
   // The rows a checkpoint's tables give this process: its own when sharded, else all.
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
-  Result<double> TrainShardedStep(RowBatch& b);
+  Result<double> TrainShardedStep(RowBatch& b, const RowBatch* next);
   // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
   // end, every shard's payload size, and the uses' gradients (sharded_->use_grads()).
   Status ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
@@ -219,12 +221,14 @@ class DlrmTask : public Task {
   uint64_t own_begin_ = 0, own_end_ = 0;
   std::unique_ptr<ShardedRows> sharded_;  // the step's rows across their owners
   struct StepRows {
+    uint64_t step = ~uint64_t{0};     // the batch's step (a pass's)
     RowBatch all;                     // keys: every use's row; unique, inverse: deduplicated
     std::vector<uint64_t> rows;       // per distinct row: its global row number
     std::vector<uint64_t> own_rows;   // this rank's loaded rows' numbers (b.unique's)
     std::vector<int64_t> inverse;     // per use: its row in `all.unique`
     std::vector<uint64_t> use_begin;  // rank q's shards' uses: [use_begin[q], use_begin[q + 1])
-  } step_rows_;
+  } step_rows_, next_rows_;  // next_rows_: the next step's, sent ahead
+  void MakeStepRows(const RowBatch& b, StepRows& s);
   RowDeduper all_dedupe_;
   // Device.
   std::unique_ptr<Accelerator> acc_;

@@ -40,6 +40,7 @@ class LpEpoch {
   void OwnKeys(LpRowStep& p) const;
   void StartRowPipeline();
   uint64_t EdgesBefore() const;
+  Status TellNext(uint64_t s);
   Result<LinkBatch*> Ready(uint64_t s);
   Result<bool> Done(uint64_t s, double loss, StepSink& sink);
   Status Finish();
@@ -201,14 +202,34 @@ Result<bool> LpEpoch::Done(uint64_t s, double loss, StepSink& sink) {
   return sink.StepDone(edges, loss * static_cast<double>(edges), last) && !last;
 }
 
+// Data parallel: step s, ready while step s - 1 computes, so its rows that step s - 1 does not
+// use can travel meanwhile; the stepper is told (LpStepper::NextStep).
+Status LpEpoch::TellNext(uint64_t s) {
+  if (rows_pipe_ != nullptr) {  // its rows in the row cache, loaded run_ahead steps ahead
+    Status st;
+    LpRowStep* p = rows_pipe_->WaitReady(s - first_, st);
+    if (p == nullptr) return st;
+    ctx_.stepper.NextStep(&p->link, &p->rows.rows, s);
+    return Status::Ok();
+  }
+  SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, pipe_->WaitReady(s - first_));
+  ctx_.stepper.NextStep(batch, nullptr, s);
+  return Status::Ok();
+}
+
 Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
   if (ctx_.device_rows != nullptr) return RunOnDevice(sink);
   sink.EpochStart(EdgesBefore());
+  // The row cache's pipeline has step s + 1 ready during step s when its io runs ahead.
+  const bool ahead = ctx_.stepper.across_processes() && ctx_.config.dist.prefetch_rows &&
+                     (rows_pipe_ == nullptr || ctx_.rows->run_ahead >= 1);
   for (uint64_t s = first_; s < steps_.size(); ++s) {
     SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, Ready(s));
+    if (ahead && s + 1 < steps_.size()) SLUICE_RETURN_IF_ERROR(TellNext(s + 1));
     SLUICE_ASSIGN_OR_RETURN(const double loss, ctx_.stepper.Train(*batch, block_base_, epoch_, s));
     SLUICE_ASSIGN_OR_RETURN(const bool stop, Done(s, loss, sink));
     if (stop) {
+      SLUICE_RETURN_IF_ERROR(ctx_.stepper.DropPrefetch());  // every rank stops after this step
       SLUICE_RETURN_IF_ERROR(Finish());
       return EpochOutcome{true, s + 1};
     }

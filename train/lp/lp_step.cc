@@ -93,37 +93,41 @@ UseParts ShardParts(const LinkBatch& b, const LinkShard& s) {
 
 }  // namespace
 
-Status LpStepper::ShardedUses(const LinkBatch& b) {
+Status LpStepper::ShardedUses(const LinkBatch& b, const std::vector<std::byte*>* own, ShardedStep& out) const {
   const int world = dp_->world_size(), me = dp_->rank(), shards = dp_->shards();
-  step_rows_.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
-  own_.clear(), own_rows_.clear();
+  out.rows.resize(b.unique.size());  // table rows (node v is row layout.row_of(v))
+  out.own.clear(), out.own_rows.clear();
   for (size_t u = 0; u < b.unique.size(); ++u) {
-    step_rows_[u] = layout_.row_of(b.unique[u]);
-    if (sharded_->OwnerOf(step_rows_[u]) != me) continue;
-    own_rows_.push_back(step_rows_[u]);
-    if (step_own_ == nullptr) {
-      own_.push_back(reinterpret_cast<float*>(held_base_ + (step_rows_[u] - held_first_) * layout_.row_bytes));
+    out.rows[u] = layout_.row_of(b.unique[u]);
+    if (sharded_->OwnerOf(out.rows[u]) != me) continue;
+    out.own_rows.push_back(out.rows[u]);
+    if (own == nullptr) {
+      out.own.push_back(reinterpret_cast<float*>(held_base_ + (out.rows[u] - held_first_) * layout_.row_bytes));
     }
   }
-  if (step_own_ != nullptr) {
-    if (own_rows_.size() != step_own_->size()) {
-      return FailedPrecondition("data parallel: the row cache holds " + std::to_string(step_own_->size()) +
-                                " of this rank's rows for the step, which uses " + std::to_string(own_rows_.size()) +
+  if (own != nullptr) {
+    if (out.own_rows.size() != own->size()) {
+      return FailedPrecondition("data parallel: the row cache holds " + std::to_string(own->size()) +
+                                " of this rank's rows for the step, which uses " + std::to_string(out.own_rows.size()) +
                                 " (a bug)");
     }
-    for (std::byte* row : *step_own_) own_.push_back(reinterpret_cast<float*>(row));
+    for (std::byte* row : *own) out.own.push_back(reinterpret_cast<float*>(row));
   }
   std::vector<uint64_t> shard_begin;  // shard v's first use
-  step_uses_.clear();
+  out.uses.clear();
   for (const LinkShard& s : b.shards) {
-    shard_begin.push_back(step_uses_.size());
-    for (std::span<const int64_t> part : ShardParts(b, s)) step_uses_.insert(step_uses_.end(), part.begin(), part.end());
+    shard_begin.push_back(out.uses.size());
+    for (std::span<const int64_t> part : ShardParts(b, s)) out.uses.insert(out.uses.end(), part.begin(), part.end());
   }
-  shard_begin.push_back(step_uses_.size());
-  use_begin_.resize(static_cast<size_t>(world) + 1);
-  for (int q = 0; q <= world; ++q) use_begin_[static_cast<size_t>(q)] = shard_begin[static_cast<size_t>(shards * q / world)];
+  shard_begin.push_back(out.uses.size());
+  out.use_begin.resize(static_cast<size_t>(world) + 1);
+  for (int q = 0; q <= world; ++q) out.use_begin[static_cast<size_t>(q)] = shard_begin[static_cast<size_t>(shards * q / world)];
   return Status::Ok();
 }
+
+bool LpStepper::across_processes() const { return dp_ != nullptr && dp_->world_size() > 1; }
+
+Status LpStepper::DropPrefetch() { return sharded_ != nullptr ? sharded_->DropPrefetch() : Status::Ok(); }
 
 // Every rank samples every shard (so it knows every use of its rows) and computes its own: each
 // shard's loss and gradients through the model seam, its use gradients weighed by its share of
@@ -136,8 +140,20 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
     return FailedPrecondition("data parallel: step " + std::to_string(step) + " was sampled in " +
                               std::to_string(b.shards.size()) + " shards, not " + std::to_string(shards) + " (a bug)");
   }
-  SLUICE_RETURN_IF_ERROR(ShardedUses(b));
-  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, step_rows_, step_uses_, use_begin_, own_, own_rows_, /*every_row=*/false));
+  SLUICE_RETURN_IF_ERROR(ShardedUses(b, step_own_, cur_));
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, cur_.rows, cur_.uses, cur_.use_begin, cur_.own, cur_.own_rows,
+                                         /*every_row=*/false));
+  if (next_batch_ != nullptr) {  // its rows this step does not use travel while it computes
+    if (next_batch_->shards.size() != static_cast<size_t>(shards)) {
+      return FailedPrecondition("data parallel: step " + std::to_string(next_step_) + " was sampled in " +
+                                std::to_string(next_batch_->shards.size()) + " shards, not " +
+                                std::to_string(shards) + " (a bug)");
+    }
+    SLUICE_RETURN_IF_ERROR(ShardedUses(*next_batch_, next_own_, next_));
+    SLUICE_RETURN_IF_ERROR(sharded_->Prefetch(next_step_, next_.rows, next_.uses, next_.use_begin, next_.own,
+                                              next_.own_rows));
+    next_batch_ = nullptr;
+  }
   times_.gather_s += SecondsSince(start);
   start = SteadyClock::now();
   const std::span<float* const> rows = sharded_->ptrs();
@@ -176,7 +192,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
   times_.compute_s += SecondsSince(start);
   start = SteadyClock::now();
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
-  ApplyRowOptimizer(RowOptimizer::kAdagrad, own_, sums, d, RowLr());
+  ApplyRowOptimizer(RowOptimizer::kAdagrad, cur_.own, sums, d, RowLr());
   times_.update_s += SecondsSince(start);
   return loss / static_cast<double>(b.edges);
 }

@@ -71,11 +71,21 @@ class LpStepper {
   // shards trains this rank's shards on rows from their owners (`rows`); the shards' losses and
   // relation gradients are added in shard order, each row's use gradients by its owner.
   void UseDataParallel(DataParallel* dp, ShardedRows* rows) { dp_ = dp, sharded_ = rows; }
+  // Data parallel with more than one process.
+  bool across_processes() const;
   // Data parallel: the rows this process holds, table rows from `first_row` on at `base`.
   void HoldRows(std::byte* base, uint64_t first_row) { held_base_ = base, held_first_ = first_row; }
   // Data parallel out of core: the next step's rows this process owns, in the cache (in the
   // order the step first uses them); null: the held rows.
   void OwnRowsOfStep(const std::vector<std::byte*>* rows) { step_own_ = rows; }
+  // Data parallel: the step after the next Train's (`own`: its rows this process owns in the
+  // cache, as OwnRowsOfStep; null: the held rows), whose rows that step does not use travel
+  // while it computes (dist.prefetch_rows); null batch: none.
+  void NextStep(const LinkBatch* batch, const std::vector<std::byte*>* own, uint64_t step) {
+    next_batch_ = batch, next_own_ = own, next_step_ = step;
+  }
+  // A step whose rows travelled ahead will not be trained (the pass stopped): waits for them.
+  Status DropPrefetch();
 
   const LpStepTimes& times() const { return times_; }
 
@@ -83,8 +93,14 @@ class LpStepper {
   float* RowAddress(int64_t node, const std::vector<std::byte*>& base) const;
   std::vector<float*> RowAddresses(const LinkBatch& b, const std::vector<std::byte*>& base) const;
   Result<double> TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t step);
-  // The step's rows (this rank's addressed), every shard's uses and where each rank's begin.
-  Status ShardedUses(const LinkBatch& b);
+  // A step's rows (this rank's addressed), every shard's uses and where each rank's begin.
+  struct ShardedStep {
+    std::vector<uint64_t> rows, use_begin, own_rows;
+    std::vector<int64_t> uses;
+    std::vector<float*> own;
+  };
+  // `own`: this rank's rows of the step in the cache (null: the held rows).
+  Status ShardedUses(const LinkBatch& b, const std::vector<std::byte*>* own, ShardedStep& out) const;
   static void AddColumns(LinkBatch& b, ModelInput& in);
   float RowLr() const { return static_cast<float>(cfg_.train.lr * lr_scale_); }
 
@@ -101,9 +117,10 @@ class LpStepper {
   torch::Tensor loss_;        // the running step's loss, on the device
   DataParallel* dp_ = nullptr;
   ShardedRows* sharded_ = nullptr;
-  std::vector<uint64_t> step_rows_, use_begin_, own_rows_;  // data parallel: the step's (ShardedUses)
-  std::vector<int64_t> step_uses_;
-  std::vector<float*> own_;
+  ShardedStep cur_, next_;  // data parallel: the step's and the next one's (ShardedUses)
+  const LinkBatch* next_batch_ = nullptr;
+  const std::vector<std::byte*>* next_own_ = nullptr;
+  uint64_t next_step_ = 0;
   std::byte* held_base_ = nullptr;
   uint64_t held_first_ = 0;
   const std::vector<std::byte*>* step_own_ = nullptr;

@@ -869,12 +869,22 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   p->Start();
   sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
   uint64_t unit = 0;  // a sharded pass's next unit
+  // Learnable embeddings across processes: the next step's rows start travelling while a step
+  // computes; its batch is ready by then when its io may run that far ahead (a group of steps'
+  // io waits for compute to pass its last step minus the run-ahead).
+  const bool ahead = pass.whole_steps && across_processes() && cfg_.dist.prefetch_rows &&
+                     (FeatureSource().memory != nullptr || pass.run_ahead >= std::max<uint32_t>(1, pass.group));
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
     Batch* b = per_step ? p->WaitReady(s - first, st) : nullptr;
+    const Batch* next = nullptr;
+    if (b != nullptr && ahead && s + 1 < steps) {
+      next = p->WaitReady(s + 1 - first, st);
+      if (next == nullptr) b = nullptr;
+    }
     Result<double> loss = !per_step         ? TrainShardedStep(*p, pass, s, unit)
                           : b == nullptr    ? Result<double>(st)
-                          : pass.whole_steps ? TrainRowShardedStep(*b, pass, s)
+                          : pass.whole_steps ? TrainRowShardedStep(*b, pass, s, next)
                                              : TrainStep(*b, pass, s);
     if (!loss.ok()) {
       p->Abort(loss.status());
@@ -885,6 +895,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
     if (per_step) p->Computed(s - first);
     const bool last = s + 1 == steps;
     if (sink.StepDone(n, *loss * n, last) && !last) {
+      if (ahead) SLUICE_RETURN_IF_ERROR(sharded_->DropPrefetch());  // every rank stops after this step
       SLUICE_RETURN_IF_ERROR(FinishPass(*p));
       return EpochOutcome{true, s + 1};
     }

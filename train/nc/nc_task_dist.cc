@@ -143,16 +143,26 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
 
 // Its time goes to gather_s_ (the rows) and compute_s_ without the exchanges (the summary's
 // data-parallel line has those).
-Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step) {
+Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step, const Batch* next) {
   double exchanged = dp_->exchange_s();
   auto start = SteadyClock::now();
   const int world = dp_->world_size(), shards = dp_->shards();
-  std::vector<uint64_t> use_begin(static_cast<size_t>(world) + 1);
-  for (int q = 0; q <= world; ++q) use_begin[static_cast<size_t>(q)] = b.part_uses[static_cast<size_t>(shards * q / world)];
-  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
-  own_rows_.resize(own.size());
-  for (size_t k = 0; k < own.size(); ++k) own_rows_[k] = b.rows.unique[k].id;
+  // A step's uses per rank, and its rows this rank owns (their numbers in own_rows).
+  const auto plan = [&](const Batch& x, std::vector<uint64_t>& use_begin, std::vector<uint64_t>& own_rows) {
+    use_begin.resize(static_cast<size_t>(world) + 1);
+    for (int q = 0; q <= world; ++q) use_begin[static_cast<size_t>(q)] = x.part_uses[static_cast<size_t>(shards * q / world)];
+    own_rows.resize(x.rows.rows.size());
+    for (size_t k = 0; k < own_rows.size(); ++k) own_rows[k] = x.rows.unique[k].id;
+    return std::span<float* const>(reinterpret_cast<float* const*>(x.rows.rows.data()), x.rows.rows.size());
+  };
+  std::vector<uint64_t> use_begin;
+  const std::span<float* const> own = plan(b, use_begin, own_rows_);
   SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, b.step_rows, b.uses, use_begin, own, own_rows_, /*every_row=*/false));
+  if (next != nullptr) {
+    std::vector<uint64_t> next_begin, next_own;
+    const std::span<float* const> next_rows = plan(*next, next_begin, next_own);
+    SLUICE_RETURN_IF_ERROR(sharded_->Prefetch(step + 1, next->step_rows, next->uses, next_begin, next_rows, next_own));
+  }
   gather_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
   exchanged = dp_->exchange_s();
   start = SteadyClock::now();

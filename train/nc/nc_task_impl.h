@@ -206,7 +206,8 @@ class NcTask : public Task {
   // `step` of a whole-step pass; the step's rows from their owners, this rank's shards computed,
   // losses and dense gradients exchanged, each of this rank's rows updated with every rank's
   // uses' gradients added in global use order.
-  Result<double> TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step);
+  // `next`: the next step (its rows that this one does not use travel while it computes), or null.
+  Result<double> TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step, const Batch* next);
   static void SampleWholeStep(const Pass& pass, uint64_t step, Batch& b);
   // An evaluation step of a pass with own_keys: every row of its sample from its owner.
   Result<ModelInput> FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step);
