@@ -185,9 +185,10 @@ def main() -> None:
                    help="--task lp: steps of each run (0: the whole epoch)")
     p.add_argument("--nc-embeddings", type=int, default=0,
                    help="--task nc: learnable node embeddings of this width instead of the features (0: features)")
-    p.add_argument("--prefetch-rows", choices=["on", "off", "both"], default="on",
-                   help="dist.prefetch_rows across processes: the next step's rows that a step does not use "
-                   "travel while it computes (both: each setting, interleaved)")
+    p.add_argument("--prefetch-rows", choices=["auto", "on", "off", "both"], default="auto",
+                   help="dist.prefetch_rows across processes (on: the next step's rows that a step does not use "
+                   "travel while it computes; off: at their step; both: each, interleaved). The ranks here share "
+                   "one machine, where auto, the default, is off")
     a = p.parse_args()
     global EMB_DIM
     EMB_DIM = a.nc_embeddings if a.task == "nc" else 0
@@ -212,13 +213,13 @@ def main() -> None:
         if not a.data:
             make(data)
         cfg = conf(tmp, data, EMB_DIM) if EMB_DIM else conf(tmp, data)
-        ahead = {"on": ["on"], "off": ["off"], "both": ["on", "off"]}[a.prefetch_rows]
+        ahead = {"auto": ["auto"], "on": ["on"], "off": ["off"], "both": ["on", "off"]}[a.prefetch_rows]
         keys = [(n, m, f) for n in ranks for m in modes for f in (ahead if n > 1 else ahead[:1])]
         runs = {k: [] for k in keys}
         for _ in range(a.rounds):
             for n, m, f in keys:
                 runs[(n, m, f)].append(train(a.bin, cfg, tmp / f"run{n}{m}{f}", n, *sets(n, m),
-                                             f"dist.prefetch_rows={'true' if f == 'on' else 'false'}"))
+                                             f"dist.prefetch_rows={f}"))
     med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in runs[k][0]} for k in keys}
     base = med[keys[0]]["samples_s"]
     if a.task == "lp":

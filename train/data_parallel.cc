@@ -30,6 +30,11 @@ std::pair<uint64_t, uint64_t> DataParallel::RowRange(int rank, int world, uint64
   return {rows * r / n, rows * (r + 1) / n};
 }
 
+bool SendsRowsAhead(const DataParallel* dp, RowPrefetch setting) {
+  if (dp == nullptr || dp->group() == nullptr || dp->world_size() == 1) return false;
+  return setting == RowPrefetch::kOn || (setting == RowPrefetch::kAuto && dp->group()->machines() > 1);
+}
+
 Status DataParallel::Collective(const char* what, const std::function<Status()>& run) {
   const uint64_t n = ++collectives_;
   const Status s = run();

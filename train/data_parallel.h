@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "train/device_config.h"
 #include "train/dist.h"
+#include "train/dist_config.h"
 #include "train/row_checkpoint.h"
 
 namespace sluice {
@@ -119,6 +120,10 @@ class DataParallel {
   uint64_t dense_floats_ = 0, rows_needed_ = 0, uses_ = 0, row_fetches_ = 0, remote_rows_ = 0, rows_ahead_ = 0;
   double exchange_s_ = 0;
 };
+
+// Whether a step's next rows travel during it (dist.prefetch_rows; auto: when the ranks span
+// more than one machine). Every rank decides alike. `dp` null or one process: no.
+bool SendsRowsAhead(const DataParallel* dp, RowPrefetch setting);
 
 // train.virtual_shards against the world size and the batch (`units`: what a batch holds, e.g.
 // "samples"): 0 across processes, fewer shards than processes, or more than a batch holds is

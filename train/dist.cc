@@ -8,11 +8,14 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <exception>
+#include <set>
 #include <functional>
 #include <sstream>
 #include <vector>
@@ -120,6 +123,7 @@ struct DistGroup::Impl {
   DistPlace place;
   DistConfig config;
   c10::intrusive_ptr<c10d::Store> store;
+  int machines = 1;  // distinct host names among the ranks
 #ifdef SLUICE_HAVE_GLOO
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 #endif
@@ -129,6 +133,7 @@ DistGroup::DistGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DistGroup::~DistGroup() = default;
 int DistGroup::rank() const { return impl_->place.rank; }
 int DistGroup::world_size() const { return impl_->place.world_size; }
+int DistGroup::machines() const { return impl_->machines; }
 
 Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const DistConfig& config) {
   if (!HaveGloo()) {
@@ -160,9 +165,19 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
   std::vector<std::string> keys;
   for (int r = 0; r < place.world_size; ++r) keys.push_back(JoinedKey(r));
   try {
-    impl->store->set(JoinedKey(place.rank), std::vector<uint8_t>{1});
+    // A rank joins under its host's name: the ranks count the machines they span.
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const std::string name = host;
+    impl->store->set(JoinedKey(place.rank), std::vector<uint8_t>(name.begin(), name.end()));
     const double left = std::max(0.1, config.rendezvous_timeout - SecondsSince(start));
     impl->store->wait(keys, ToMillis(left));
+    std::set<std::string> hosts;
+    for (const std::string& k : keys) {
+      const std::vector<uint8_t> v = impl->store->get(k);
+      hosts.insert(std::string(v.begin(), v.end()));
+    }
+    impl->machines = static_cast<int>(hosts.size());
   } catch (const std::exception&) {
     std::vector<int> missing;
     try {

@@ -58,6 +58,8 @@ class DistGroup {
 
   int rank() const;
   int world_size() const;
+  // The machines the ranks run on (distinct host names at the rendezvous).
+  int machines() const;
   // Every rank publishes `value` as its `what` (e.g. "config": "key: value" lines) and compares
   // every other rank's with rank 0's. A mismatch, on every rank: "ranks 1, 2 differ from rank 0
   // in their config: train.lr is 0.05 on rank 1, 0.1 on rank 0".

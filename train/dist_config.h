@@ -3,16 +3,25 @@
 // (train/dist.h, docs/distributed.md). Torch-free, like the other config structs.
 
 #include <string>
+#include <utility>
 
 #include "common/config.h"
 
 namespace sluice {
 
+// dist.prefetch_rows.
+enum class RowPrefetch { kAuto, kOn, kOff };
+template <>
+struct EnumNames<RowPrefetch> {
+  static constexpr std::pair<RowPrefetch, const char*> kNames[] = {
+      {RowPrefetch::kAuto, "auto"}, {RowPrefetch::kOn, "on"}, {RowPrefetch::kOff, "off"}};
+};
+
 struct DistConfig {
   double rendezvous_timeout = 120;  // seconds for every rank to join
   double op_timeout = 600;          // seconds a collective may wait (longer than an evaluation)
   std::string interface;            // Gloo's network interface ("" = the one the host name resolves to)
-  bool prefetch_rows = true;         // a step's rows the step before does not use travel during it
+  RowPrefetch prefetch_rows = RowPrefetch::kAuto;  // a step's rows the step before does not use travel during it
 
   template <class V>
   void VisitFields(V& v) {
@@ -26,10 +35,11 @@ struct DistConfig {
             "network interface the ranks talk over (e.g. eth0; lo for ranks on one machine); empty: "
             "the interface of the address the host name resolves to");
     v.Field("prefetch_rows", prefetch_rows,
-            "while a step computes, send the next step's rows that this step does not use (so no "
-            "step in between updates them) to the ranks that need them (training with sharded "
-            "tables and storage.run_ahead >= 1); false: every row travels at its own step. The "
-            "same model either way; every rank must agree");
+            "on: while a step computes, send the next step's rows that this step does not use (so "
+            "no step in between updates them) to the ranks that need them (training with sharded "
+            "tables; out of core with storage.run_ahead >= 1); off: every row travels at its own "
+            "step; auto: on when the ranks span more than one machine (on one, they share its "
+            "cores and the transfer is a copy: docs/distributed.md). The same model either way");
   }
 };
 

@@ -715,7 +715,7 @@ Status TrainDistributed(Task& task, const DistPlace& place, const TrainOptions& 
   std::printf("rank %d of %d joined at %s\n", place.rank, place.world_size, place.master().c_str());
   std::fflush(stdout);
   SLUICE_RETURN_IF_ERROR(group->Agree("config", FingerprintLines(task.ConfigYaml()) +
-                                                    "dist.prefetch_rows: " + (s.dist.prefetch_rows ? "true" : "false") +
+                                                    "dist.prefetch_rows: " + std::string(EnumName(s.dist.prefetch_rows)) +
                                                     "\nfingerprint: " + task.ConfigFingerprint() + "\n"));
   SLUICE_ASSIGN_OR_RETURN(const std::string dataset_fp, DatasetFingerprint(s.dataset));
   SLUICE_RETURN_IF_ERROR(group->Agree("dataset", "manifest fingerprint: " + dataset_fp + "\n"));

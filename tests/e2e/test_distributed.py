@@ -118,11 +118,11 @@ def test_a_config_mismatch_stops_every_rank_naming_the_key_and_ranks(sluice_bin,
         assert "rank 2 differs from rank 0 in their config: train.lr is 0.05 on rank 2, 0.1 on rank 0" in err, err
         assert len(err.strip().splitlines()) == 1, err
     # Whether rows travel a step ahead changes the ranks' collectives: they must agree on it.
-    results = finish([start(sluice_bin, config, 0, 2, port + 2), start(sluice_bin, config, 1, 2, port + 2,
-                                                                        "dist.prefetch_rows=false")])
+    results = finish([start(sluice_bin, config, 0, 2, port + 2, "dist.prefetch_rows=on"), start(sluice_bin, config, 1, 2, port + 2,
+                                                                        "dist.prefetch_rows=off")])
     for rc, out, err in results:
         assert rc != 0
-        assert "rank 1 differs from rank 0 in their config: dist.prefetch_rows is false on rank 1, true on rank 0" in err, err
+        assert "rank 1 differs from rank 0 in their config: dist.prefetch_rows is off on rank 1, on on rank 0" in err, err
     # Where a rank runs (its run directory, its storage) may differ: only the trajectory must not.
     results = finish([start(sluice_bin, config, 0, 2, port + 1, "storage.budget=1GiB"),
                       start(sluice_bin, config, 1, 2, port + 1, "storage.budget=2GiB", "threads.total=1")])
@@ -169,7 +169,7 @@ def clicks_config(tmp_path_factory) -> pathlib.Path:
                    "model: {dim: 8, bottom: [16], top: [16], ids: modulo, table_rows: 4096, linear: true}\n"
                    "train: {epochs: 2, batch: 200, lr: 0.05, adagrad_init: 1.0e-4, seed: 3, virtual_shards: 6}\n"
                    "storage: {mode: out_of_core, cache_rows: 5000, window: 2, run_ahead: 2, planner: oracle}\n"
-                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60, prefetch_rows: on}\n")
     return cfg
 
 
@@ -238,11 +238,12 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
     out = launch(clicks_config, 2, base / "two-mem", "--set", "storage.mode=in_memory")
     assert out.returncode == 0, out.stderr
     assert model_bytes(sluice_bin, base / "two-mem") == reference
-    # Every row at its own step: the same model, nothing ahead.
-    out = launch(clicks_config, 2, base / "two-now", "--set", "dist.prefetch_rows=false")
-    assert out.returncode == 0, out.stderr
-    assert re.search(r", 0 of \d+ rows from other ranks \(0%\) fetched a step ahead", out.stdout), out.stdout
-    assert model_bytes(sluice_bin, base / "two-now") == reference
+    # Every row at its own step (off, or auto with every rank on one machine): the same model.
+    for setting in ("off", "auto"):
+        out = launch(clicks_config, 2, base / f"two-{setting}", "--set", f"dist.prefetch_rows={setting}")
+        assert out.returncode == 0, out.stderr
+        assert re.search(r", 0 of \d+ rows from other ranks \(0%\) fetched a step ahead", out.stdout), out.stdout
+        assert model_bytes(sluice_bin, base / f"two-{setting}") == reference
     for name in ("two", "three"):
         assert model_bytes(sluice_bin, base / name) == reference, f"{name} ranks trained another model"
         losses = [json.loads(l)["loss"] for l in (base / name / "metrics.jsonl").read_text().splitlines()]
@@ -427,7 +428,7 @@ def nc_config(tmp_path_factory) -> pathlib.Path:
                    "train: {epochs: 2, batch: 128, lr: 0.01, seed: 2, virtual_shards: 6}\n"
                    "eval: {every: 1, fanouts: [5, 3]}\n"
                    "storage: {mode: out_of_core, cache_rows: 2800, run_ahead: 2}\n"
-                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60, prefetch_rows: on}\n")
     return cfg
 
 
@@ -591,7 +592,7 @@ def make_lp_config(d: pathlib.Path, nodes: int, edges: int, batch: str, storage:
                    f"train: {{epochs: 2, {batch}, lr: 0.1, schedule: shuffle, seed: 4,\n"
                    "        regularizer: n3, regularization: 0.01, virtual_shards: 6}\n"
                    f"eval: {{every: 1}}\nstorage: {storage}\n"
-                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60}\n")
+                   "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60, prefetch_rows: on}\n")
     return cfg
 
 

@@ -202,7 +202,12 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
     DistPlace place{2, r, "127.0.0.1", port};
     Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
     if (!group.ok()) return fail(group.status());
+    if (group->get()->machines() != 1) return fail(FailedPrecondition("two ranks on one host counted as other machines"));
     DataParallel dp(group->get(), 2);
+    // dist.prefetch_rows: auto sends nothing ahead on one machine; on does.
+    if (SendsRowsAhead(&dp, RowPrefetch::kAuto) || !SendsRowsAhead(&dp, RowPrefetch::kOn)) {
+      return fail(FailedPrecondition("dist.prefetch_rows resolved wrongly on one machine"));
+    }
     ShardedRows sharded(&dp, {0, 4, 8}, 1);
     std::vector<float> table = {100.0f + 4 * r, 101.0f + 4 * r, 102.0f + 4 * r, 103.0f + 4 * r};
     auto at = [&](uint64_t row) { return &table[row - 4 * static_cast<uint64_t>(r)]; };

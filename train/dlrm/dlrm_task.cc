@@ -493,7 +493,7 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSi
   sink.EpochStart(source->RecordsBefore(first));
   // Across processes the next step's rows start travelling while a step computes; its batch is
   // ready by then (its io may run storage.run_ahead steps ahead of compute).
-  const bool ahead = dp_ != nullptr && dp_->world_size() > 1 && cfg_.dist.prefetch_rows && (in_memory_ || run_ahead_ >= 1);
+  const bool ahead = SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) && (in_memory_ || run_ahead_ >= 1);
   next_rows_.step = ~uint64_t{0};
   for (uint64_t s = first; s < steps; ++s) {
     Status st;

@@ -221,7 +221,7 @@ Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
   if (ctx_.device_rows != nullptr) return RunOnDevice(sink);
   sink.EpochStart(EdgesBefore());
   // The row cache's pipeline has step s + 1 ready during step s when its io runs ahead.
-  const bool ahead = ctx_.stepper.across_processes() && ctx_.config.dist.prefetch_rows &&
+  const bool ahead = ctx_.stepper.sends_rows_ahead(ctx_.config.dist.prefetch_rows) &&
                      (rows_pipe_ == nullptr || ctx_.rows->run_ahead >= 1);
   for (uint64_t s = first_; s < steps_.size(); ++s) {
     SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, Ready(s));

@@ -125,7 +125,7 @@ Status LpStepper::ShardedUses(const LinkBatch& b, const std::vector<std::byte*>*
   return Status::Ok();
 }
 
-bool LpStepper::across_processes() const { return dp_ != nullptr && dp_->world_size() > 1; }
+bool LpStepper::sends_rows_ahead(RowPrefetch setting) const { return SendsRowsAhead(dp_, setting); }
 
 Status LpStepper::DropPrefetch() { return sharded_ != nullptr ? sharded_->DropPrefetch() : Status::Ok(); }
 

@@ -71,8 +71,8 @@ class LpStepper {
   // shards trains this rank's shards on rows from their owners (`rows`); the shards' losses and
   // relation gradients are added in shard order, each row's use gradients by its owner.
   void UseDataParallel(DataParallel* dp, ShardedRows* rows) { dp_ = dp, sharded_ = rows; }
-  // Data parallel with more than one process.
-  bool across_processes() const;
+  // Data parallel: whether the next step's rows travel during a step (SendsRowsAhead).
+  bool sends_rows_ahead(RowPrefetch setting) const;
   // Data parallel: the rows this process holds, table rows from `first_row` on at `base`.
   void HoldRows(std::byte* base, uint64_t first_row) { held_base_ = base, held_first_ = first_row; }
   // Data parallel out of core: the next step's rows this process owns, in the cache (in the

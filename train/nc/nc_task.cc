@@ -872,7 +872,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   // Learnable embeddings across processes: the next step's rows start travelling while a step
   // computes; its batch is ready by then when its io may run that far ahead (a group of steps'
   // io waits for compute to pass its last step minus the run-ahead).
-  const bool ahead = pass.whole_steps && across_processes() && cfg_.dist.prefetch_rows &&
+  const bool ahead = pass.whole_steps && SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) &&
                      (FeatureSource().memory != nullptr || pass.run_ahead >= std::max<uint32_t>(1, pass.group));
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
