@@ -11,6 +11,7 @@
 //
 // Thread safety: WaitReady/Computed/Stop from the compute thread; Abort from any.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,14 +33,16 @@ class RowPipeline {
   // Out of core (see RowPrefetcher).
   RowPipeline(RowCache* cache, std::byte* arena, uint32_t row_bytes, RowBacking* backing,
               RowPrefetcherOptions options, Fill fill, BatchOf batch_of)
-      : ring_(cache->options().window_steps + options.run_ahead + 2, 2),
+      : next_ready_early_(options.run_ahead >= std::max<uint32_t>(1, options.group_steps)),
+        ring_(cache->options().window_steps + options.run_ahead + 2, 2),
         sampler_(&ring_, Wrap(std::move(fill), batch_of)),
         prefetcher_(cache, arena, row_bytes, backing, options, &ring_, 1,
                     [this, batch_of](uint64_t t) -> RowBatch& { return batch_of(sampler_.slot(t)); }),
         batch_of_(batch_of) {}
   // In memory.
   RowPipeline(MemoryRows* memory, RowPrefetcherOptions options, Fill fill, BatchOf batch_of)
-      : ring_(options.run_ahead + 2, 2),
+      : next_ready_early_(true),  // no io waits for compute: the ring holds steps t and t + 1
+        ring_(options.run_ahead + 2, 2),
         sampler_(&ring_, Wrap(std::move(fill), batch_of)),
         prefetcher_(memory, options, &ring_, 1,
                     [this, batch_of](uint64_t t) -> RowBatch& { return batch_of(sampler_.slot(t)); }),
@@ -59,6 +62,11 @@ class RowPipeline {
     status = ring_.WaitReady(t);
     return status.ok() ? &sampler_.slot(t) : nullptr;
   }
+  // Whether step t + 1 can be ready before Computed(t) (WaitReady(t + 1) would not wait for
+  // it): in memory, or out of core when a step's io (its group's) may start run_ahead steps
+  // before compute reaches it and run_ahead covers a group. Then step t + 1's rows stay in place
+  // while step t computes (a plan evicts only rows last used run_ahead + 1 steps before it).
+  bool NextReadyEarly() const { return next_ready_early_; }
   void Computed(uint64_t t) {
     ring_.Computed(t);
     sampler_.Kick();
@@ -111,6 +119,7 @@ class RowPipeline {
     };
   }
 
+  bool next_ready_early_;
   RunAheadRing ring_;
   RowDeduper deduper_;  // the sampler thread's
   SamplerStage<Payload> sampler_;

@@ -15,8 +15,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
-#include <set>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <vector>
 

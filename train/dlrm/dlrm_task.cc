@@ -491,9 +491,8 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSi
   auto p = MakePipeline(source, first, /*writes=*/true, CarriedWindow(epoch));
   p->Start();
   sink.EpochStart(source->RecordsBefore(first));
-  // Across processes the next step's rows start travelling while a step computes; its batch is
-  // ready by then (its io may run storage.run_ahead steps ahead of compute).
-  const bool ahead = SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) && (in_memory_ || run_ahead_ >= 1);
+  // Across processes the next step's rows start travelling while a step computes.
+  const bool ahead = SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) && p->NextReadyEarly();
   next_rows_.step = ~uint64_t{0};
   for (uint64_t s = first; s < steps; ++s) {
     Status st;

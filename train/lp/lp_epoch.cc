@@ -220,9 +220,9 @@ Status LpEpoch::TellNext(uint64_t s) {
 Result<EpochOutcome> LpEpoch::Run(StepSink& sink) {
   if (ctx_.device_rows != nullptr) return RunOnDevice(sink);
   sink.EpochStart(EdgesBefore());
-  // The row cache's pipeline has step s + 1 ready during step s when its io runs ahead.
+  // In memory the ring holds steps s and s + 1; the row cache's pipeline says when it can.
   const bool ahead = ctx_.stepper.sends_rows_ahead(ctx_.config.dist.prefetch_rows) &&
-                     (rows_pipe_ == nullptr || ctx_.rows->run_ahead >= 1);
+                     (rows_pipe_ == nullptr || rows_pipe_->NextReadyEarly());
   for (uint64_t s = first_; s < steps_.size(); ++s) {
     SLUICE_ASSIGN_OR_RETURN(LinkBatch* batch, Ready(s));
     if (ahead && s + 1 < steps_.size()) SLUICE_RETURN_IF_ERROR(TellNext(s + 1));

@@ -870,10 +870,8 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
   uint64_t unit = 0;  // a sharded pass's next unit
   // Learnable embeddings across processes: the next step's rows start travelling while a step
-  // computes; its batch is ready by then when its io may run that far ahead (a group of steps'
-  // io waits for compute to pass its last step minus the run-ahead).
-  const bool ahead = pass.whole_steps && SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) &&
-                     (FeatureSource().memory != nullptr || pass.run_ahead >= std::max<uint32_t>(1, pass.group));
+  // computes.
+  const bool ahead = pass.whole_steps && SendsRowsAhead(dp_.get(), cfg_.dist.prefetch_rows) && p->NextReadyEarly();
   for (uint64_t s = first; s < steps; ++s) {
     Status st;
     Batch* b = per_step ? p->WaitReady(s - first, st) : nullptr;
