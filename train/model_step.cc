@@ -6,6 +6,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <cmath>
 #include <cstring>
 #include <exception>
 
@@ -233,20 +234,45 @@ Result<std::shared_ptr<Model>> WithEncoder(std::shared_ptr<Model> model, const s
 
 namespace {
 constexpr uint64_t kDropoutDomain = 0xD2A9'0E7C'51F3'4B11ull;  // keeps masks apart from samples
+
+// Unit(i) >= p without the conversion: Unit(i) is (Bits(i) >> 11) * 2^-53 and p * 2^53 is exact,
+// so the two comparisons keep the same elements.
+uint64_t KeepThreshold(double p) { return static_cast<uint64_t>(std::ceil(p * 0x1.0p53)); }
+
+// Element i of [lo, hi): kept (times `scale`) when bit stream index i of `k` clears the
+// threshold. Branch-free so it vectorises (the 64-bit multiplies need AVX-512DQ); `in_place`
+// scales out[i], else writes the mask there.
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) void KeyedMaskRange(
+    float* out, bool in_place, int64_t lo, int64_t hi, Key k, uint64_t keep, float scale) {
+  if (in_place) {
+    for (int64_t i = lo; i < hi; ++i) out[i] *= (k.Bits(static_cast<uint64_t>(i)) >> 11) >= keep ? scale : 0.0f;
+  } else {
+    for (int64_t i = lo; i < hi; ++i) out[i] = (k.Bits(static_cast<uint64_t>(i)) >> 11) >= keep ? scale : 0.0f;
+  }
+}
+
+// The mask over n elements on the TBB workers: each element a pure function of its index.
+void KeyedMask(float* out, bool in_place, int64_t n, const Key& k, double p, float scale) {
+  const uint64_t keep = KeepThreshold(p);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, int64_t{1} << 15), [&](const auto& r) {
+    KeyedMaskRange(out, in_place, r.begin(), r.end(), k, keep, scale);
+  });
+}
 }  // namespace
+
+Key DropoutKey(const SampleKey& key, uint64_t site) {
+  return Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+}
 
 torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site,
                                const torch::Device& device) {
-  const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+  const Key k = DropoutKey(key, site);
   const auto scale = static_cast<float>(1.0 / (1.0 - p));
 #ifdef SLUICE_HAVE_TORCH_CUDA
   if (device.is_cuda()) return CudaKeyedMask(sizes, k, p, scale, device);
 #endif
   torch::Tensor mask = torch::empty(sizes, torch::kFloat);
-  float* m = mask.data_ptr<float>();
-  at::parallel_for(0, mask.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) m[i] = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
-  });
+  KeyedMask(mask.data_ptr<float>(), false, mask.numel(), k, p, scale);
   return device.is_cpu() ? mask : mask.to(device);
 }
 
@@ -255,12 +281,9 @@ torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& ke
   if (!x.requires_grad() && x.is_contiguous() && x.scalar_type() == torch::kFloat && x.is_cpu()) {
     // Nothing flows back through it (the gathered features): scaled in place, no mask tensor.
     // The same product as x * mask, so the same bits.
-    const Key k = Key(key.seed).With(kDropoutDomain).With(key.epoch).With(key.step).With(site);
+    const Key k = DropoutKey(key, site);
     const auto scale = static_cast<float>(1.0 / (1.0 - p));
-    float* d = x.data_ptr<float>();
-    at::parallel_for(0, x.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) d[i] = d[i] * (k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f);
-    });
+    KeyedMask(x.data_ptr<float>(), true, x.numel(), k, p, scale);
     return x;
   }
   return x * KeyedDropoutMask(x.sizes(), p, key, site, x.device());

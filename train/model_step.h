@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sampler/random.h"
 #include "sluice/model_factory.h"
 #include "train/model.h"
 #include "train/row_optimizers.h"
@@ -109,6 +110,8 @@ Result<torch::Tensor> PredictStep(Model& model, const ModelInput& input);
 // device it is drawn there (the same draws), not built on the host and copied.
 torch::Tensor KeyedDropoutMask(at::IntArrayRef sizes, double p, const SampleKey& key, uint64_t site,
                                const torch::Device& device = torch::kCPU);
+// The generator behind a mask: element i is kept when DropoutKey(key, site).Unit(i) >= p.
+Key DropoutKey(const SampleKey& key, uint64_t site);
 // x times its mask (x itself when p is 0).
 torch::Tensor KeyedDropout(const torch::Tensor& x, double p, const SampleKey& key, uint64_t site);
 

@@ -179,6 +179,38 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
 // model.candidate_dropout under 1vsAll: every candidate is scored through one mask keyed on the
 // step, and each query's true candidate through its column's row of that mask, so each query's
 // loss is the plain cross-entropy over its row of the masked score matrix (fused and autograd).
+// A dropout mask is its definition, element by element: kept (1 / (1 - p)) exactly when
+// DropoutKey(key, site).Unit(i) >= p, over sizes that span several of the kernel's blocks and
+// end off a vector's width, at 1 and 2 threads; the in-place KeyedDropout is x times that mask.
+TEST(ModelStepTest, DropoutMaskKeepsElementIExactlyWhenItsDrawClearsP) {
+  const SampleKey key{3, 2, 11};
+  const int64_t n = 3 * 32768 + 37;
+  for (double p : {0.1, 0.42, 0.5, 0.9, 1.0 / 3.0}) {
+    SCOPED_TRACE(p);
+    const Key k = DropoutKey(key, 6);
+    const float scale = static_cast<float>(1.0 / (1.0 - p));
+    for (int threads : {1, 2}) {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+      const torch::Tensor mask = KeyedDropoutMask({n}, p, key, 6, torch::kCPU);
+      const float* m = mask.data_ptr<float>();
+      int64_t kept = 0, wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = k.Unit(static_cast<uint64_t>(i)) >= p ? scale : 0.0f;
+        wrong += m[i] != want;
+        kept += m[i] != 0.0f;
+      }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(n), 1.0 - p, 0.01);
+      torch::Tensor x = torch::randn({n});
+      const torch::Tensor want = x * mask;
+      EXPECT_TRUE(torch::equal(KeyedDropout(x, p, key, 6), want));
+    }
+  }
+  // Another site is another mask.
+  EXPECT_FALSE(torch::equal(KeyedDropoutMask({n}, 0.5, key, 6, torch::kCPU),
+                            KeyedDropoutMask({n}, 0.5, key, 7, torch::kCPU)));
+}
+
 TEST(ModelStepTest, OneVsAllTrueCandidateTakesItsColumnsDropoutMask) {
   LpConfig cfg;
   cfg.model.decoder = Decoder::kDistMult;
