@@ -176,9 +176,6 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
   }
 }
 
-// model.candidate_dropout under 1vsAll: every candidate is scored through one mask keyed on the
-// step, and each query's true candidate through its column's row of that mask, so each query's
-// loss is the plain cross-entropy over its row of the masked score matrix (fused and autograd).
 // A dropout mask is its definition, element by element: kept (1 / (1 - p)) exactly when
 // DropoutKey(key, site).Unit(i) >= p, over sizes that span several of the kernel's blocks and
 // end off a vector's width, at 1 and 2 threads; the in-place KeyedDropout is x times that mask.
@@ -211,6 +208,9 @@ TEST(ModelStepTest, DropoutMaskKeepsElementIExactlyWhenItsDrawClearsP) {
                             KeyedDropoutMask({n}, 0.5, key, 7, torch::kCPU)));
 }
 
+// model.candidate_dropout under 1vsAll: every candidate is scored through one mask keyed on the
+// step, and each query's true candidate through its column's row of that mask, so each query's
+// loss is the plain cross-entropy over its row of the masked score matrix (fused and autograd).
 TEST(ModelStepTest, OneVsAllTrueCandidateTakesItsColumnsDropoutMask) {
   LpConfig cfg;
   cfg.model.decoder = Decoder::kDistMult;
