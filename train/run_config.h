@@ -109,6 +109,7 @@ RunSettings RunSettingsOf(const Config& c) {
   s.progress = c.progress;
   s.step_log = c.step_log;
   s.eval_every = c.eval.every;
+  s.eval_first_epochs = c.eval.first_epochs;
   s.patience = c.eval.patience;
   s.seed = c.train.seed;
   s.threads = c.threads;

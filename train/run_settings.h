@@ -27,6 +27,7 @@ struct RunSettings {
   bool progress = true;
   bool step_log = false;  // RUN/steps.tsv, a line per step
   int eval_every = 1;  // validate every N epochs (0: never)
+  int eval_first_epochs = 0;  // and after each of the first N epochs
   int patience = 0;    // stop after N validations without a better score (0: never)
   uint64_t seed = 1;
   ThreadConfig threads;

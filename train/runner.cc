@@ -576,9 +576,11 @@ bool Runner::OutOfTime(double epoch_s) const {
 
 Status Runner::Validate(uint64_t epoch, bool last, JsonObject& line, bool& stop) {
   const std::string split = task_.ValidationSplit();
-  if (s_.eval_every <= 0 || split.empty() || ((epoch + 1) % s_.eval_every != 0 && !last)) {
-    return Status::Ok();
-  }
+  if (s_.eval_every <= 0 || split.empty()) return Status::Ok();
+  // Every eval.every epochs, after each of the first eval.first_epochs, and after the last.
+  const bool due = (epoch + 1) % s_.eval_every == 0 ||
+                   epoch < static_cast<uint64_t>(s_.eval_first_epochs) || last;
+  if (!due) return Status::Ok();
   const auto start = Clock::now();
   SLUICE_ASSIGN_OR_RETURN(Metrics m, task_.Evaluate(split));
   eval_s_ += SecondsSince(start);

@@ -170,6 +170,24 @@ def test_time_budget_stops_training_and_reports_the_best_epoch(sluice_bin, graph
     assert json.loads((tmp_path / "run/summary.json").read_text())["epochs_trained"] == 1
 
 
+def test_validation_after_each_of_the_first_epochs_then_every_n(sluice_bin, graph, tmp_path):
+    """eval.first_epochs: a graph whose best model comes after an epoch or two is validated there
+    although eval.every is 5; validating does not change what is trained."""
+    validated, tables = {}, {}
+    for first in (0, 2):
+        cfg = write_config(tmp_path / f"c{first}.yaml", graph, tmp_path / f"r{first}", mode="in_memory", resident=4)
+        out = run(sluice_bin, "train", str(cfg), "--set", "train.epochs=7", "--set", "eval.every=5",
+                  "--set", f"eval.first_epochs={first}")
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(x) for x in (tmp_path / f"r{first}/metrics.jsonl").read_text().splitlines()]
+        validated[first] = [x["epoch"] for x in lines if "valid" in x]
+        tables[first] = table_bytes(tmp_path / f"r{first}")
+        summary = json.loads((tmp_path / f"r{first}/summary.json").read_text())
+        assert summary["best_epoch"] in validated[first]
+    assert validated == {0: [5, 7], 2: [1, 2, 5, 7]}  # the last epoch is always validated
+    assert tables[0] == tables[2]
+
+
 def test_max_steps_trains_the_first_steps_of_each_epoch(sluice_bin, graph, tmp_path):
     tables = {}
     for mode, storage in {"mem": {"mode": "in_memory", "resident": 4},

@@ -101,6 +101,7 @@ struct DlrmTrainConfig {
 
 struct DlrmEvalConfig {
   int every = 1;           // evaluate every N epochs (0: never)
+  int first_epochs = 0;    // also evaluate after each of the first N epochs
   int patience = 0;        // stop after N evaluations without a better AUC (0: never)
   std::string split = "valid";  // validation split; the test split is used when it is absent
   uint64_t max_samples = 0;     // 0: all
@@ -108,6 +109,9 @@ struct DlrmEvalConfig {
   template <class V>
   void VisitFields(V& v) {
     v.Field("every", every, "evaluate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("first_epochs", first_epochs,
+            "also evaluate after each of the first N epochs, where the best model may come early (0: none)",
+            InRange(0, 100000));
     v.Field("patience", patience, "early stop after N evaluations without a better AUC (0: off)",
             InRange(0, 100000));
     v.Field("split", split, "split evaluated during training (test when the dataset has no valid)");

@@ -188,6 +188,7 @@ struct LpTrainConfig {
 
 struct LpEvalConfig {
   int every = 1;                 // validate every N epochs (0: never)
+  int first_epochs = 0;          // also validate after each of the first N epochs
   int patience = 0;              // stop after N validations without improvement (0: never)
   uint64_t exact_max_nodes = 50'000'000;  // rank against all nodes up to this many
   int sampled_negatives = 1000;  // otherwise against this many uniform nodes
@@ -197,6 +198,9 @@ struct LpEvalConfig {
   template <class V>
   void VisitFields(V& v) {
     v.Field("every", every, "validate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("first_epochs", first_epochs,
+            "also validate after each of the first N epochs, where the best model may come early (0: none)",
+            InRange(0, 100000));
     v.Field("patience", patience, "early stop after N validations without a better MRR (0: off)",
             InRange(0, 100000));
     v.Field("exact_max_nodes", exact_max_nodes,

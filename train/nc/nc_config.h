@@ -157,6 +157,7 @@ struct NcTrainConfig {
 
 struct NcEvalConfig {
   int every = 1;
+  int first_epochs = 0;
   int patience = 0;
   std::string split = "valid";
   std::vector<int> fanouts;  // empty: every neighbour at every hop
@@ -167,6 +168,9 @@ struct NcEvalConfig {
   template <class V>
   void VisitFields(V& v) {
     v.Field("every", every, "validate every N epochs (0: never)", InRange(0, 100000));
+    v.Field("first_epochs", first_epochs,
+            "also validate after each of the first N epochs, where the best model may come early (0: none)",
+            InRange(0, 100000));
     v.Field("patience", patience,
             "early stop after N validations without a better accuracy (0: off)", InRange(0, 100000));
     v.Field("split", split, "split validated during training (test when the dataset has no valid)");
