@@ -170,11 +170,13 @@ def main(argv=None) -> int:
     g.add_argument("--out", required=True, help="edge list file to write (tab-separated)")
     g.add_argument("--nodes", type=int, required=True, help="number of nodes")
     g.add_argument("--edges", type=int, required=True, help="number of edges")
-    g.add_argument("--kind", choices=("marius", "rmat", "community"), default="marius",
+    g.add_argument("--kind", choices=("marius", "rmat", "community", "kg"), default="marius",
                    help="marius: uniform sources, destinations floor(N*u^5), permuted ids; "
                         "rmat: recursive matrix (0.57, 0.19, 0.19, 0.05); community: power-law "
                         "degrees inside communities of power-law sizes (a degree-corrected "
-                        "block model)")
+                        "block model); kg: a sparse knowledge graph shaped like WordNet's (a "
+                        "hierarchy, symmetric sibling and cousin relations, domain hubs; "
+                        "--relations, default 11; duplicates dropped)")
     g.add_argument("--communities", type=int, default=100, help="community: number of communities")
     g.add_argument("--mixing", type=float, default=0.1,
                    help="community: fraction of edges whose destination ignores the community")
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
     g.add_argument("--relations", type=int, default=0,
                    help="add a third column, the relation r<k> with k = destination id mod "
                         "RELATIONS (a planted pattern a knowledge-graph model can learn); "
-                        "0: two columns (default)")
+                        "0: two columns (default); kg: its relation count (default 11)")
 
     lo = sub.add_parser("layout", help="a click log's rows numbered by descending count")
     lo.add_argument("input", help="a recommendation dataset whose ids are hashed (model.ids: modulo)")

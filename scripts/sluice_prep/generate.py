@@ -91,6 +91,85 @@ def edge_chunks(kind: str, nodes: int, edges: int, seed: int, skew: float = 5.0,
         yield perm[src], perm[dst]
 
 
+class KnowledgeGraph:
+    """A sparse knowledge graph shaped like WordNet's (many entities, few relations, two or
+    three edges per entity), where a query's own entity is its hardest wrong answer.
+
+    Entities form a forest: the first max(1, N / 1000) are roots; entity i > roots has parent
+    floor(i * u^3) (u uniform), so early entities are hubs with power-law child counts.
+    Relation r0 (40% of the edges, a "hypernym"): a child to its parent, for distinct children.
+    Relation r1 (34%, "related", symmetric): sibling pairs (children of one parent), written
+    both ways. Relations r2..r<R-1> share the remaining 26% in proportion to 1 / (k - 1): even k
+    symmetric pairs of cousins (entities under one grandparent), odd k "domain" edges from an
+    entity to one of 20 hubs of the relation, the hub fixed by the entity's third ancestor.
+    Self-loops and duplicate edges are dropped, so a graph has at most `edges` edges."""
+
+    def __init__(self, rng: np.random.Generator, nodes: int, relations: int):
+        if relations < 2:
+            raise PrepError(f"--kind kg needs at least 2 relations, got {relations}")
+        self.nodes, self.relations = nodes, relations
+        self.roots = max(1, nodes // 1000)
+        i = np.arange(nodes)
+        parent = np.minimum((i * rng.random(nodes) ** 3).astype(np.int64), np.maximum(i - 1, 0))
+        parent[: self.roots] = i[: self.roots]  # a root is its own parent
+        self.parent = parent
+        self.grand = parent[parent]
+        self.anc3 = parent[self.grand]
+        # Entities grouped by parent and by grandparent: [start, end) of each group in `by_*`.
+        self.groups = {}
+        for name, key in (("parent", parent), ("grand", self.grand)):
+            order = np.argsort(key, kind="stable")
+            start = np.searchsorted(key[order], np.arange(nodes), side="left")
+            end = np.searchsorted(key[order], np.arange(nodes), side="right")
+            self.groups[name] = (order, start, end)
+        self.hubs = rng.integers(0, nodes, (relations, 20))
+
+    def _pairs(self, rng: np.random.Generator, group: str, count: int):
+        """`count` pairs (a, b) with b drawn from a's group (a's siblings or cousins)."""
+        order, start, end = self.groups[group]
+        key = self.parent if group == "parent" else self.grand
+        a = rng.integers(self.roots, self.nodes, count)
+        lo, hi = start[key[a]], end[key[a]]
+        b = order[lo + (rng.random(count) * (hi - lo)).astype(np.int64)]
+        return a, b
+
+    def edges(self, rng: np.random.Generator, n: int):
+        """(src, dst, rel) of at most n distinct edges."""
+        weight = np.array([0.40, 0.34] + [0.0] * (self.relations - 2))
+        if self.relations > 2:
+            tail = 1.0 / np.arange(1, self.relations - 1)
+            weight[2:] = 0.26 * tail / tail.sum()
+        else:
+            weight[1] = 0.60
+        counts = np.floor(weight * n).astype(np.int64)
+        counts[0] += n - counts.sum()
+        src, dst, rel = [], [], []
+        children = rng.permutation(np.arange(self.roots, self.nodes))[: counts[0]]
+        src.append(children)
+        dst.append(self.parent[children])
+        rel.append(np.zeros(len(children), np.int64))
+        for k in range(1, self.relations):
+            if k == 1 or k % 2 == 0:  # symmetric pairs, written both ways
+                a, b = self._pairs(rng, "parent" if k == 1 else "grand", counts[k] // 2)
+                src += [a, b]
+                dst += [b, a]
+                rel.append(np.full(2 * len(a), k, np.int64))
+            else:  # domain edges to the relation's hubs
+                a = rng.integers(0, self.nodes, counts[k])
+                src.append(a)
+                dst.append(self.hubs[k][self.anc3[a] % self.hubs.shape[1]])
+                rel.append(np.full(len(a), k, np.int64))
+        src, dst, rel = np.concatenate(src), np.concatenate(dst), np.concatenate(rel)
+        keep = src != dst
+        code = (src[keep] * self.relations + rel[keep]) * self.nodes + dst[keep]
+        code = np.unique(code)  # sorted: shuffled again below
+        code = code[rng.permutation(len(code))]
+        dst = code % self.nodes
+        rel = (code // self.nodes) % self.relations
+        src = code // self.nodes // self.relations
+        return src, dst, rel
+
+
 def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
                     relations: int = 0, communities: int = 100, mixing: float = 0.1) -> pathlib.Path:
     """Writes a tab-separated edge list (to a temporary name, renamed when complete); with
@@ -99,6 +178,8 @@ def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
         raise PrepError(f"--relations must be 0 or more, got {relations}")
     path = pathlib.Path(out)
     tmp = path.with_name(path.name + ".tmp")
+    if kind == "kg":
+        return _write_kg(path, tmp, nodes, edges, seed, relations or 11)
     progress = Progress(f"generating {path.name}", edges)
     with open(tmp, "w") as f:
         for src, dst in edge_chunks(kind, nodes, edges, seed, communities=communities, mixing=mixing):
@@ -113,4 +194,24 @@ def write_edge_list(out: str, kind: str, nodes: int, edges: int, seed: int,
     tmp.rename(path)
     kinds = f", {relations} relations" if relations > 0 else ""
     print(f"wrote {path}: {nodes:,} nodes, {edges:,} edges{kinds}", file=sys.stderr)
+    return path
+
+
+def _write_kg(path: pathlib.Path, tmp: pathlib.Path, nodes: int, edges: int, seed: int,
+              relations: int) -> pathlib.Path:
+    """--kind kg: a KnowledgeGraph's edges in one piece (sparse graphs are small), ids permuted."""
+    if nodes < 2 or edges < 1:
+        raise PrepError("a generated graph needs at least 2 nodes and 1 edge")
+    rng = np.random.default_rng(seed)
+    src, dst, rel = KnowledgeGraph(rng, nodes, relations).edges(rng, edges)
+    perm = rng.permutation(nodes)
+    with open(tmp, "w") as f:
+        for lo in range(0, len(src), CHUNK):
+            rows = zip(perm[src[lo:lo + CHUNK]].tolist(), perm[dst[lo:lo + CHUNK]].tolist(),
+                       rel[lo:lo + CHUNK].tolist())
+            f.write("\n".join(map("%d\t%d\tr%d".__mod__, rows)))
+            f.write("\n")
+    tmp.rename(path)
+    print(f"wrote {path}: {nodes:,} nodes, {len(src):,} edges ({edges - len(src):,} duplicates "
+          f"or self-loops dropped), {relations} relations", file=sys.stderr)
     return path

@@ -170,6 +170,36 @@ def test_community_graph_has_communities_and_power_law_degrees(tmp_path):
         "sluice-prep: error: --communities must be between 1 and the node count, got 11")
 
 
+def test_kg_graph_is_sparse_with_a_hierarchy_and_symmetric_relations(tmp_path):
+    """gen-graph --kind kg: a WordNet-shaped graph: 11 relations, about two edges per entity, no
+    self-loops or duplicate edges, r0 (child to parent) the largest relation and a forest (each
+    child one parent), r1 and r2 symmetric (every edge also written the other way), the odd
+    relations from r3 on pointing at no more than 20 hubs each; the same seed writes the same file."""
+    a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    for path in (a, b):
+        prep("gen-graph", "--kind", "kg", "--out", path, "--nodes", "20000", "--edges", "45000",
+             "--seed", "2")
+    assert a.read_bytes() == b.read_bytes()
+    rows = [line.split("\t") for line in a.read_text().splitlines()]
+    src = np.array([int(r[0]) for r in rows])
+    dst = np.array([int(r[1]) for r in rows])
+    rel = np.array([int(r[2][1:]) for r in rows])
+    assert sorted(set(rel.tolist())) == list(range(11))
+    assert 30000 < len(rows) <= 45000 and len(rows) / 20000 < 2.5
+    assert not np.any(src == dst)
+    triples = set(zip(src.tolist(), rel.tolist(), dst.tolist()))
+    assert len(triples) == len(rows), "no duplicate edges"
+    counts = np.bincount(rel)
+    assert counts.argmax() == 0 and counts[0] > 0.4 * len(rows)
+    children = src[rel == 0]
+    assert len(set(children.tolist())) == len(children), "r0: one parent per child"
+    for k in (1, 2):
+        pairs = [(s_, d_) for s_, r_, d_ in triples if r_ == k]
+        assert pairs and all((d_, k, s_) in triples for s_, d_ in pairs)
+    for k in (3, 5, 7, 9):
+        assert len(set(dst[rel == k].tolist())) <= 20
+
+
 def test_malformed_line_stops_with_file_and_line_and_leaves_nothing(tmp_path):
     path = tmp_path / "bad.tsv"
     path.write_text("1\t2\n3\t4\n5\n6\t7\n")

@@ -91,12 +91,13 @@ TEST(ModelStepTest, RowSumsAreBitwiseTheSameAtOneAndTwoThreads) {
 // The fused path and autograd on the same step of `cfg`'s LinkModel: q queries against `chunks`
 // chunks of `per_chunk` negatives per corrupted side among `rows` distinct rows; with `all`
 // (1vsAll) one chunk of every row, each query's true candidates' columns given as the sampler
-// gives them.
+// gives them. Every `loops`-th query (0: none) is made a self-loop (its tail its head).
 void CompareFusedAndAutograd(const LpConfig& cfg, int64_t q, int64_t chunks, int64_t per_chunk,
-                             int64_t rows, int64_t relations) {
+                             int64_t rows, int64_t relations, int64_t loops = 0) {
   const bool all = cfg.train.scoring == Scoring::kAll;
   const int64_t d = cfg.model.dim, negs = chunks * per_chunk;
   Step s = RandomStep(rows, d, {q, q, negs, negs}, 4);
+  for (int64_t i = 0; loops > 0 && i < q; i += loops) s.parts[1][static_cast<size_t>(i)] = s.parts[0][static_cast<size_t>(i)];
   std::vector<int64_t> rel(static_cast<size_t>(q)), tail_col, head_col;
   std::mt19937_64 rng(5);
   for (auto& r : rel) r = static_cast<int64_t>(rng() % static_cast<uint64_t>(relations));
@@ -174,6 +175,64 @@ TEST(ModelStepTest, QualityOptionsThroughTheModelMatchAutograd) {
       }
     }
   }
+}
+
+// train.own_negative: each query's own entity scored as one more negative except on a
+// self-loop. The fused path matches autograd with the quality options, unequal chunks and
+// self-loops in the step; and on a small step the loss is the softmax over [true, negatives,
+// own] written out by hand, the self-loop's without its own term.
+TEST(ModelStepTest, OwnNegativeScoresEachQuerysOwnEntityExceptOnSelfLoops) {
+  for (Decoder decoder : {Decoder::kDistMult, Decoder::kComplEx}) {
+    SCOPED_TRACE(EnumName(decoder));
+    LpConfig cfg;
+    cfg.model.decoder = decoder;
+    cfg.model.dim = 32;
+    cfg.model.entity_dropout = 0.3;
+    cfg.model.relation_dropout = 0.2;
+    cfg.model.candidate_dropout = 0.25;
+    cfg.train.label_smoothing = 0.1;
+    cfg.train.own_negative = true;
+    CompareFusedAndAutograd(cfg, 203, 4, 50, 900, 20, /*loops=*/7);
+  }
+  LpConfig cfg;
+  cfg.model.dim = 4;
+  cfg.train.own_negative = true;
+  const int64_t d = 4, q = 2, n = 3;
+  Step s = RandomStep(8, d, {q, q, n, n}, 9);
+  s.parts[0] = {0, 1}, s.parts[1] = {2, 1};  // query 1 is a self-loop
+  s.parts[2] = {3, 4, 5}, s.parts[3] = {6, 7, 0};
+  auto loss_of = [&](bool own) {
+    cfg.train.own_negative = own;
+    LinkModel model(cfg, 1);
+    ModelInput in;
+    in.tables.push_back(GatherUses(s.ptrs, Parts(s), d, false));
+    in.ids["relation"] = torch::tensor(std::vector<int64_t>{0, 0});
+    in.sizes = {{"queries", q}, {"chunks", 1}, {"per_chunk", n}, {"head_negatives", 1}};
+    auto g = RunModel(model, in, true);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    return std::pair(g.ok() ? g->loss : 0.0, model.relations()[0].clone());
+  };
+  const auto [with_own, r] = loss_of(true);
+  const double without = loss_of(false).first;
+  auto row = [&](int64_t i) { return torch::from_blob(s.rows[static_cast<size_t>(i)].data(), {d}).to(torch::kFloat64); };
+  const torch::Tensor rr = r.to(torch::kFloat64);
+  double want = 0;
+  for (int64_t i = 0; i < q; ++i) {
+    const int64_t h = s.parts[0][i], t = s.parts[1][i];
+    for (int side = 0; side < 2; ++side) {  // tails of (h, r, ?), then heads of (?, r, t)
+      const int64_t anchor = side == 0 ? h : t, truth = side == 0 ? t : h;
+      const torch::Tensor x = row(anchor) * rr;
+      std::vector<double> logits = {(x * row(truth)).sum().item<double>()};
+      for (int64_t c : s.parts[side == 0 ? 2 : 3]) logits.push_back((x * row(c)).sum().item<double>());
+      if (h != t) logits.push_back((x * row(anchor)).sum().item<double>());
+      double z = 0;
+      for (double l : logits) z += std::exp(l);
+      want += std::log(z) - logits[0];
+    }
+  }
+  want /= 2 * q;
+  EXPECT_NEAR(with_own, want, 1e-6 * want);
+  EXPECT_GT(with_own, without + 1e-4) << "the own entity adds to query 0's normalizer";
 }
 
 // A dropout mask is its definition, element by element: kept (1 / (1 - p)) exactly when

@@ -108,6 +108,7 @@ struct LpTrainConfig {
   int chunks = 10;          // negatives are shared by the edges of a chunk
   int negatives = 500;      // per chunk, for each corrupted side
   Scoring scoring = Scoring::kSampled;
+  bool own_negative = false;  // sampled softmax: each query also scores its own entity
   uint64_t all_max_pairs = 10'000'000'000;  // scoring auto: 1vsAll up to this many edge x node pairs
   double label_smoothing = 0.0;
   double relation_prediction = 0.0;  // weight of the relation-prediction loss (0: off)
@@ -140,6 +141,12 @@ struct LpTrainConfig {
             "query scores every node of its step's partitions (every node under the shuffle) "
             "except its true candidate; chunks and negatives are then unused; auto: all when "
             "training edges x nodes is at most all_max_pairs, else sampled");
+    v.Field("own_negative", own_negative,
+            "sampled scoring: each query also scores its own entity as a negative (h of (h, r, ?), "
+            "t of (?, r, t); not on a self-loop, where it is the answer). On sparse knowledge "
+            "graphs the own entity is often the top wrong answer and uniform negatives almost "
+            "never contain it (1vsAll scores it anyway; unused there); softmax loss, built-in "
+            "decoders");
     v.Field("all_max_pairs", all_max_pairs,
             "scoring auto: score every node when training edges x nodes (an epoch's scores) is "
             "at most this (FB15k-237: 4e9, about a minute per epoch at dim 128 on 2 cores)");

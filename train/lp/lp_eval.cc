@@ -23,24 +23,32 @@ std::string LpMetrics::ToString() const {
                 mrr, hits1, hits3, hits10, exact ? "all nodes" : "sampled nodes",
                 filtered ? "filtered" : "unfiltered", static_cast<unsigned long long>(edges),
                 tails.mrr, tails.hits10, heads.mrr, heads.hits10);
-  return buf;
+  std::string text = buf;
+  if (exact) {
+    std::snprintf(buf, sizeof buf, "; own entity first %.1f%%", 100.0 * own_top);
+    text += buf;
+  }
+  return text;
 }
 
 std::string LpSideMetrics::ToJson() const {
   JsonObject o;
   o.Add("mrr", mrr).Add("hits1", hits1).Add("hits3", hits3).Add("hits10", hits10);
+  o.Add("own_top", own_top);
   return o.str();
 }
 
 std::string LpMetrics::ToJson() const {
   JsonObject o;
   o.Add("mrr", mrr).Add("hits1", hits1).Add("hits3", hits3).Add("hits10", hits10);
+  o.Add("own_top", own_top);
   o.Add("edges", edges).Add("ranking", exact ? "all" : "sampled").Add("filtered", filtered);
   o.AddRaw("tails", tails.ToJson()).AddRaw("heads", heads.ToJson());
   return o.str();
 }
 
-void LpRanker::Sums::Add(const std::vector<double>& ranks) {
+void LpRanker::Sums::Add(const std::vector<double>& ranks, const std::vector<uint8_t>& own) {
+  for (const uint8_t x : own) own_top += x;
   for (const double x : ranks) {
     rr += 1.0 / x;
     h1 += x <= 1;
@@ -51,13 +59,14 @@ void LpRanker::Sums::Add(const std::vector<double>& ranks) {
 }
 
 void LpRanker::Sums::Add(const Sums& o) {
-  rr += o.rr, h1 += o.h1, h3 += o.h3, h10 += o.h10, ranked += o.ranked;
+  rr += o.rr, h1 += o.h1, h3 += o.h3, h10 += o.h10, ranked += o.ranked, own_top += o.own_top;
 }
 
 LpSideMetrics LpRanker::Sums::Metrics() const {
   const double k = std::max<double>(1.0, static_cast<double>(ranked));
   LpSideMetrics m;
   m.mrr = rr / k, m.hits1 = h1 / k, m.hits3 = h3 / k, m.hits10 = h10 / k;
+  m.own_top = static_cast<double>(own_top) / k;
   return m;
 }
 
@@ -166,7 +175,8 @@ Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel
 }
 
 std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
-                                       const Known& known, const LpMetrics& m) const {
+                                       const Known& known, const LpMetrics& m,
+                                       const int64_t* anchors, std::vector<uint8_t>& own_top) const {
   scores = scores.to(torch::kFloat32).contiguous();
   const torch::Tensor truth = true_score.to(torch::kFloat32).contiguous();
   const int64_t b = scores.size(0), c = scores.size(1);
@@ -175,6 +185,7 @@ std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::T
   // In an exact unfiltered ranking the true node ties with itself; filtered, it was removed.
   const bool self_tie = m.exact && !m.filtered;
   std::vector<double> ranks(static_cast<size_t>(b));
+  own_top.assign(static_cast<size_t>(b), 0);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, b, 4), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t i = r.begin(); i < r.end(); ++i) {
       float* row = s + i * c;
@@ -183,9 +194,15 @@ std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::T
       }
       const float ti = t[i];
       int64_t greater = 0, equal = 0;
+      float top = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < c; ++j) {
         greater += row[j] > ti;
         equal += row[j] == ti;
+        top = std::max(top, row[j]);
+      }
+      if (m.exact) {  // candidates are every node: the anchor's column is its id
+        const float own = row[anchors[i]];
+        own_top[static_cast<size_t>(i)] = own > ti && own == top;
       }
       if (self_tie) equal -= 1;
       ranks[static_cast<size_t>(i)] = 1.0 + static_cast<double>(greater) +
@@ -217,6 +234,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
   }
   Sums tails, heads;
   torch::Tensor true_score, scores;
+  std::vector<uint8_t> own_top;
   for (uint64_t lo = 0; lo < n; lo += 256) {
     const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + 256) - lo);
     torch::Tensor hs = torch::from_blob(src.data() + lo, {b}, torch::kInt64);
@@ -226,7 +244,9 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     const Known none(static_cast<size_t>(b), nullptr);
     // Tails of (h, r, ?).
     SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
-    tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m));
+    tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m,
+                       src.data() + lo, own_top),
+              own_top);
     // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
     if (cfg_.model.reciprocal) {
       SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs + static_cast<int64_t>(base_relations_), false, h,
@@ -234,7 +254,9 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     } else {
       SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs, true, h, candidates, true_score, scores));
     }
-    heads.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m));
+    heads.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m,
+                       dst.data() + lo, own_top),
+              own_top);
   }
   m.tails = tails.Metrics();
   m.heads = heads.Metrics();
@@ -242,6 +264,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
   both.Add(heads);
   const LpSideMetrics all = both.Metrics();
   m.mrr = all.mrr, m.hits1 = all.hits1, m.hits3 = all.hits3, m.hits10 = all.hits10;
+  m.own_top = all.own_top;
   return m;
 }
 

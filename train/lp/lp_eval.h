@@ -2,7 +2,9 @@
 // Link-prediction evaluation: every edge of a split ranked as (h, r, ?) and (?, r, t) against
 // every node (or, past eval.exact_max_nodes, against a seeded sample of nodes), filtered (the
 // other true edges of every split removed from the rankings) unless eval.filtered is false.
-// MRR and Hits@1/3/10, ties counted at their mean rank.
+// MRR and Hits@1/3/10, ties counted at their mean rank, and how often a query's own entity
+// (h of (h, r, ?), t of (?, r, t)) is ranked first above its true answer (ranked against every
+// node only): the wrong answer that uniform training negatives almost never contain.
 
 #include <torch/torch.h>
 
@@ -21,12 +23,14 @@ namespace sluice {
 // One side's ranks: tails of (h, r, ?) or heads of (?, r, t).
 struct LpSideMetrics {
   double mrr = 0, hits1 = 0, hits3 = 0, hits10 = 0;
+  double own_top = 0;  // share of queries whose own entity is ranked first (exact ranking only)
   std::string ToJson() const;
 };
 
 struct LpMetrics {
   uint64_t edges = 0;
   double mrr = 0, hits1 = 0, hits3 = 0, hits10 = 0;  // both sides together
+  double own_top = 0;                                 // both sides (LpSideMetrics::own_top)
   LpSideMetrics tails, heads;                         // each side apart
   bool exact = true;     // ranked against every node (else against sampled nodes)
   bool filtered = true;  // other true edges removed from the rankings
@@ -83,8 +87,8 @@ class LpRanker {
  private:
   struct Sums {
     double rr = 0, h1 = 0, h3 = 0, h10 = 0;
-    uint64_t ranked = 0;
-    void Add(const std::vector<double>& ranks);
+    uint64_t ranked = 0, own_top = 0;
+    void Add(const std::vector<double>& ranks, const std::vector<uint8_t>& own_top);
     void Add(const Sums& o);
     LpSideMetrics Metrics() const;
   };
@@ -93,8 +97,11 @@ class LpRanker {
   // The rank of each of b queries' true_score [b] among its row of scores [b, c], ties at
   // their mean rank; when filtered, the known true answers' columns are set to -inf first (in
   // place). Rows are ranked in parallel, each by one task, so ranks do not depend on threads.
+  // In an exact ranking, own_top[i] says whether node anchors[i] (the query's own entity)
+  // scored highest of the row and above the true answer.
   std::vector<double> RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
-                               const Known& known, const LpMetrics& m) const;
+                               const Known& known, const LpMetrics& m, const int64_t* anchors,
+                               std::vector<uint8_t>& own_top) const;
   // The known true answers of each query in edges [lo, lo + b): tails of (src, rel) or heads
   // of (dst, rel).
   Known KnownOf(bool tails, const std::vector<int64_t>& a, const std::vector<int64_t>& rel,

@@ -155,6 +155,7 @@ struct SideGrads {
   torch::Tensor query;  // dL/dquery [q, d]
   torch::Tensor target; // dL/dtarget (the true candidate) [q, d]
   torch::Tensor neg;    // dL/dnegatives [C, n, d]
+  torch::Tensor own;    // dL/d(own entity as a negative) [q, d] (train.own_negative)
   double loss = 0;
 };
 
@@ -260,6 +261,17 @@ void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                 view(b, trans_b ? n : k, trans_b ? k : n, ldb, trans_b));
 }
 
+// train.own_negative in a fused side: each query's own entity e [rows, d] (h of (h, r, ?), t of
+// (?, r, t)) scored as one more negative, left out where loop[i] (a self-loop: it is the true
+// candidate); its gradient goes to d_e [rows, d]. Scratch s and g [rows]. e null: none.
+struct OwnNegatives {
+  const float* e = nullptr;
+  const bool* loop = nullptr;
+  float* d_e = nullptr;
+  float* s = nullptr;
+  float* g = nullptr;
+};
+
 // One corrupted side of one chunk under the softmax loss: queries x [rows, d] against their true
 // candidates t [rows, d] and the chunk's negatives [n, d]. The scores [rows, n] are computed,
 // turned into gradients in place (SoftmaxRows) and multiplied back while they sit in cache, with
@@ -267,16 +279,25 @@ void GemmRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
 // and the per-query losses. Scratch: s [rows, n], pos and g_pos [rows].
 void SoftmaxSideChunk(const float* x, const float* t, const float* neg, int64_t rows, int64_t n,
                       int64_t d, float scale, float* s, float* pos, float* g_pos, float* dq,
-                      float* dt, bool add_dt, float* d_neg, double* loss, float smoothing = 0.0f) {
+                      float* dt, bool add_dt, float* d_neg, double* loss, float smoothing = 0.0f,
+                      const OwnNegatives& own = {}) {
   if (rows == 0) {
     std::fill_n(d_neg, n * d, 0.0f);
     return;
   }
   RowDots(x, t, rows, d, pos);
+  if (own.e != nullptr) {
+    RowDots(x, own.e, rows, d, own.s);
+    for (int64_t i = 0; i < rows; ++i) {
+      if (own.loop[i]) own.s[i] = -std::numeric_limits<float>::infinity();
+    }
+  }
   GemmRowMajor(false, true, rows, n, d, x, d, neg, d, s, n);            // S = X N^T
-  SoftmaxRows(s, pos, nullptr, 0, rows, n, scale, g_pos, loss, {nullptr, smoothing});
+  SoftmaxRows(s, pos, nullptr, 0, rows, n, scale, g_pos, loss,
+              {nullptr, smoothing, own.e != nullptr ? own.s : nullptr, own.g});
   GemmRowMajor(false, false, rows, d, n, s, n, neg, d, dq, d);          // dQ = G N
   TrueCandidateGrads(g_pos, x, t, rows, d, dq, dt, add_dt);
+  if (own.e != nullptr) TrueCandidateGrads(own.g, x, own.e, rows, d, dq, own.d_e, false);
   GemmRowMajor(true, false, n, d, rows, s, n, x, d, d_neg, d);          // dN = G^T X
 }
 
@@ -310,7 +331,7 @@ void SharedSoftmaxSide(const float* x, const float* t, const float* cand, const 
 // needed and reused from step to step rather than allocated per chunk. Safe as thread_local:
 // a chunk's task makes no TBB call, so no other task can start on its thread mid-way.
 struct ChunkScratch {
-  std::vector<float> s, pos, g_pos, x, dq;
+  std::vector<float> s, pos, g_pos, x, dq, own_s, own_g;
   static ChunkScratch& ForThisThread(int64_t rows, int64_t n, int64_t d) {
     thread_local ChunkScratch w;
     auto fit = [](std::vector<float>& v, int64_t size) {
@@ -319,6 +340,8 @@ struct ChunkScratch {
     fit(w.s, rows * n);
     fit(w.pos, rows);
     fit(w.g_pos, rows);
+    fit(w.own_s, rows);
+    fit(w.own_g, rows);
     fit(w.x, rows * d);
     fit(w.dq, rows * d);
     return w;
@@ -391,9 +414,12 @@ LpGrads DistMultSoftmax(const LpBatch& b, double scale) {
 }
 
 // The other bilinear decoders' softmax sides: one task per (side, chunk) on the queries
-// LpDecoder built; the caller maps the query gradients back to h, r and t.
+// LpDecoder built; the caller maps the query gradients back to h, r and t. `own` (null: none)
+// holds each side's own entities [q, d] and `loop` (bool [q]) the self-loops
+// (train.own_negative).
 void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const torch::Tensor* neg,
-                  int sides, double scale, SideGrads** out, float smoothing = 0.0f) {
+                  int sides, double scale, SideGrads** out, float smoothing = 0.0f,
+                  const torch::Tensor* own = nullptr, const torch::Tensor& loop = {}) {
   const int64_t q = query[0].size(0), d = query[0].size(1), chunks = neg[0].size(0),
                 n = neg[0].size(1);
   std::vector<double> loss(static_cast<size_t>(sides * q));
@@ -401,6 +427,7 @@ void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const
     out[k]->query = torch::empty({q, d});
     out[k]->target = torch::empty({q, d});
     out[k]->neg = torch::empty({chunks, n, d});
+    if (own != nullptr) out[k]->own = torch::empty({q, d});
   }
   tbb::parallel_for(int64_t{0}, sides * chunks, [&](int64_t task) {
     const int k = static_cast<int>(task / chunks);
@@ -408,13 +435,18 @@ void SoftmaxSides(const torch::Tensor* query, const torch::Tensor* target, const
     const ChunkRange cr = ChunkOf(q, chunks, c);
     const int64_t off = cr.lo * d;
     ChunkScratch& w = ChunkScratch::ForThisThread(cr.rows, n, 0);
+    OwnNegatives o;
+    if (own != nullptr) {
+      o = {own[k].data_ptr<float>() + off, loop.data_ptr<bool>() + cr.lo,
+           out[k]->own.data_ptr<float>() + off, w.own_s.data(), w.own_g.data()};
+    }
     SoftmaxSideChunk(query[k].data_ptr<float>() + off, target[k].data_ptr<float>() + off,
                      neg[k].data_ptr<float>() + c * n * d, cr.rows, n, d,
                      static_cast<float>(scale), w.s.data(), w.pos.data(), w.g_pos.data(),
                      out[k]->query.data_ptr<float>() + off,
                      out[k]->target.data_ptr<float>() + off, false,
                      out[k]->neg.data_ptr<float>() + c * n * d, loss.data() + k * q + cr.lo,
-                     smoothing);
+                     smoothing, o);
   });
   for (int k = 0; k < sides; ++k) {
     out[k]->loss = SumInOrder(loss.data() + k * q, loss.data() + (k + 1) * q);
@@ -478,7 +510,14 @@ LpGrads GeneralLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOpt
     }
   } else if (o.loss == LossKind::kSoftmax) {
     SideGrads* out[2] = {&side[0], &side[1]};
-    SoftmaxSides(query, target, neg, sides, o.scale, out, o.smoothing);
+    torch::Tensor own[2];
+    const bool with_own = o.own_loop.defined();
+    if (with_own) {
+      own[0] = b.h.contiguous();
+      if (sides == 2) own[1] = b.t.contiguous();
+    }
+    SoftmaxSides(query, target, neg, sides, o.scale, out, o.smoothing, with_own ? own : nullptr,
+                 with_own ? o.own_loop.contiguous() : torch::Tensor());
   } else {
     for (int k = 0; k < sides; ++k) side[k] = Side(o.loss, o.margin, query[k], target[k], neg[k], o.scale);
   }
@@ -492,6 +531,7 @@ LpGrads GeneralLossAndGrads(Decoder decoder, const LpBatch& b, const BilinearOpt
     side[k].target = Masked(side[k].target, tail ? o.tail_target_mask : o.head_target_mask);
     side[k].neg = Masked(side[k].neg, tail ? o.tail_candidate_mask : o.head_candidate_mask);
     g.loss += side[k].loss;
+    if (side[k].own.defined()) de = de + side[k].own;  // the own entity scored as a negative
     if (tail) {
       g.h = de, g.r = dr, g.t = side[k].target, g.tail_neg = side[k].neg;
     } else {
@@ -671,31 +711,45 @@ torch::Tensor ExcludedColumns(const torch::Tensor& col, int64_t n) {
 
 }  // namespace
 
+torch::Tensor LinkModel::OwnLoops(const Views& v) const {
+  if (!config_.train.own_negative || v.tail_col.defined()) return {};
+  return (v.batch.h == v.batch.t).all(1);
+}
+
 // Every chunk's loss, summed: with equal chunks one batched product per side (a few kernels a
-// step on a GPU instead of a few per chunk), else chunk by chunk.
+// step on a GPU instead of a few per chunk), else chunk by chunk. An own-entity score is one
+// more column of its row, excluded on self-loops.
 torch::Tensor LinkModel::ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& head_pos,
-                                     const torch::Tensor& tq, const torch::Tensor& hq) const {
+                                     const torch::Tensor& tq, const torch::Tensor& hq,
+                                     const torch::Tensor (&own)[2], const torch::Tensor& loop) const {
   const LpTrainConfig& tc = config_.train;
   const LpBatch& b = v.batch;
+  // A side's rows [lo, hi): their scores, with the own column appended when there is one.
+  auto loss_of = [&](const torch::Tensor& p, torch::Tensor scores, torch::Tensor excluded,
+                     const torch::Tensor& own_score, int64_t lo, int64_t hi) {
+    if (own_score.defined()) {
+      scores = torch::cat({scores, own_score.slice(0, lo, hi).unsqueeze(1)}, 1);
+      const torch::Tensor last = loop.slice(0, lo, hi).unsqueeze(1);
+      excluded = torch::cat({torch::zeros({hi - lo, scores.size(1) - 1}, last.options()), last}, 1);
+    }
+    return LpLoss(tc.loss, tc.margin, p.slice(0, lo, hi), scores, tc.label_smoothing, excluded);
+  };
   if (v.q % v.chunks == 0) {
     const int64_t per = v.q / v.chunks, d = tq.size(1), n = v.per_chunk;
     auto side = [&](const torch::Tensor& query, const torch::Tensor& p, const torch::Tensor& negatives,
-                    const torch::Tensor& col) {
+                    const torch::Tensor& col, const torch::Tensor& own_score) {
       const torch::Tensor scores = decoder_.ScoreChunks(query.reshape({v.chunks, per, d}), negatives);
-      return LpLoss(tc.loss, tc.margin, p, scores.reshape({v.q, n}), tc.label_smoothing,
-                    ExcludedColumns(col, n));
+      return loss_of(p, scores.reshape({v.q, n}), ExcludedColumns(col, n), own_score, 0, v.q);
     };
-    torch::Tensor loss = side(tq, pos, b.tail_neg, v.tail_col);
-    return hq.defined() ? loss + side(hq, head_pos, b.head_neg, v.head_col) : loss;
+    torch::Tensor loss = side(tq, pos, b.tail_neg, v.tail_col, own[0]);
+    return hq.defined() ? loss + side(hq, head_pos, b.head_neg, v.head_col, own[1]) : loss;
   }
   torch::Tensor loss = torch::zeros({}, relations_.options());
   for (int64_t c = 0; c < v.chunks; ++c) {
     const int64_t lo = v.q * c / v.chunks, hi = v.q * (c + 1) / v.chunks;
-    loss = loss + LpLoss(tc.loss, tc.margin, pos.slice(0, lo, hi),
-                         decoder_.ScoreAll(tq.slice(0, lo, hi), b.tail_neg[c]), tc.label_smoothing);
+    loss = loss + loss_of(pos, decoder_.ScoreAll(tq.slice(0, lo, hi), b.tail_neg[c]), {}, own[0], lo, hi);
     if (hq.defined()) {
-      loss = loss + LpLoss(tc.loss, tc.margin, head_pos.slice(0, lo, hi),
-                           decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]), tc.label_smoothing);
+      loss = loss + loss_of(head_pos, decoder_.ScoreAll(hq.slice(0, lo, hi), b.head_neg[c]), {}, own[1], lo, hi);
     }
   }
   return loss;
@@ -719,7 +773,14 @@ torch::Tensor LinkModel::Loss(const ModelInput& in) {
       head_pos = decoder_.Score(hq, Masked(b.h, m.head_target));
     }
   }
-  torch::Tensor loss = ChunkLosses(scored, pos, head_pos, tq, hq);
+  // train.own_negative: each query's own entity (unmasked) as one more negative.
+  const torch::Tensor loop = OwnLoops(v);
+  torch::Tensor own[2];
+  if (loop.defined()) {
+    own[0] = decoder_.Score(tq, b.h);
+    if (hq.defined()) own[1] = decoder_.Score(hq, b.t);
+  }
+  torch::Tensor loss = ChunkLosses(scored, pos, head_pos, tq, hq, own, loop);
   const double scale = Scale(v.q);
   loss = loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {
@@ -755,6 +816,7 @@ bool LinkModel::FusedLoss(const ModelInput& in, FusedOutput& out) {
   o.tail_candidate_mask = m.tail_candidate, o.tail_target_mask = m.tail_target;
   o.head_candidate_mask = m.head_candidate, o.head_target_mask = m.head_target;
   o.scores = &scores_;
+  o.own_loop = OwnLoops(v);
   LpGrads g = BilinearLossAndGrads(config_.model.decoder, v.batch, o);
   out.loss = g.loss * scale;
   if (tc.regularizer != Regularizer::kNone && tc.regularization > 0) {

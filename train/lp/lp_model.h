@@ -64,7 +64,10 @@ LpGrads BilinearLossAndGrads(Decoder decoder, LossKind loss, double margin,
 // its true candidates) and 1vsAll (tail_col defined: one chunk of negatives, every node
 // of the step's partitions, shared by all queries; tail_col[i] / head_col[i] the column of
 // query i's true candidate, left out of its softmax). 1vsAll's score matrix [queries,
-// candidates] lives in `scores` (grown as needed, reused between steps).
+// candidates] lives in `scores` (grown as needed, reused between steps). own_loop defined
+// (bool [q], sampled softmax only): each side also scores its query's own entity (the head of
+// a tail query, the tail of a head query, unmasked) as one more negative, except in the rows
+// own_loop marks (self-loops, where it is the true candidate).
 struct BilinearOptions {
   LossKind loss = LossKind::kSoftmax;
   double margin = 1.0;
@@ -73,10 +76,11 @@ struct BilinearOptions {
   torch::Tensor tail_col, head_col;
   torch::Tensor tail_entity_mask, tail_relation_mask, head_entity_mask, head_relation_mask;
   torch::Tensor tail_candidate_mask, tail_target_mask, head_candidate_mask, head_target_mask;
+  torch::Tensor own_loop;
   std::vector<float>* scores = nullptr;
   bool general() const {
     return smoothing > 0 || tail_col.defined() || tail_entity_mask.defined() ||
-           tail_relation_mask.defined() || tail_candidate_mask.defined();
+           tail_relation_mask.defined() || tail_candidate_mask.defined() || own_loop.defined();
   }
 };
 LpGrads BilinearLossAndGrads(Decoder decoder, const LpBatch& batch, const BilinearOptions& options);
@@ -114,6 +118,8 @@ double AddRowPenalty(bool n3, double w, const torch::Tensor& x, torch::Tensor& g
 // holds each query's relation; sizes "queries", "chunks", "per_chunk", "head_negatives".
 // 1vsAll (train.scoring: all): C = 1, the negatives are every candidate, and ids["tail_col"]
 // (ids["head_col"]) give each query's true candidate's column among them.
+// train.own_negative (sampled softmax): each query also scores its own entity as a negative
+// unless it is the true candidate (a self-loop, found as equal head and tail rows).
 // The loss is the mean over scored queries (plus the L2/N3 penalty of the rows a step uses,
 // plus train.relation_prediction times the mean relation-prediction loss).
 // Bilinear decoders (distmult, complex, dot) have a fused path (BilinearLossAndGrads); transe,
@@ -149,8 +155,13 @@ class LinkModel : public Model {
   };
   Views Split(const ModelInput& input) const;
   Masks DropoutMasks(const ModelInput& input, const Views& v) const;
+  // `own`: each side's own-entity scores [q] (train.own_negative; undefined: none), `loop` the
+  // self-loops that leave them out.
   torch::Tensor ChunkLosses(const Views& v, const torch::Tensor& pos, const torch::Tensor& head_pos,
-                            const torch::Tensor& tq, const torch::Tensor& hq) const;
+                            const torch::Tensor& tq, const torch::Tensor& hq,
+                            const torch::Tensor (&own)[2], const torch::Tensor& loop) const;
+  // train.own_negative applies to this step: the self-loops (bool [q]); undefined otherwise.
+  torch::Tensor OwnLoops(const Views& v) const;
   double Scale(int64_t queries) const;
   // train.relation_prediction on the fused path: adds its gradients to g's heads and tails and
   // to `rel_grad`; returns its share of the loss.

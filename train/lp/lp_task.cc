@@ -232,6 +232,12 @@ Status LpTask::Open(Purpose purpose) {
                                                                 : "train.label_smoothing") +
                            "; both need loss: softmax (a cross-entropy over the candidates)");
   }
+  if (cfg_.train.own_negative && (factory_ || cfg_.train.loss != LossKind::kSoftmax)) {
+    return InvalidArgument(std::string("train.own_negative: ") +
+                           (factory_ ? "a user's model (Run::SetModel) scores its own negatives"
+                                     : std::string("needs loss: softmax, not ") + EnumName(cfg_.train.loss)) +
+                           "; set it to false");
+  }
   num_relations_ = std::max<uint64_t>(m.num_relations, 1) * (cfg_.model.reciprocal ? 2 : 1);
   SLUICE_RETURN_IF_ERROR(CheckEvaluationEdges());
   if (purpose == Purpose::kTrain) {
@@ -707,6 +713,7 @@ std::string LpTask::Describe() const {
   } else {
     text += "\n  scoring: " + std::to_string(cfg_.train.negatives) + " sampled negatives per chunk of " +
             std::to_string(std::max(1, cfg_.train.batch / cfg_.train.chunks)) + " edges";
+    if (cfg_.train.own_negative) text += ", and each query's own entity";
   }
   return text;
 }

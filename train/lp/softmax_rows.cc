@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 
 namespace sluice {
 namespace {
@@ -62,30 +63,38 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxRows(
     if (mask != nullptr && mask[i] == 0.0f) {
       for (int64_t j = 0; j < n; ++j) row[j] = 0.0f;
       g_pos[i] = 0.0f;
+      if (targets.g_own != nullptr) targets.g_own[i] = 0.0f;
       loss[i] = 0.0;
       continue;
     }
     const int64_t ex = targets.exclude != nullptr ? targets.exclude[i] : -1;
-    const int64_t m = n - (ex >= 0 ? 1 : 0);  // the negatives left
+    const bool has_own = targets.own != nullptr && targets.own[i] != -std::numeric_limits<float>::infinity();
+    const float own = has_own ? targets.own[i] : 0.0f;
+    const int64_t m = n - (ex >= 0 ? 1 : 0) + (has_own ? 1 : 0);  // the negatives left
     // The max in any order (it is exact).
-    float mx = pos[i];
+    float mx = has_own && own > pos[i] ? own : pos[i];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
     // Smoothing's share of the loss needs the scores' sum before they become probabilities.
-    const float raw = eps > 0.0f ? LaneSum(row, n) - (ex >= 0 ? row[ex] : 0.0f) : 0.0f;
+    const float raw =
+        eps > 0.0f ? LaneSum(row, n) - (ex >= 0 ? row[ex] : 0.0f) + (has_own ? own : 0.0f) : 0.0f;
     for (int64_t j = 0; j < n; ++j) row[j] = ExpKernel(row[j] - mx);
     if (ex >= 0) row[ex] = 0.0f;
     float z = LaneSum(row, n);
     const float e0 = ExpKernel(pos[i] - mx);
     z += e0;
+    const float e_own = has_own ? ExpKernel(own - mx) : 0.0f;
+    z += e_own;
     const float f = scale / z;
     for (int64_t j = 0; j < n; ++j) row[j] *= f;
     g_pos[i] = (e0 / z - 1.0f) * scale;
+    if (targets.g_own != nullptr) targets.g_own[i] = e_own * f;
     loss[i] = std::log(static_cast<double>(z)) - static_cast<double>(pos[i] - mx);
     if (eps > 0.0f && m > 0) {
       const float share = scale * eps / static_cast<float>(m);
       for (int64_t j = 0; j < n; ++j) row[j] -= share;
       if (ex >= 0) row[ex] = 0.0f;
+      if (has_own) targets.g_own[i] -= share;
       g_pos[i] += eps * scale;
       loss[i] += static_cast<double>(eps) * static_cast<double>(pos[i] - mx) -
                  static_cast<double>(eps) / static_cast<double>(m) *

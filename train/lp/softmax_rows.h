@@ -21,9 +21,16 @@ namespace sluice {
 // e / m on each of the m negatives left, so s_j's gradient is scale * (p_j - e / m), the true
 // candidate's scale * (p_true - 1 + e), and loss[i] = log Z - (1 - e) pos' - e / m sum_j s'_j
 // (' : max subtracted).
+//
+// own[i] (own not null) is one more negative score of row i, the query's own entity
+// (train.own_negative), left out of the row where it is -inf; its gradient goes to g_own[i]
+// (0 when left out). It counts among the m negatives smoothing spreads over, added after the
+// row's other terms.
 struct SoftmaxTargets {
   const int64_t* exclude = nullptr;
   float smoothing = 0.0f;
+  const float* own = nullptr;
+  float* g_own = nullptr;
 };
 void SoftmaxRows(float* s, const float* pos, const float* mask, int64_t begin, int64_t end,
                  int64_t n, float scale, float* g_pos, double* loss, SoftmaxTargets targets = {});

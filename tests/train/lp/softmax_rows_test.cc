@@ -82,5 +82,54 @@ TEST(SoftmaxRowsTest, SplittingRowsAcrossCallsGivesIdenticalResults) {
   EXPECT_EQ(la, lb);
 }
 
+// train.own_negative: the own score is one more negative of its row. Against a double-precision
+// softmax over [pos, row, own] with label smoothing spread over the n + 1 negatives; a row whose
+// own score is -inf (a self-loop) gives exactly what the row gives without one, and a zero
+// own gradient; a masked row zeroes it too.
+TEST(SoftmaxRowsTest, OwnScoreIsOneMoreNegativeLeftOutWhereMinusInfinity) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t rows = 6, n = 33;
+  const float scale = 0.5f, eps = 0.1f;
+  std::vector<float> s(static_cast<size_t>(rows * n)), pos(rows), own(rows), mask(rows, 1.0f);
+  for (float& v : s) v = normal(rng);
+  for (float& v : pos) v = normal(rng);
+  for (float& v : own) v = normal(rng);
+  own[1] = 40.0f;  // the own entity far above everything: it takes the row's mass
+  own[2] = -INFINITY;
+  mask[3] = 0.0f;
+  const std::vector<float> in = s;
+  std::vector<float> g_pos(rows), g_own(rows, 7.0f);
+  std::vector<double> loss(rows);
+  SoftmaxRows(s.data(), pos.data(), mask.data(), 0, rows, n, scale, g_pos.data(), loss.data(),
+              {nullptr, eps, own.data(), g_own.data()});
+  // Row 2 against the same row without an own score.
+  std::vector<float> plain(in.begin() + 2 * n, in.begin() + 3 * n), g_plain(1);
+  std::vector<double> l_plain(1);
+  SoftmaxRows(plain.data(), pos.data() + 2, nullptr, 0, 1, n, scale, g_plain.data(), l_plain.data(),
+              {nullptr, eps});
+  EXPECT_EQ(std::vector<float>(s.begin() + 2 * n, s.begin() + 3 * n), plain);
+  EXPECT_EQ(g_pos[2], g_plain[0]);
+  EXPECT_EQ(loss[2], l_plain[0]);
+  EXPECT_EQ(g_own[2], 0.0f);
+  EXPECT_EQ(g_own[3], 0.0f);
+  EXPECT_EQ(loss[3], 0.0);
+  for (int64_t i : {0, 1, 4, 5}) {
+    double mx = std::max(pos[i], own[i]);
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, double{in[i * n + j]});
+    double z = std::exp(pos[i] - mx) + std::exp(own[i] - mx), sum = own[i];
+    for (int64_t j = 0; j < n; ++j) z += std::exp(in[i * n + j] - mx), sum += in[i * n + j];
+    const double m = n + 1, want = std::log(z) + mx - (1 - eps) * pos[i] - eps * sum / m;
+    EXPECT_NEAR(loss[i], want, 1e-5 * (1 + std::abs(want))) << "row " << i;
+    EXPECT_NEAR(g_pos[i], scale * (std::exp(pos[i] - mx) / z - 1 + eps), 1e-6) << "row " << i;
+    EXPECT_NEAR(g_own[i], scale * (std::exp(own[i] - mx) / z - eps / m), 1e-6) << "row " << i;
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_NEAR(s[i * n + j], scale * (std::exp(in[i * n + j] - mx) / z - eps / m), 1e-6)
+          << "row " << i << " col " << j;
+    }
+  }
+  EXPECT_GT(g_own[1], 0.95f * scale);  // nearly all of row 1's mass
+}
+
 }  // namespace
 }  // namespace sluice
