@@ -198,6 +198,10 @@ def test_kg_graph_is_sparse_with_a_hierarchy_and_symmetric_relations(tmp_path):
         assert pairs and all((d_, k, s_) in triples for s_, d_ in pairs)
     for k in (3, 5, 7, 9):
         assert len(set(dst[rel == k].tolist())) <= 20
+    bad = prep("gen-graph", "--kind", "kg", "--out", tmp_path / "c.tsv", "--nodes", "100", "--edges", "200",
+               "--relations", "1", check=False)
+    assert bad.returncode == 1 and not (tmp_path / "c.tsv").exists()
+    assert bad.stderr.strip().splitlines()[-1] == "sluice-prep: error: --kind kg needs at least 2 relations, got 1"
 
 
 def test_malformed_line_stops_with_file_and_line_and_leaves_nothing(tmp_path):
