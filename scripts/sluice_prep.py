@@ -95,11 +95,23 @@ def main(argv=None) -> int:
                         "are counted in the manifest's stats")
     e.add_argument("--valid-frac", type=float, default=0.0, help="fraction of edges for validation")
     e.add_argument("--test-frac", type=float, default=0.0, help="fraction of edges for test")
+    e.add_argument("--undirected", action="store_true",
+                   help="each line is an undirected edge: drawn into a split once and stored there "
+                        "in both directions (for files that list each pair once)")
     common(e)
 
-    pl = sub.add_parser("planetoid", help="Planetoid pickles for node classification")
+    pl = sub.add_parser("planetoid", help="Planetoid pickles for node classification (or link "
+                                          "prediction on the citation graph)")
     pl.add_argument("input", help="directory with ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}")
     pl.add_argument("--dataset", required=True, help="the <name> in the file names, e.g. cora")
+    pl.add_argument("--task", choices=("node", "link"), default="node",
+                    help="node: node classification with Planetoid's splits (default); link: the "
+                         "citation graph alone for link prediction, each undirected edge drawn "
+                         "into a split once and stored in both directions")
+    pl.add_argument("--valid-frac", type=float, default=0.05,
+                    help="--task link: fraction of undirected edges for validation (default 0.05)")
+    pl.add_argument("--test-frac", type=float, default=0.10,
+                    help="--task link: fraction of undirected edges for test (default 0.10)")
     pl.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
                     help="stored feature type (default float32)")
     common(pl)
@@ -223,7 +235,12 @@ def main(argv=None) -> int:
                           test_frac=args.test_frac, partitions=args.partitions,
                           partitioning=args.partitioning, seed=args.seed, on_error=args.on_error,
                           overwrite=args.overwrite, name=args.name, comment=args.comment,
-                          self_loops=args.self_loops)
+                          self_loops=args.self_loops, undirected=args.undirected)
+        elif args.command == "planetoid" and args.task == "link":
+            from sluice_prep.planetoid import convert_planetoid_links
+            convert_planetoid_links(args.input, args.dataset, args.out, args.valid_frac,
+                                    args.test_frac, args.partitions, args.partitioning, args.seed,
+                                    args.overwrite)
         elif args.command == "planetoid":
             from sluice_prep.planetoid import convert_planetoid
             convert_planetoid(args.input, args.dataset, args.out, args.partitions,

@@ -22,7 +22,8 @@ bool NeutralLaterKey(std::string_view path, std::string_view value) {
       {"train.lr_decay", "1"}, {"train.lr_decay_patience", "1"}, {"train.lr_decay_restore", "false"},
       {"model.encoder", "none"}, {"model.fanout", "10"},
       {"train.virtual_shards", "0"}, {"model.candidate_dropout", "0"},
-      {"train.relation_prediction", "0"}, {"train.own_negative", "false"}};
+      {"train.relation_prediction", "0"}, {"train.own_negative", "false"},
+      {"model.relation_init_scale", "0"}};
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {  // a name, as printed
     value = value.substr(1, value.size() - 2);
   }

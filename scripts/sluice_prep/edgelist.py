@@ -83,6 +83,14 @@ class EdgeListReader:
             probe = self._split(head[1]) if has_header and len(head) > 1 else first
             ids = "int" if all(_parses(probe[c]) for c in (src_col, dst_col) if c < len(probe)) else "str"
         self.string_ids = ids == "str"
+        if rel_col is None:  # a text column left unread is most likely the relation
+            probe = self._split(head[1]) if has_header and len(head) > 1 else first
+            extra = [c for c in range(len(probe))
+                     if c not in self.cols.values() and not _parses(probe[c], float)]
+            if extra:
+                print(f"warning: {self.path}: column {extra[0]} holds text ('{probe[extra[0]]}') "
+                      f"and is not read: every edge gets one relation; pass --rel-col {extra[0]} "
+                      "if it names relations", file=sys.stderr)
 
     def _split(self, line: str) -> list[str]:
         return [f.strip() for f in (line.split(self.delimiter) if self.delimiter else line.split())]
@@ -239,7 +247,9 @@ def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str =
                   test_frac: float = 0.0, partitions: int = 1, partitioning: str = "random",
                   seed: int = 0, on_error: str = "stop", overwrite: bool = False,
                   name: str | None = None, comment: str = "#%",
-                  self_loops: str = "keep") -> pathlib.Path:
+                  self_loops: str = "keep", undirected: bool = False) -> pathlib.Path:
+    """`undirected`: each line is an undirected edge, drawn into a split once and stored there
+    in both directions (a file that lists both directions already would store each twice)."""
     if not 0 <= valid_frac < 1 or not 0 <= test_frac < 1 or valid_frac + test_frac >= 1:
         raise PrepError("--valid-frac and --test-frac must be in [0, 1) and sum below 1")
     if self_loops not in ("keep", "drop"):
@@ -250,7 +260,7 @@ def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str =
     writer = DatasetWriter(out, overwrite)
     try:
         return _convert(reader, writer, valid_frac, test_frac, partitions, partitioning, seed, bad,
-                        name or pathlib.Path(path).stem, self_loops == "drop")
+                        name or pathlib.Path(path).stem, self_loops == "drop", undirected)
     except BaseException:
         writer.abort()
         raise
@@ -258,7 +268,7 @@ def convert_edges(path: str, out: str, *, delimiter: str = "auto", header: str =
 
 def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, test_frac: float,
              partitions: int, partitioning: str, seed: int, bad: BadLines, name: str,
-             drop_loops: bool):
+             drop_loops: bool, undirected: bool):
     has_rel, has_weight = "rel" in reader.cols, "weight" in reader.cols
     node_names: dict[str, int] = {}
     rel_names: dict[str, int] = {}
@@ -328,10 +338,12 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
             for k, s in enumerate(("train", "valid", "test")):
                 m = split == k
                 if m.any():
-                    yield EdgeChunk(s, src[m], dst[m], r["rel"][m] if has_rel else None,
-                                    r["weight"][m] if has_weight else None)
+                    rel, weight = r["rel"][m] if has_rel else None, r["weight"][m] if has_weight else None
+                    yield EdgeChunk(s, src[m], dst[m], rel, weight)
+                    if undirected:  # the reverse edge, in the same split
+                        yield EdgeChunk(s, dst[m], src[m], rel, weight)
 
-    g = build_graph(writer, spec, chunks, total)
+    g = build_graph(writer, spec, chunks, total * (2 if undirected else 1))
     if not g.edges.get("train"):
         raise PrepError(f"{reader.path}: none of its {total:,} edges fell into the train split "
                         f"(--valid-frac {valid_frac:g}, --test-frac {test_frac:g})")
@@ -352,7 +364,7 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
     writer.put("nodes.in_degree", "nodes/in_degree.bin", g.in_degree, np.int64)
     stats = {**degree_stats(g.out_degree, g.in_degree), "skipped_lines": bad.skipped,
              "comment_lines": reader.comments, "self_loops": loops,
-             "self_loops_dropped": drop_loops,
+             "self_loops_dropped": drop_loops, "undirected": undirected,
              "bucketing_edges_per_second": round(g.edges_per_second)}
     result = writer.commit({
         "task": "link_prediction", "name": name,
@@ -362,5 +374,6 @@ def _convert(reader: EdgeListReader, writer: DatasetWriter, valid_frac: float, t
                        "seed": seed},
         "stats": stats,
     })
-    print(f"wrote {result}: {num_nodes:,} nodes, {total:,} edges", file=sys.stderr)
+    print(f"wrote {result}: {num_nodes:,} nodes, {total:,} edges"
+          + (" (each stored in both directions)" if undirected else ""), file=sys.stderr)
     return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import pickle
+import tempfile
 
 import numpy as np
 
@@ -85,3 +86,24 @@ def convert_planetoid(root: str, name: str, out: str, partitions: int, partition
         partitioning, seed, feature_dtype, overwrite,
         {"padded_test_gaps": int(full - len(test_index)),
          "feature_nnz": int(np.count_nonzero(features))})
+
+
+def convert_planetoid_links(root: str, name: str, out: str, valid_frac: float, test_frac: float,
+                            partitions: int, partitioning: str, seed: int,
+                            overwrite: bool) -> pathlib.Path:
+    """The citation graph alone, for link prediction: each undirected pair once (no self-loops),
+    split by ratio and stored in both directions within its split; nodes without an edge are
+    left out (nodes.original_ids maps back to the Planetoid index)."""
+    graph = load_pickle(pathlib.Path(root) / f"ind.{name}.graph")
+    pairs = np.array([(u, v) for u, nbrs in graph.items() for v in nbrs], dtype=np.int64).reshape(-1, 2)
+    pairs = np.unique(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1), axis=0)
+    if not len(pairs):
+        raise PrepError(f"{root}: ind.{name}.graph has no edges between distinct nodes")
+    from .edgelist import convert_edges  # noqa: PLC0415 (the node-classification path skips it)
+    with tempfile.TemporaryDirectory(prefix="sluice-prep-") as tmp:
+        listing = pathlib.Path(tmp) / f"{name}.tsv"
+        np.savetxt(listing, pairs, fmt="%d", delimiter="\t")
+        return convert_edges(str(listing), out, delimiter="\t", header="no", ids="int",
+                             valid_frac=valid_frac, test_frac=test_frac, partitions=partitions,
+                             partitioning=partitioning, seed=seed, overwrite=overwrite, name=name,
+                             comment="", undirected=True)

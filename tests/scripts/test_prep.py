@@ -198,6 +198,14 @@ def test_kg_graph_is_sparse_with_a_hierarchy_and_symmetric_relations(tmp_path):
         assert pairs and all((d_, k, s_) in triples for s_, d_ in pairs)
     for k in (3, 5, 7, 9):
         assert len(set(dst[rel == k].tolist())) <= 20
+    # Its relations are the third column: `edges` reads them with --rel-col 2 and says so without.
+    one = prep("edges", a, "--out", tmp_path / "one")
+    assert (f"warning: {a}: column 2 holds text ('{rows[0][2]}') and is not read: every edge gets one "
+            "relation; pass --rel-col 2 if it names relations") in one.stderr
+    assert json.loads((tmp_path / "one/manifest.json").read_text())["counts"]["relations"] == 1
+    eleven = prep("edges", a, "--out", tmp_path / "eleven", "--rel-col", "2")
+    assert "warning" not in eleven.stderr
+    assert json.loads((tmp_path / "eleven/manifest.json").read_text())["counts"]["relations"] == 11
     bad = prep("gen-graph", "--kind", "kg", "--out", tmp_path / "c.tsv", "--nodes", "100", "--edges", "200",
                "--relations", "1", check=False)
     assert bad.returncode == 1 and not (tmp_path / "c.tsv").exists()
@@ -272,6 +280,53 @@ def test_planetoid_converts_with_known_statistics(tmp_path, sluice_bin, name, no
     s, d = load(out, "edges.train.src").astype(np.int64), load(out, "edges.train.dst")
     assert np.array_equal(np.sort(s * nodes + d), np.sort(d.astype(np.int64) * nodes + s))
     check_buckets(out, "train")
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"],
+                          capture_output=True).returncode == 0
+
+
+def edge_set(ds: pathlib.Path, split: str) -> set[tuple[int, int]]:
+    return set(zip(load(ds, f"edges.{split}.src").tolist(), load(ds, f"edges.{split}.dst").tolist()))
+
+
+def test_undirected_edge_list_keeps_both_directions_in_one_split(tmp_path, sluice_bin):
+    rng = np.random.default_rng(3)
+    pairs = {(int(a), int(b)) for a, b in rng.integers(0, 400, (3000, 2)) if a < b}
+    listing = tmp_path / "g.tsv"
+    listing.write_text("".join(f"{a}\t{b}\n" for a, b in sorted(pairs)))
+    out = tmp_path / "u"
+    prep("edges", listing, "--undirected", "--valid-frac", "0.1", "--test-frac", "0.1",
+         "--partitions", "3", "--out", out)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["stats"]["undirected"] is True
+    assert sum(m["counts"]["edges"].values()) == 2 * len(pairs)
+    ids = load(out, "nodes.original_ids")
+    split = {}
+    for s in ("train", "valid", "test"):
+        e = edge_set(out, s)
+        assert e == {(d, c) for c, d in e}, f"{s}: an edge without its reverse"
+        for c, d in e:
+            split[(min(ids[c], ids[d]), max(ids[c], ids[d]))] = s
+        check_buckets(out, s)
+    assert set(split) == pairs, "every listed pair lands in exactly one split"
+    assert 0.05 < sum(v == "test" for v in split.values()) / len(pairs) < 0.15
+    assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("name,undirected_edges", [("cora", 5278), ("citeseer", 4552)])
+def test_planetoid_citation_graph_for_link_prediction(tmp_path, sluice_bin, name, undirected_edges):
+    src = DATASETS / name
+    if not src.exists():
+        pytest.skip(f"{name} not found at {src} (set SLUICE_DATASETS)")
+    out = tmp_path / name
+    prep("planetoid", src, "--dataset", name, "--task", "link", "--valid-frac", "0.05",
+         "--test-frac", "0.1", "--partitions", "2", "--out", out)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["task"] == "link_prediction" and m["counts"]["feature_dim"] == 0
+    assert sum(m["counts"]["edges"].values()) == 2 * undirected_edges
+    assert 0.07 < m["counts"]["edges"]["test"] / (2 * undirected_edges) < 0.13
+    train, test = edge_set(out, "train"), edge_set(out, "test")
+    assert not train & test and all((d, c) in test for c, d in test)
     assert subprocess.run([str(sluice_bin), "info", str(out), "--verify"],
                           capture_output=True).returncode == 0
 

@@ -239,6 +239,28 @@ TEST(ModelStepTest, OwnNegativeScoresEachQuerysOwnEntityExceptOnSelfLoops) {
 // A dropout mask is its definition, element by element: kept (1 / (1 - p)) exactly when
 // DropoutKey(key, site).Unit(i) >= p, over sizes that span several of the kernel's blocks and
 // end off a vector's width, at 1 and 2 threads; the in-place KeyedDropout is x times that mask.
+TEST(ModelStepTest, RelationsStartNearOneOrSymmetricAroundZero) {
+  for (Decoder decoder : {Decoder::kDistMult, Decoder::kComplEx}) {
+    SCOPED_TRACE(EnumName(decoder));
+    LpConfig cfg;
+    cfg.model.decoder = decoder;
+    cfg.model.dim = 64;
+    const torch::Tensor one = LinkModel(cfg, 6).relations().clone();
+    EXPECT_GE(one.min().item<float>(), 0.9f);
+    EXPECT_LE(one.max().item<float>(), 1.1f);
+    cfg.model.relation_init_scale = 0.5;
+    const torch::Tensor sym = LinkModel(cfg, 6).relations().clone();
+    EXPECT_GE(sym.min().item<float>(), -0.5f);
+    EXPECT_LE(sym.max().item<float>(), 0.5f);
+    const double negative = (sym < 0).to(torch::kFloat).mean().item<double>();
+    EXPECT_GT(negative, 0.4);  // about half of the 384 weights start negative
+    EXPECT_LT(negative, 0.6);
+    EXPECT_TRUE(torch::equal(sym, LinkModel(cfg, 6).relations()));  // a function of the seed
+    cfg.train.seed = 2;
+    EXPECT_FALSE(torch::equal(sym, LinkModel(cfg, 6).relations()));
+  }
+}
+
 TEST(ModelStepTest, DropoutMaskKeepsElementIExactlyWhenItsDrawClearsP) {
   const SampleKey key{3, 2, 11};
   const int64_t n = 3 * 32768 + 37;

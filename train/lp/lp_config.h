@@ -67,6 +67,7 @@ struct LpModelConfig {
   int dim = 50;
   bool reciprocal = false;  // train (t, r^-1, h) for every (h, r, t); score tails only
   double init_scale = 0.001;
+  double relation_init_scale = 0;  // DistMult/ComplEx relations: 0 = 1 +- 0.1; else +-this
   double entity_dropout = 0.0;    // on the query's entity (h of (h, r, ?), t of (?, r, t))
   double relation_dropout = 0.0;  // on the query's relation
   double candidate_dropout = 0.0; // on the scored candidates (negatives and the true one)
@@ -80,6 +81,12 @@ struct LpModelConfig {
     v.Field("reciprocal", reciprocal,
             "add reciprocal relations: (t, r^-1, h) per edge, corrupt tails only");
     v.Field("init_scale", init_scale, "rows start uniform in [-init_scale, init_scale]",
+            InRange(0.0, 10.0));
+    v.Field("relation_init_scale", relation_init_scale,
+            "distmult/complex: relations start uniform in [-s, s] (0: near one, 1 +- 0.1, so "
+            "every relation starts as a weighted dot product; a symmetric relation needs "
+            "negative weights to rank a query's own entity below its neighbours, which a start "
+            "near one rarely finds); transe: unused (relations start like rows)",
             InRange(0.0, 10.0));
     v.Field("entity_dropout", entity_dropout,
             "dropout on the query's entity embedding in training (the candidates: candidate_dropout)",

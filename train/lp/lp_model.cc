@@ -638,10 +638,14 @@ LinkModel::LinkModel(const LpConfig& config, uint64_t num_relations, uint64_t nu
   const Key k = Key(config.train.seed).With(0x7AB1E).With(1);  // a pure function of the seed
   for (int64_t i = 0; i < a.size(0); ++i) {
     for (int64_t j = 0; j < a.size(1); ++j) {
-      // DistMult/ComplEx relations start near one so early products are not vanishingly small.
+      // DistMult/ComplEx relations start near one so early products are not vanishingly small,
+      // or around zero (model.relation_init_scale) so a symmetric relation can find the
+      // negative weights it needs (docs/link_prediction.md, "Relations that start near one").
       const double u = 2.0 * k.With(i).Unit(j) - 1.0;
+      const double s = config.model.relation_init_scale;
       a[i][j] = static_cast<float>(config.model.decoder == Decoder::kTransE ? u * config.model.init_scale
-                                                                    : 1.0 + 0.1 * u);
+                                   : s > 0                                  ? u * s
+                                                                            : 1.0 + 0.1 * u);
     }
   }
   relations_ = register_parameter("relations", r);

@@ -131,6 +131,7 @@ class LpTask : public Task {
   std::unique_ptr<LinkNeighborSampler> eval_neighbors_;  // model.encoder: the whole training graph
   std::unique_ptr<LpStepper> stepper_;
   std::unique_ptr<LpRanker> ranker_;
+  double last_valid_own_top_ = -1;  // the last validation's own_top (-1: none, or sampled)
   std::string table_path_;
   std::string rows_path_;  // reading: the checkpoint's table
   bool in_memory_ = true;
@@ -860,6 +861,7 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
   std::unique_ptr<LpScorer> scorer = Scorer();
   SLUICE_ASSIGN_OR_RETURN(LpMetrics m, ranker_->Rank(split, *scorer, nodes));
+  if (purpose_ == Purpose::kTrain && split == "valid" && m.exact) last_valid_own_top_ = m.own_top;
   return Metrics{m.mrr, m.ToString(), m.ToJson()};
 }
 
@@ -896,6 +898,16 @@ void LpTask::Summarize(RunSummary& s) const {
     SummarizeQueueDepth(s, cfg_.io.EffectiveQueueDepth(), depth_choice_ ? &*depth_choice_ : nullptr);
   }
   if (!in_memory_) SummarizeEpochStartLoads(s, "prefetcher", row_cached() ? "rows" : "partitions", e.epoch_start_loads);
+  if (last_valid_own_top_ >= 0) s.Set("", "own_top_last_validation", last_valid_own_top_);
+  const bool bilinear =
+      !factory_ && (cfg_.model.decoder == Decoder::kDistMult || cfg_.model.decoder == Decoder::kComplEx);
+  if (last_valid_own_top_ > 0.5 && bilinear && cfg_.model.relation_init_scale == 0) {
+    char share[16];
+    std::snprintf(share, sizeof share, "%.0f%%", 100 * last_valid_own_top_);
+    s.Line(std::string("hint: the last validation ranked the query's own entity first for ") + share +
+           " of its queries; where relations are symmetric (an undirected graph) relations that start "
+           "near one keep it there: try model.relation_init_scale: 1 (docs/link_prediction.md)");
+  }
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);
   s.Set("memory", "table_bytes", table_bytes()), s.Set("memory", "slots", plan_.slots);
