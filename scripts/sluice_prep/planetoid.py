@@ -50,6 +50,12 @@ def _dense(m) -> np.ndarray:
     return np.asarray(m.todense() if hasattr(m, "todense") else m, dtype=np.float32)
 
 
+def undirected_pairs(graph) -> np.ndarray:
+    """The citation graph's distinct undirected pairs (u < v), self-loops dropped, sorted."""
+    pairs = np.array([(u, v) for u, nbrs in graph.items() for v in nbrs], dtype=np.int64).reshape(-1, 2)
+    return np.unique(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1), axis=0)
+
+
 def convert_planetoid(root: str, name: str, out: str, partitions: int, partitioning: str,
                       seed: int, feature_dtype: str, overwrite: bool) -> pathlib.Path:
     base = pathlib.Path(root)
@@ -70,14 +76,10 @@ def convert_planetoid(root: str, name: str, out: str, partitions: int, partition
     labels = np.where(onehot.sum(1) > 0, onehot.argmax(1), -1).astype(np.int32)
     features[test_index], labels[test_index] = features[test_range], labels[test_range]
     n = len(features)
-    graph = part["graph"]
-    pairs = [(u, v) for u, nbrs in graph.items() for v in nbrs]
-    e = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    if e.size and (e.min() < 0 or e.max() >= n):
-        raise PrepError(f"{base}: the graph names node {e.max()} but there are {n} nodes")
-    e = np.vstack([e, e[:, ::-1]])
-    e = e[e[:, 0] != e[:, 1]]
-    e = np.unique(e, axis=0)  # undirected, both directions, no self-loops or duplicates
+    pairs = undirected_pairs(part["graph"])
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise PrepError(f"{base}: the graph names node {pairs.max()} but there are {n} nodes")
+    e = np.unique(np.vstack([pairs, pairs[:, ::-1]]), axis=0)  # both directions
     train = np.arange(len(part["y"]))
     valid = np.arange(len(part["y"]), len(part["y"]) + 500)
     return write_node_classification(
@@ -94,9 +96,7 @@ def convert_planetoid_links(root: str, name: str, out: str, valid_frac: float, t
     """The citation graph alone, for link prediction: each undirected pair once (no self-loops),
     split by ratio and stored in both directions within its split; nodes without an edge are
     left out (nodes.original_ids maps back to the Planetoid index)."""
-    graph = load_pickle(pathlib.Path(root) / f"ind.{name}.graph")
-    pairs = np.array([(u, v) for u, nbrs in graph.items() for v in nbrs], dtype=np.int64).reshape(-1, 2)
-    pairs = np.unique(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1), axis=0)
+    pairs = undirected_pairs(load_pickle(pathlib.Path(root) / f"ind.{name}.graph"))
     if not len(pairs):
         raise PrepError(f"{root}: ind.{name}.graph has no edges between distinct nodes")
     from .edgelist import convert_edges  # noqa: PLC0415 (the node-classification path skips it)
