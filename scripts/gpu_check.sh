@@ -16,7 +16,7 @@
 #                                         .gpu/datasets/fb15k-237 when carried; with G20M=1 the
 #                                         20M-edge graph of configs/marius_g20m.yaml, ~80 s)
 #   bash scripts/gpu_check.sh test        there: ctest (the GPU tests included), the device tests
-#                                         (tests/e2e/test_device.py)
+#                                         (tests/e2e/test_device.py, NCCL's in test_distributed.py)
 #   bash scripts/gpu_check.sh sampler     there: the CUDA sampler's test under compute-sanitizer's
 #                                         four tools, bench/sampler_vs_numpy.py --cuda
 #   bash scripts/gpu_check.sh pytest      there: the rest of pytest against the CUDA build (xdist;
@@ -54,6 +54,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 sysroot=$root/.gpu/sysroot
 build=$root/build/gpu
+# The GPU's pytest files: the device path, and the NCCL process group (a world of one; two ranks
+# where two GPUs are visible) with the refusal of Gloo where the build has none.
+DEVICE_TESTS=(tests/e2e/test_device.py "tests/e2e/test_distributed.py::test_nccl_trains_the_one_process_model"
+              "tests/e2e/test_distributed.py::test_a_build_without_gloo_refuses_in_one_line")
 debs=(liburing-dev liburing2 librocksdb-dev librocksdb7.8 libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
       libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libgtest-dev libgmock-dev libbenchmark-dev
       libbenchmark1debian zlib1g-dev zlib1g libgflags2.2 libgflags-dev libsnappy1v5 libsnappy-dev
@@ -194,7 +198,7 @@ PY
   test)
     eval "$(print_env)"
     (cd "$build" && ctest -j "$(nproc)" --output-on-failure -LE slow --timeout 300)
-    SLUICE_BUILD_DIR=$build "$SLUICE_PYTHON" -m pytest -q -p no:cacheprovider tests/e2e/test_device.py
+    SLUICE_BUILD_DIR=$build "$SLUICE_PYTHON" -m pytest -q -p no:cacheprovider "${DEVICE_TESTS[@]}"
     ;;
   sampler)
     eval "$(print_env)"
@@ -267,7 +271,7 @@ PY
     el device tests
     xdist=(); "$SLUICE_PYTHON" -c 'import xdist' 2>/dev/null && xdist=(-n 8)
     SLUICE_BUILD_DIR=$build timeout "$(left 68)" "$SLUICE_PYTHON" -m pytest -q -rs "${xdist[@]}" \
-      -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
+      -p no:cacheprovider "${DEVICE_TESTS[@]}" > "$out/device_tests.log" 2>&1 || true
     tail -15 "$out/device_tests.log"
     fi
     el waiting for the graph; wait "$data_pid" || true; tail -3 "$out/data.log"
@@ -373,7 +377,7 @@ PY
     grep -E "tests passed|tests failed|\*\*\*" "$out/ctest.log" | head -20 || true
     grep -q "tests failed" "$out/ctest.log" && { el abi; timeout 30 bash "$me" abi || true; }
     el device tests; SLUICE_BUILD_DIR=$build timeout "$(left 77)" "$SLUICE_PYTHON" -m pytest -q -rs \
-      -p no:cacheprovider tests/e2e/test_device.py > "$out/device_tests.log" 2>&1 || true
+      -p no:cacheprovider "${DEVICE_TESTS[@]}" > "$out/device_tests.log" 2>&1 || true
     tail -5 "$out/device_tests.log"
     el bench; timeout "$(left 99)" bash "$me" bench --steps 20 --warmup 5 --lp-epochs 3 \
       > "$out/bench.md" 2> "$out/bench.err" || true

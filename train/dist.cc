@@ -5,6 +5,13 @@
 #ifdef SLUICE_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+#ifdef SLUICE_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#if defined(SLUICE_HAVE_GLOO) || defined(SLUICE_HAVE_NCCL)
+#define SLUICE_HAVE_PROCESS_GROUP 1
+#endif
 
 #include <torch/torch.h>
 
@@ -108,6 +115,7 @@ Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& 
   }
   p.master_addr = addr;
   p.master_port = port_number;
+  p.group = true;
   return p;
 }
 
@@ -119,14 +127,87 @@ bool HaveGloo() {
 #endif
 }
 
+bool HaveNccl() {
+#ifdef SLUICE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<DistBackend> ResolveDistBackend(DistBackend wanted, int world_size) {
+  const std::string nccl_build = "build with -DSLUICE_CUDA=ON against a CUDA PyTorch: docs/gpu.md";
+  switch (wanted) {
+    case DistBackend::kGloo:
+      if (HaveGloo()) return wanted;
+      return FailedPrecondition("dist.backend gloo: this sluice was built without Gloo process groups (install "
+                                "libgloo-dev and rebuild" + std::string(HaveNccl() ? ", or set dist.backend nccl)" : ")"));
+    case DistBackend::kNccl:
+      if (HaveNccl()) return wanted;
+      return FailedPrecondition("dist.backend nccl: this sluice was built without NCCL process groups (" +
+                                nccl_build + ")");
+    case DistBackend::kAuto:
+      if (HaveGloo()) return DistBackend::kGloo;
+      if (HaveNccl()) return DistBackend::kNccl;
+      return FailedPrecondition("world size " + std::to_string(world_size) + ": this sluice was built "
+                                "without Gloo process groups (install libgloo-dev and rebuild) or NCCL ones (" +
+                                nccl_build + ")");
+  }
+  return wanted;
+}
+
+Status SameBackends(std::span<const std::string> backends) {
+  std::vector<int> differ;
+  for (size_t r = 1; r < backends.size(); ++r) {
+    if (backends[r] != backends[0]) differ.push_back(static_cast<int>(r));
+  }
+  if (differ.empty()) return Status::Ok();
+  return FailedPrecondition(std::string(differ.size() == 1 ? "rank " : "ranks ") + RankList(differ) +
+                            (differ.size() == 1 ? " differs" : " differ") + " from rank 0 in dist.backend: " +
+                            backends[static_cast<size_t>(differ[0])] + " on rank " + std::to_string(differ[0]) +
+                            ", " + backends[0] + " on rank 0");
+}
+
 struct DistGroup::Impl {
   DistPlace place;
   DistConfig config;
+  DistBackend backend = DistBackend::kGloo;
   c10::intrusive_ptr<c10d::Store> store;
   int machines = 1;  // distinct host names among the ranks
+  // Where the exchanged tensors live: the host for Gloo, the rank's GPU for NCCL (copied there
+  // and back around each operation).
+  torch::Device comm_device = torch::kCPU;
 #ifdef SLUICE_HAVE_GLOO
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
 #endif
+#ifdef SLUICE_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+
+#ifdef SLUICE_HAVE_PROCESS_GROUP
+  // Calls f with the run's process group (both backends' operations have one signature).
+  template <class F>
+  auto With(F&& f) {
+#if defined(SLUICE_HAVE_GLOO) && defined(SLUICE_HAVE_NCCL)
+    if (nccl) return f(*nccl);
+    return f(*gloo);
+#elif defined(SLUICE_HAVE_NCCL)
+    return f(*nccl);
+#else
+    return f(*gloo);
+#endif
+  }
+#endif
+  // A host tensor as the process group takes it (the same tensor, or a copy on the GPU), and a
+  // buffer of the same shape for the group to fill.
+  at::Tensor Out(const at::Tensor& host) const { return comm_device.is_cpu() ? host : host.to(comm_device); }
+  at::Tensor In(const at::Tensor& host) const {
+    return comm_device.is_cpu() ? host : torch::empty_like(host, host.options().device(comm_device));
+  }
+  // After the operation: what the group wrote into `in` lands in `host` (nothing for Gloo).
+  void Back(const at::Tensor& in, at::Tensor& host) const {
+    if (!comm_device.is_cpu()) host.copy_(in);
+  }
 };
 
 DistGroup::DistGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -136,10 +217,7 @@ int DistGroup::world_size() const { return impl_->place.world_size; }
 int DistGroup::machines() const { return impl_->machines; }
 
 Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const DistConfig& config) {
-  if (!HaveGloo()) {
-    return FailedPrecondition("world size " + std::to_string(place.world_size) + ": this sluice was built "
-                              "without Gloo process groups (install libgloo-dev and rebuild)");
-  }
+  SLUICE_ASSIGN_OR_RETURN(const DistBackend backend, ResolveDistBackend(config.backend, place.world_size));
   // A write to a peer that died (Gloo's pairs, the store's client) must fail with EPIPE and be
   // named, not end this process silently by SIGPIPE's default action (Python, which torchrun's
   // ranks usually are, ignores it for the same reason).
@@ -147,6 +225,7 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
   auto impl = std::make_unique<Impl>();
   impl->place = place;
   impl->config = config;
+  impl->backend = backend;
   const std::string who = "rank " + std::to_string(place.rank) + " of " + std::to_string(place.world_size);
   const auto start = SteadyClock::now();
   try {
@@ -165,19 +244,25 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
   std::vector<std::string> keys;
   for (int r = 0; r < place.world_size; ++r) keys.push_back(JoinedKey(r));
   try {
-    // A rank joins under its host's name: the ranks count the machines they span.
+    // A rank joins under its host's name and its backend: the ranks count the machines they
+    // span, and agree on the backend before they build its process group.
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    const std::string name = host;
+    const std::string name = std::string(EnumName(backend)) + " " + host;
     impl->store->set(JoinedKey(place.rank), std::vector<uint8_t>(name.begin(), name.end()));
     const double left = std::max(0.1, config.rendezvous_timeout - SecondsSince(start));
     impl->store->wait(keys, ToMillis(left));
     std::set<std::string> hosts;
+    std::vector<std::string> backends;
     for (const std::string& k : keys) {
       const std::vector<uint8_t> v = impl->store->get(k);
-      hosts.insert(std::string(v.begin(), v.end()));
+      const std::string joined(v.begin(), v.end());
+      const size_t space = joined.find(' ');
+      backends.push_back(joined.substr(0, space));
+      hosts.insert(space == std::string::npos ? "" : joined.substr(space + 1));
     }
     impl->machines = static_cast<int>(hosts.size());
+    SLUICE_RETURN_IF_ERROR(SameBackends(backends));
   } catch (const std::exception&) {
     std::vector<int> missing;
     try {
@@ -191,22 +276,65 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
                        std::to_string(place.world_size) + " did not join within " +
                        Seconds(config.rendezvous_timeout) + " at " + place.master() + " (seen from " + who + ")");
   }
+  if (backend == DistBackend::kNccl) {
+    SLUICE_RETURN_IF_ERROR(JoinNccl(*impl, who));
+  } else {
+    SLUICE_RETURN_IF_ERROR(JoinGloo(*impl, who));
+  }
+  return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl)));
+}
+
+Status DistGroup::JoinGloo([[maybe_unused]] Impl& impl, [[maybe_unused]] const std::string& who) {
 #ifdef SLUICE_HAVE_GLOO
+  const DistConfig& config = impl.config;
   try {
     auto options = c10d::ProcessGroupGloo::Options::create();
     options->timeout = ToMillis(config.op_timeout);
     options->devices.push_back(config.interface.empty()
                                    ? c10d::ProcessGroupGloo::createDefaultDevice()
                                    : c10d::ProcessGroupGloo::createDeviceForInterface(config.interface));
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/gloo", impl->store);
-    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, place.rank, place.world_size, options);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/gloo", impl.store);
+    impl.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, impl.place.rank, impl.place.world_size, options);
   } catch (const std::exception& e) {
     return Unavailable(who + ": the Gloo process group" +
                        (config.interface.empty() ? std::string() : " on interface " + config.interface) +
                        " failed: " + FirstLine(e));
   }
 #endif
-  return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl)));
+  return Status::Ok();
+}
+
+// NCCL moves tensors between GPUs: each rank exchanges through its own GPU (cuda:LOCAL_RANK, or
+// the rank modulo the GPUs it sees), and the host's tensors are copied there and back around
+// each operation. Blocking waits (unless the user's environment says otherwise) make an
+// operation that outlives dist.op_timeout throw here, as Gloo's do, instead of the watchdog
+// ending the process.
+Status DistGroup::JoinNccl([[maybe_unused]] Impl& impl, [[maybe_unused]] const std::string& who) {
+#ifdef SLUICE_HAVE_NCCL
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus == 0) return FailedPrecondition(who + ": dist.backend nccl needs a GPU, and this rank sees none");
+  const char* local = std::getenv("LOCAL_RANK");
+  Result<int> index = local != nullptr ? ParseInt(local, "LOCAL_RANK") : Result<int>(impl.place.rank);
+  if (!index.ok()) return index.status();
+  impl.comm_device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*index % gpus));
+  setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+  setenv("NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);  // libtorch 1.13's name
+  try {
+    c10::cuda::set_device(impl.comm_device.index());
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = ToMillis(impl.config.op_timeout);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/nccl", impl.store);
+    impl.nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, impl.place.rank, impl.place.world_size, options);
+  } catch (const std::exception& e) {
+    return Unavailable(who + ": the NCCL process group on " + impl.comm_device.str() + " failed: " + FirstLine(e));
+  }
+#endif
+  return Status::Ok();
+}
+
+std::string DistGroup::Transport() const {
+  if (impl_->backend == DistBackend::kNccl) return "NCCL on " + impl_->comm_device.str();
+  return "Gloo" + (impl_->config.interface.empty() ? std::string() : " on " + impl_->config.interface);
 }
 
 Status DistGroup::Agree(const std::string& what, const std::string& value) {
@@ -240,9 +368,9 @@ Status DistGroup::Agree(const std::string& what, const std::string& value) {
 }
 
 Status DistGroup::Barrier() {
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
-    impl_->group->barrier()->wait();
+    impl_->With([](auto& g) { return g.barrier(); })->wait();
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
                        ": a barrier failed (another rank died or stalled past dist.op_timeout): " + FirstLine(e));
@@ -257,13 +385,18 @@ Status DistGroup::AllGather(std::span<const float> mine, std::span<float> all) {
     return FailedPrecondition("all-gather: " + std::to_string(all.size()) + " floats for " + std::to_string(world_size()) +
                     " ranks of " + std::to_string(n));
   }
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
     const auto opts = torch::TensorOptions().dtype(torch::kFloat);
-    std::vector<at::Tensor> in{torch::from_blob(const_cast<float*>(mine.data()), {n}, opts)};
+    std::vector<at::Tensor> in{impl_->Out(torch::from_blob(const_cast<float*>(mine.data()), {n}, opts))};
+    std::vector<at::Tensor> host;
     std::vector<std::vector<at::Tensor>> out(1);
-    for (int r = 0; r < world_size(); ++r) out[0].push_back(torch::from_blob(all.data() + r * n, {n}, opts));
-    impl_->group->allgather(out, in)->wait();
+    for (int r = 0; r < world_size(); ++r) {
+      host.push_back(torch::from_blob(all.data() + r * n, {n}, opts));
+      out[0].push_back(impl_->In(host.back()));
+    }
+    impl_->With([&](auto& g) { return g.allgather(out, in); })->wait();
+    for (int r = 0; r < world_size(); ++r) impl_->Back(out[0][static_cast<size_t>(r)], host[static_cast<size_t>(r)]);
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
                        ": an all-gather failed (another rank stopped or stalled past dist.op_timeout " +
@@ -277,16 +410,18 @@ Status DistGroup::AllGather(std::span<const float> mine, std::span<float> all) {
 
 Status DistGroup::AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts, std::span<float> recv,
                            std::span<const uint64_t> recv_counts) {
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
     std::vector<int64_t> in(send_counts.begin(), send_counts.end()), out(recv_counts.begin(), recv_counts.end());
     // Gloo wants a non-empty buffer even when nothing travels.
     float none = 0;
-    at::Tensor input = torch::from_blob(send.empty() ? &none : const_cast<float*>(send.data()),
-                                        {static_cast<int64_t>(send.size())}, torch::kFloat);
-    at::Tensor output = torch::from_blob(recv.empty() ? &none : recv.data(), {static_cast<int64_t>(recv.size())},
-                                         torch::kFloat);
-    impl_->group->alltoall_base(output, input, out, in)->wait();
+    at::Tensor input = impl_->Out(torch::from_blob(send.empty() ? &none : const_cast<float*>(send.data()),
+                                                   {static_cast<int64_t>(send.size())}, torch::kFloat));
+    at::Tensor host = torch::from_blob(recv.empty() ? &none : recv.data(), {static_cast<int64_t>(recv.size())},
+                                       torch::kFloat);
+    at::Tensor output = impl_->In(host);
+    impl_->With([&](auto& g) { return g.alltoall_base(output, input, out, in); })->wait();
+    impl_->Back(output, host);
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
                        ": an all-to-all failed (another rank stopped or stalled past dist.op_timeout " +
@@ -300,7 +435,7 @@ Status DistGroup::AllToAll(std::span<const float> send, std::span<const uint64_t
 }
 
 struct DistGroup::Pending {
-  at::Tensor input, output;     // owned by torch: Gloo's work keeps them alive
+  at::Tensor input, output;     // owned by torch (on the host for Gloo, the GPU for NCCL)
   std::function<void()> wait;   // the work's wait (its type differs between libtorch versions)
   std::vector<float> local;     // one process: what it sent itself
 };
@@ -309,18 +444,19 @@ Result<std::shared_ptr<DistGroup::Pending>> DistGroup::StartAllToAll(std::span<c
                                                                      std::span<const uint64_t> send_counts,
                                                                      std::span<const uint64_t> recv_counts) {
   auto op = std::make_shared<Pending>();
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
     std::vector<int64_t> in(send_counts.begin(), send_counts.end()), out(recv_counts.begin(), recv_counts.end());
     int64_t total = 0;
     for (int64_t c : out) total += c;
     // Gloo wants a non-empty buffer even when nothing travels.
-    op->input = torch::empty({std::max<int64_t>(1, static_cast<int64_t>(send.size()))}, torch::kFloat);
-    op->output = torch::empty({std::max<int64_t>(1, total)}, torch::kFloat);
-    std::copy(send.begin(), send.end(), op->input.data_ptr<float>());
+    at::Tensor input = torch::empty({std::max<int64_t>(1, static_cast<int64_t>(send.size()))}, torch::kFloat);
+    std::copy(send.begin(), send.end(), input.data_ptr<float>());
+    op->input = impl_->Out(input);
+    op->output = impl_->In(torch::empty({std::max<int64_t>(1, total)}, torch::kFloat));
     if (send.empty()) op->input = op->input.slice(0, 0, 0);
     if (total == 0) op->output = op->output.slice(0, 0, 0);
-    auto work = impl_->group->alltoall_base(op->output, op->input, out, in);
+    auto work = impl_->With([&](auto& g) { return g.alltoall_base(op->output, op->input, out, in); });
     op->wait = [work]() mutable { work->wait(); };
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
@@ -334,10 +470,11 @@ Result<std::shared_ptr<DistGroup::Pending>> DistGroup::StartAllToAll(std::span<c
 }
 
 Result<std::vector<float>> DistGroup::FinishAllToAll(Pending& op) {
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
     if (op.wait) op.wait();
     op.wait = nullptr;
+    if (!op.output.device().is_cpu()) op.output = op.output.cpu();
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
                        ": an all-to-all failed (another rank stopped or stalled past dist.op_timeout " +
@@ -359,10 +496,12 @@ Status DistGroup::Recv(std::span<std::byte> bytes, int peer) {
 }
 
 Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send) {
-#ifdef SLUICE_HAVE_GLOO
+#ifdef SLUICE_HAVE_PROCESS_GROUP
   try {
-    std::vector<at::Tensor> t{torch::from_blob(data, {static_cast<int64_t>(size)}, torch::kUInt8)};
-    (send ? impl_->group->send(t, peer, 0) : impl_->group->recv(t, peer, 0))->wait();
+    at::Tensor host = torch::from_blob(data, {static_cast<int64_t>(size)}, torch::kUInt8);
+    std::vector<at::Tensor> t{send ? impl_->Out(host) : impl_->In(host)};
+    impl_->With([&](auto& g) { return send ? g.send(t, peer, 0) : g.recv(t, peer, 0); })->wait();
+    if (!send) impl_->Back(t[0], host);
   } catch (const std::exception& e) {
     return Unavailable("rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) + ": " +
                        (send ? "sending to" : "receiving from") + " rank " + std::to_string(peer) +
@@ -372,7 +511,7 @@ Status DistGroup::PointToPoint(std::byte* data, size_t size, int peer, bool send
   return Status::Ok();
 #else
   (void)data, (void)size, (void)send;
-  return FailedPrecondition("rank " + std::to_string(rank()) + ": no Gloo process group to reach rank " +
+  return FailedPrecondition("rank " + std::to_string(rank()) + ": no process group to reach rank " +
                             std::to_string(peer));
 #endif
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Runs across processes through PyTorch's c10d (docs/distributed.md): where a process stands in
 // the run (its rank, the world size, the master's address), the rendezvous through c10d's
-// TCPStore, a Gloo process group, and the ranks' agreement on what they train.
+// TCPStore, a Gloo or NCCL process group, and the ranks' agreement on what they train.
 //
 // Built: the place from the command line or the variables torchrun sets, the rendezvous with
 // its timeout (every rank names the ranks that did not join), the agreement check (every rank
@@ -10,7 +10,8 @@
 // values shared through the store. Data-parallel training on top of it: train/data_parallel.h.
 //
 // c10d's C++ API differs between libtorch 1.13 and 2.x; dist.cc uses what both have (TCPStore
-// with TCPStoreOptions, ProcessGroupGloo with its Options and devices, Work::wait).
+// with TCPStoreOptions, ProcessGroupGloo with its Options and devices, ProcessGroupNCCL with its
+// Options, Work::wait).
 
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +31,10 @@ struct DistPlace {
   int rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  bool distributed() const { return world_size > 1; }
+  // A process group is made: every place a rank was given for (a world of one included, e.g.
+  // torchrun with one process); no rank and a world of one (or none) is one process alone.
+  bool group = false;
+  bool distributed() const { return group; }
   std::string master() const { return master_addr + ":" + std::to_string(master_port); }
 };
 
@@ -42,15 +46,22 @@ using EnvReader = std::function<const char*(const char*)>;
 Result<DistPlace> ResolveDistPlace(int world_size, int rank, const std::string& master, const EnvReader& env);
 
 // Whether this build has Gloo process groups (the Gloo headers found: SLUICE_HAVE_GLOO; a CUDA
-// PyTorch defines USE_C10D_GLOO without shipping them).
+// PyTorch defines USE_C10D_GLOO without shipping them), and NCCL ones (SLUICE_HAVE_NCCL: a
+// CUDA build whose PyTorch ships ProcessGroupNCCL and nccl.h).
 bool HaveGloo();
+bool HaveNccl();
+// dist.backend as this build can run it (auto: Gloo, else NCCL), or why it cannot.
+Result<DistBackend> ResolveDistBackend(DistBackend wanted, int world_size);
+// Every rank's backend (by rank) the same as rank 0's, or one line naming the ranks that differ.
+Status SameBackends(std::span<const std::string> backends);
 
 class DistGroup {
  public:
   // Joins the run: rank 0 serves the store at the master's address, every rank connects and
   // announces itself, and all wait up to config.rendezvous_timeout for the others ("rank 1 of 3
   // did not join within 120 s at 10.0.0.1:29500"); then the Gloo process group on
-  // config.interface with config.op_timeout.
+  // config.interface with config.op_timeout (or NCCL's on the rank's GPU: dist.backend; ranks
+  // whose backends differ stop, each naming them).
   static Result<std::unique_ptr<DistGroup>> Join(const DistPlace& place, const DistConfig& config);
   ~DistGroup();
   DistGroup(const DistGroup&) = delete;
@@ -60,6 +71,8 @@ class DistGroup {
   int world_size() const;
   // The machines the ranks run on (distinct host names at the rendezvous).
   int machines() const;
+  // "Gloo", "Gloo on lo", "NCCL on cuda:0".
+  std::string Transport() const;
   // Every rank publishes `value` as its `what` (e.g. "config": "key: value" lines) and compares
   // every other rank's with rank 0's. A mismatch, on every rank: "ranks 1, 2 differ from rank 0
   // in their config: train.lr is 0.05 on rank 1, 0.1 on rank 0".
@@ -67,13 +80,13 @@ class DistGroup {
   // Waits for every rank (op_timeout).
   Status Barrier();
   // Every rank's `mine` (the same length on every rank) laid end to end in rank order into
-  // `all` (world size x mine.size() floats): Gloo's all-gather, within op_timeout.
+  // `all` (world size x mine.size() floats): the group's all-gather, within op_timeout.
   Status AllGather(std::span<const float> mine, std::span<float> all);
-  // Gloo's all-to-all: send_counts[r] floats of `send` (end to end, rank order) go to rank r, and
+  // The group's all-to-all: send_counts[r] floats of `send` (end to end, rank order) go to rank r, and
   // recv_counts[r] floats from rank r land in `recv` (end to end, rank order).
   Status AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts, std::span<float> recv,
                   std::span<const uint64_t> recv_counts);
-  // An all-to-all started now, finished by FinishAllToAll: the rank's other work runs while Gloo
+  // An all-to-all started now, finished by FinishAllToAll: the rank's other work runs while the group
   // moves the floats (AllToAll's arguments; `send` is copied before it returns). Every rank
   // starts the same operations in the same order.
   struct Pending;
@@ -81,7 +94,7 @@ class DistGroup {
                                                  std::span<const uint64_t> recv_counts);
   // Waits for it (op_timeout): what every rank sent this one, end to end in rank order.
   Result<std::vector<float>> FinishAllToAll(Pending& op);
-  // Point to point (Gloo send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
+  // Point to point (the group's send/recv, within op_timeout): `bytes` to rank `peer`, or from it.
   Status Send(std::span<const std::byte> bytes, int peer);
   Status Recv(std::span<std::byte> bytes, int peer);
   // After a collective failed on this rank: every rank whose collective failed (this one or a
@@ -95,6 +108,8 @@ class DistGroup {
  private:
   struct Impl;
   explicit DistGroup(std::unique_ptr<Impl> impl);
+  static Status JoinGloo(Impl& impl, const std::string& who);
+  static Status JoinNccl(Impl& impl, const std::string& who);
   Status PointToPoint(std::byte* data, size_t size, int peer, bool send);
   std::unique_ptr<Impl> impl_;
 };

@@ -17,11 +17,20 @@ struct EnumNames<RowPrefetch> {
       {RowPrefetch::kAuto, "auto"}, {RowPrefetch::kOn, "on"}, {RowPrefetch::kOff, "off"}};
 };
 
+// dist.backend.
+enum class DistBackend { kAuto, kGloo, kNccl };
+template <>
+struct EnumNames<DistBackend> {
+  static constexpr std::pair<DistBackend, const char*> kNames[] = {
+      {DistBackend::kAuto, "auto"}, {DistBackend::kGloo, "gloo"}, {DistBackend::kNccl, "nccl"}};
+};
+
 struct DistConfig {
   double rendezvous_timeout = 120;  // seconds for every rank to join
   double op_timeout = 600;          // seconds a collective may wait (longer than an evaluation)
   std::string interface;            // Gloo's network interface ("" = the one the host name resolves to)
   RowPrefetch prefetch_rows = RowPrefetch::kAuto;  // a step's rows the step before does not use travel during it
+  DistBackend backend = DistBackend::kAuto;         // the process group's transport
 
   template <class V>
   void VisitFields(V& v) {
@@ -40,6 +49,11 @@ struct DistConfig {
             "tables; out of core with storage.run_ahead >= 1); off: every row travels at its own "
             "step; auto: on when the ranks span more than one machine (on one, they share its "
             "cores and the transfer is a copy: docs/distributed.md). The same model either way");
+    v.Field("backend", backend,
+            "the c10d process group the ranks exchange rows and gradients through: gloo (CPU, over "
+            "dist.interface), nccl (through each rank's GPU, cuda:LOCAL_RANK; builds with "
+            "SLUICE_CUDA against a CUDA PyTorch), auto: gloo where this sluice has it, else nccl. "
+            "The same model either way");
   }
 };
 

@@ -714,7 +714,8 @@ Status Runner::Finish() {
 Status TrainDistributed(Task& task, const DistPlace& place, const TrainOptions& options) {
   const RunSettings& s = task.settings();
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<DistGroup> group, DistGroup::Join(place, s.dist));
-  std::printf("rank %d of %d joined at %s\n", place.rank, place.world_size, place.master().c_str());
+  std::printf("rank %d of %d joined at %s (%s)\n", place.rank, place.world_size, place.master().c_str(),
+              group->Transport().c_str());
   std::fflush(stdout);
   SLUICE_RETURN_IF_ERROR(group->Agree("config", FingerprintLines(task.ConfigYaml()) +
                                                     "dist.prefetch_rows: " + std::string(EnumName(s.dist.prefetch_rows)) +

@@ -53,9 +53,12 @@ int RunVersion() {
   ApplyTorchThreads(plan);
   std::printf("sluice %s\n%s\n%s\n%s\n", kVersion, TorchRuntimeSummary().c_str(),
               plan.ToString().c_str(), DeviceSummary().c_str());
-  std::printf("distributed: %s\n", HaveGloo() ? "c10d rendezvous, Gloo process groups"
-                                               : "none: built without the Gloo headers (libgloo-dev); runs "
-                                                 "across processes are refused");
+  const char* groups = HaveGloo() && HaveNccl() ? "c10d rendezvous, Gloo and NCCL process groups"
+                       : HaveGloo()             ? "c10d rendezvous, Gloo process groups"
+                       : HaveNccl()             ? "c10d rendezvous, NCCL process groups (no Gloo headers)"
+                                                : "none: built without the Gloo headers (libgloo-dev) or NCCL; "
+                                                  "runs across processes are refused";
+  std::printf("distributed: %s\n", groups);
   return 0;
 }
 

@@ -56,14 +56,37 @@ def gloo(has_gloo) -> None:
         pytest.skip("this sluice was built without Gloo process groups (sluice version)")
 
 
-def test_a_build_without_gloo_refuses_in_one_line(sluice_bin, config, has_gloo):
+@pytest.fixture(scope="module")
+def has_nccl(sluice_bin) -> bool:
+    """Whether this build has NCCL process groups (a CUDA build whose PyTorch ships NCCL's headers)."""
+    out = run(sluice_bin, "version")
+    return re.search(r"distributed: c10d rendezvous, (Gloo and )?NCCL process groups", out.stdout) is not None
+
+
+def test_a_build_without_gloo_refuses_in_one_line(sluice_bin, config, has_gloo, has_nccl):
     if has_gloo:
         pytest.skip("this sluice has Gloo process groups")
     out = run(sluice_bin, "version")
-    assert "distributed: none: built without the Gloo headers" in out.stdout, out.stdout
-    out = run(sluice_bin, "train", str(config), "--world-size", "2", "--rank", "0", "--master", "127.0.0.1:1")
+    if has_nccl:
+        assert "distributed: c10d rendezvous, NCCL process groups (no Gloo headers)" in out.stdout, out.stdout
+        sets = ["--set", "dist.backend=gloo"]
+        said = "dist.backend gloo: this sluice was built without Gloo process groups"
+    else:
+        assert "distributed: none: built without the Gloo headers" in out.stdout, out.stdout
+        sets, said = [], "built without Gloo process groups"
+    out = run(sluice_bin, "train", str(config), "--world-size", "2", "--rank", "0", "--master", "127.0.0.1:1", *sets)
     assert out.returncode != 0
-    assert "built without Gloo process groups" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_nccl_where_it_is_not_built_is_one_line(sluice_bin, config, has_nccl):
+    if has_nccl:
+        pytest.skip("this sluice has NCCL process groups")
+    out = run(sluice_bin, "train", str(config), "--world-size", "1", "--rank", "0", "--master", "127.0.0.1:1",
+              "--set", "dist.backend=nccl")
+    assert out.returncode != 0
+    assert out.stderr.strip() == ("sluice: error: dist.backend nccl: this sluice was built without NCCL process groups "
+                                  "(build with -DSLUICE_CUDA=ON against a CUDA PyTorch: docs/gpu.md)"), out.stderr
 
 
 def free_port() -> int:
@@ -254,6 +277,57 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
             own = base / name / f"rank-{r}"
             assert (own / "tables").is_dir()
             assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
+
+
+def test_a_world_of_one_trains_through_its_process_group_the_one_process_model(sluice_bin, clicks_config, gloo):
+    """--world-size 1 with a rank (or torchrun's variables for one process) makes a process group of
+    one, which trains the model one process alone does; WORLD_SIZE=1 without a rank stays alone."""
+    base = clicks_config.parent
+    out = subprocess.run([str(sluice_bin), "train", str(clicks_config), "--set", f"run_dir={base / 'alone'}"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, WORLD_SIZE="1"))
+    assert out.returncode == 0, out.stderr
+    assert "joined at" not in out.stdout, out.stdout
+    reference = model_bytes(sluice_bin, base / "alone")
+    port = free_port()
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'group-of-one'}",
+              "--world-size", "1", "--rank", "0", "--master", f"127.0.0.1:{port}")
+    assert out.returncode == 0, out.stderr
+    assert f"rank 0 of 1 joined at 127.0.0.1:{port} (Gloo on lo)" in out.stdout, out.stdout
+    assert "data parallel: rank 0 of 1, 6 virtual shards a batch (this rank's: 0-5)" in out.stdout, out.stdout
+    assert model_bytes(sluice_bin, base / "group-of-one") == reference
+
+
+def gpus_visible(sluice_bin) -> int:
+    """0 where sluice sees no GPU (`sluice version`), else how many nvidia-smi lists (at least 1)."""
+    if "GPU: none" in run(sluice_bin, "version").stdout:
+        return 0
+    smi = shutil.which("nvidia-smi")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True).stdout if smi else ""
+    return max(1, sum(line.startswith("GPU ") for line in listed.splitlines()))
+
+
+def test_nccl_trains_the_one_process_model(sluice_bin, clicks_config, has_nccl):
+    """dist.backend nccl: the rows and gradients travel through each rank's GPU, and the model is
+    the one process alone trains: a world of one on one GPU, and of two where two are visible."""
+    if not has_nccl:
+        pytest.skip("this sluice was built without NCCL process groups (sluice version)")
+    gpus = gpus_visible(sluice_bin)
+    if gpus == 0:
+        pytest.skip("no GPU visible (sluice version)")
+    base = clicks_config.parent
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'nccl-alone'}")
+    assert out.returncode == 0, out.stderr
+    reference = model_bytes(sluice_bin, base / "nccl-alone")
+    port = free_port()
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'nccl-one'}",
+              "--set", "dist.backend=nccl", "--world-size", "1", "--rank", "0", "--master", f"127.0.0.1:{port}")
+    assert out.returncode == 0, out.stderr
+    assert f"rank 0 of 1 joined at 127.0.0.1:{port} (NCCL on cuda:0)" in out.stdout, out.stdout
+    assert model_bytes(sluice_bin, base / "nccl-one") == reference
+    if gpus >= 2:  # one GPU a rank (LOCAL_RANK from the launcher)
+        out = launch(clicks_config, 2, base / "nccl-two", "--set", "dist.backend=nccl")
+        assert out.returncode == 0, out.stderr
+        assert model_bytes(sluice_bin, base / "nccl-two") == reference
 
 
 def stop_two_ranks(sluice_bin, config, run_dir, steps: int, *extra) -> None:

@@ -63,6 +63,54 @@ TEST(DistPlaceTest, AnImpossiblePlaceSaysWhichValueCameFromWhere) {
   EXPECT_NE(bad_port.status().message().find("port 70000"), std::string::npos) << bad_port.status().message();
 }
 
+TEST(DistPlaceTest, AWorldOfOneWithARankIsAProcessGroupOfOne) {
+  auto alone = ResolveDistPlace(0, -1, "", Env({{"WORLD_SIZE", "1"}}));
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_FALSE(alone->distributed());
+  auto flags = ResolveDistPlace(1, 0, "127.0.0.1:4000", Env({}));
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_TRUE(flags->distributed());
+  EXPECT_EQ(flags->world_size, 1);
+  auto torchrun = ResolveDistPlace(0, -1, "", Env({{"WORLD_SIZE", "1"}, {"RANK", "0"}}));
+  ASSERT_TRUE(torchrun.ok()) << torchrun.status().ToString();
+  EXPECT_TRUE(torchrun->distributed());
+  auto two = ResolveDistPlace(2, 1, "", Env({}));
+  ASSERT_TRUE(two.ok());
+  EXPECT_TRUE(two->distributed());
+}
+
+TEST(DistBackendTest, AutoTakesGlooThenNcclAndAMissingOneIsNamed) {
+  Result<DistBackend> autod = ResolveDistBackend(DistBackend::kAuto, 2);
+  if (HaveGloo()) {
+    ASSERT_TRUE(autod.ok());
+    EXPECT_EQ(*autod, DistBackend::kGloo);
+  } else if (HaveNccl()) {
+    ASSERT_TRUE(autod.ok());
+    EXPECT_EQ(*autod, DistBackend::kNccl);
+  } else {
+    ASSERT_FALSE(autod.ok());
+    EXPECT_NE(autod.status().message().find("world size 2: this sluice was built without Gloo process groups"),
+              std::string::npos) << autod.status().message();
+  }
+  Result<DistBackend> nccl = ResolveDistBackend(DistBackend::kNccl, 2);
+  EXPECT_EQ(nccl.ok(), HaveNccl());
+  if (!nccl.ok()) {
+    EXPECT_EQ(nccl.status().message(), "dist.backend nccl: this sluice was built without NCCL process groups "
+                                       "(build with -DSLUICE_CUDA=ON against a CUDA PyTorch: docs/gpu.md)");
+  }
+  EXPECT_EQ(ResolveDistBackend(DistBackend::kGloo, 2).ok(), HaveGloo());
+}
+
+TEST(DistBackendTest, RanksWhoseBackendDiffersFromRankZerosAreNamed) {
+  const std::vector<std::string> same{"gloo", "gloo", "gloo"};
+  EXPECT_TRUE(SameBackends(same).ok());
+  const std::vector<std::string> one{"gloo", "nccl", "gloo"};
+  EXPECT_EQ(SameBackends(one).message(), "rank 1 differs from rank 0 in dist.backend: nccl on rank 1, gloo on rank 0");
+  const std::vector<std::string> two{"nccl", "gloo", "gloo"};
+  EXPECT_EQ(SameBackends(two).message(),
+            "ranks 1, 2 differ from rank 0 in dist.backend: gloo on rank 1, nccl on rank 0");
+}
+
 TEST(DistAgreementTest, TheFirstDifferingKeyIsNamedWithBothValues) {
   EXPECT_EQ(FirstDifference("task: a\ntrain.lr: 0.05\n", "rank 1", "task: a\ntrain.lr: 0.1\n", "rank 0"),
             "train.lr is 0.05 on rank 1, 0.1 on rank 0");
