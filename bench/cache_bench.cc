@@ -1,12 +1,13 @@
 // cache_bench: loads and bytes read by the oracle, LRU, static and none planners on Zipf traces
 // and on access traces derived from real datasets, all measured in one run; plus the planner's
-// speed and a window-size sweep; first the device row cache's planning speed (--row-cache-only:
-// that alone). Prints markdown tables.
+// speed and a window-size sweep; first the device row cache's planning speed, one cache and in
+// shards (--row-cache-only: those alone). Prints markdown tables.
 //
 //   cache_bench [--universe 1000000] [--length-factor 20] [--step 2048] [--row-bytes 64]
 //               [--datasets ../shared/datasets] [--row-cache-only]
 
 #include <CLI/CLI.hpp>
+#include <tbb/task_arena.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,12 +19,15 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/partition_order.h"
 #include "cache/planner.h"
 #include "cache/row_cache.h"
+#include "cache/sharded_row_cache.h"
 
 namespace sluice {
 namespace {
@@ -318,6 +322,53 @@ void RowCacheSpeed(uint32_t universe, uint32_t step_rows, uint32_t steps) {
   }
 }
 
+// The same plan for recommendation's rows on a GPU (gpu_bench's DLRM: 8 tables of 25M rows,
+// device.gpu_budget 0.5 GiB = 8.4M rows of 64 bytes, batch 65536: about 524K distinct rows a
+// step, a hashed index): one cache against the cache cut into shards planned in parallel on this
+// machine's cores (ShardedRowCache; the device cache takes ShardedRowCache::Shards of them).
+void ShardedRowCacheSpeed(uint32_t step_rows, uint32_t steps) {
+  constexpr uint32_t kTables = 8;
+  constexpr uint64_t kRows = 25'165'824, kCapacity = 8'388'608;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<RowKey>> trace(steps);
+  for (auto& step : trace) {
+    std::unordered_set<uint64_t> seen;
+    while (step.size() < step_rows) {
+      const RowKey k{static_cast<uint64_t>(static_cast<double>(kRows) * std::pow(u(rng), 3.0)),
+                     static_cast<uint32_t>(rng() % kTables)};
+      if (seen.insert(k.id * kTables + k.table).second) step.push_back(k);
+    }
+  }
+  const auto threads = static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  const uint32_t chosen = ShardedRowCache::Shards(PlannerKind::kLru, kCapacity, 1, step_rows, 0, threads);
+  std::printf("\n## Device row cache planning in shards (%u tables x %llu rows, capacity %llu rows, %u distinct "
+              "rows a step, %u steps, lru, one step protected; %u threads, Shards() picks %u)\n\n"
+              "| shards | ms per step (median) | ns per row | loads per step |\n|---:|---:|---:|---:|\n",
+              kTables, static_cast<unsigned long long>(kRows), static_cast<unsigned long long>(kCapacity), step_rows,
+              steps, threads, chosen);
+  std::set<uint32_t> counts{1, 2, chosen};
+  for (uint32_t shards : counts) {
+    RowCacheOptions o;
+    o.kind = PlannerKind::kLru;
+    o.capacity_rows = kCapacity;
+    o.protect_steps = 1;
+    ShardedRowCache cache(o, shards);
+    RowStepPlan plan;
+    uint64_t loads = 0;
+    std::vector<double> ms;
+    for (const auto& rows : trace) {
+      const auto start = Clock::now();
+      SLUICE_CHECK(cache.Plan(rows, false, plan).ok(), "sharded row cache plan");
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      loads += plan.load_keys.size();
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("| %u | %.1f | %.1f | %llu |\n", shards, ms[ms.size() / 2], ms[ms.size() / 2] * 1e6 / step_rows,
+                static_cast<unsigned long long>(loads / steps));
+  }
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -334,6 +385,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   using namespace sluice;  // NOLINT(google-build-using-namespace): main only
   RowCacheSpeed(4'000'000, 128'000, 64);
+  ShardedRowCacheSpeed(524'288, 12);
   if (row_cache_only) return 0;
   const std::vector<double> fractions = {0.05, 0.10, 0.25, 0.50};
   const uint64_t length = uint64_t{a.universe} * a.length_factor;

@@ -27,15 +27,14 @@ constexpr size_t kPrefetchAhead = 16;
 uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
 }  // namespace
 
-// A dense index (by id) when it takes at most twice the hashed one's slots.
-bool DenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
+bool RowCacheUsesDenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
   return total_rows != 0 && total_rows <= 2 * IndexSlots(capacity_rows + window_rows);
 }
 
 uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
   constexpr uint64_t kEntryBytes = 32, kCandidateBytes = 24;
   // (RowCache::Entry is 32 bytes: asserted beside it.)
-  const uint64_t index = DenseIndex(capacity_rows, window_rows, total_rows) ? total_rows
+  const uint64_t index = RowCacheUsesDenseIndex(capacity_rows, window_rows, total_rows) ? total_rows
                                                                             : IndexSlots(capacity_rows + window_rows);
   const bool fits = total_rows != 0 && capacity_rows >= total_rows;
   return index * kEntryBytes + (fits ? 0 : (2 * capacity_rows + 4096) * kCandidateBytes) + capacity_rows * 4;
@@ -53,7 +52,7 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   SLUICE_CHECK(options.kind != PlannerKind::kStatic || options.pinned != nullptr,
                "the static row cache needs its pinned rows");
   if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
-  dense_ = DenseIndex(options_.capacity_rows, options_.window_rows, options_.total_rows);
+  dense_ = RowCacheUsesDenseIndex(options_.capacity_rows, options_.window_rows, options_.total_rows);
   fits_ = options_.total_rows != 0 && options_.capacity_rows >= options_.total_rows;
   fifo_ = options_.kind != PlannerKind::kOracle;
   table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));

@@ -85,6 +85,9 @@ PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahea
 // The index's bytes; with total_rows (RowCacheOptions::total_rows) the dense index's when the
 // cache would use one.
 uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows = 0);
+// Whether the cache indexes rows by id (total_rows entries): when that takes at most twice the
+// hashed index's slots.
+bool RowCacheUsesDenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows);
 
 struct RowStepPlan {
   std::vector<uint32_t> slots;       // per row of the step (in the caller's order): its slot
@@ -140,6 +143,9 @@ class RowCache {
   uint64_t index_slots() const { return table_.size(); }
   uint64_t next_step() const { return step_; }
   const RowCacheStats& stats() const { return stats_; }
+  // The key's hash: its top 32 bits place it in the index; its low bits are free for others
+  // (ShardedRowCache picks a key's shard with them).
+  static uint64_t Hash(const RowKey& k);
 
  private:
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
@@ -165,7 +171,6 @@ class RowCache {
     bool operator<(const Candidate& o) const { return priority > o.priority; }  // min-heap
   };
 
-  static uint64_t Hash(const RowKey& k);
   // A key's home in the index (any size below 2^32: the hash's top bits scaled), the next slot.
   // Dense: the key's id.
   uint64_t Home(const RowKey& k) const { return dense_ ? k.id : (Hash(k) >> 32) * table_.size() >> 32; }

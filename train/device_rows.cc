@@ -2,6 +2,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -56,6 +57,13 @@ void Reserve(Accelerator& acc, torch::Tensor& host, torch::Tensor* dev, int64_t 
 
 }  // namespace
 
+uint32_t DeviceCacheShards(const DeviceRowsOptions& o) {
+  if (o.direct) return 1;
+  const auto threads = static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  return ShardedRowCache::Shards(o.planner, o.capacity_rows, /*protect_steps=*/1, o.max_step_rows, o.total_rows,
+                                 threads);
+}
+
 uint64_t DeviceStagingHostBytes(const DeviceRowsOptions& o, uint64_t max_uses, uint64_t max_rows,
                                 uint64_t extra_bytes) {
   const auto in = static_cast<uint64_t>(StagedBytes(o.row_floats, static_cast<int64_t>(max_rows),
@@ -104,11 +112,12 @@ Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions opti
                            "node classification's feature rows have (by in-degree); use lru or none");
   }
   DevicePlan plan;
+  options.max_step_rows = shape.rows;
   SLUICE_ASSIGN_OR_RETURN(options.capacity_rows,
                           DeviceCapacityRows(config, options, shape.uses, shape.rows, shape.extra_bytes));
   plan.options = options;
   plan.host_bytes = DeviceStagingHostBytes(options, shape.uses, shape.rows, shape.extra_bytes) +
-                    RowCacheIndexBytes(options.capacity_rows, 0, options.total_rows);
+                    ShardedRowCache::IndexBytes(options.capacity_rows, DeviceCacheShards(options), options.total_rows);
   if (device_is_host) {
     plan.host_bytes += DeviceRowsBytes(options, shape.uses, shape.rows, shape.extra_bytes) + model_step_bytes;
   }
@@ -123,12 +132,12 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   char line[512];
   std::snprintf(line, sizeof line,
                 "device: %s; busy %.3f s of %.3f s (%.0f%%); copies in %.3f s, %.3f s of them hidden "
-                "behind compute; %llu of %llu step rows copied in (device cache %llu rows, hits %.1f%%); "
+                "behind compute; %llu of %llu step rows copied in (device cache %llu rows in %u shards, hits %.1f%%); "
                 "staging on the host: cache plan %.3f s, packing %.3f s; peak device memory %s",
                 acc.Describe().c_str(), t.busy_s, wall_s, wall_s > 0 ? 100 * t.busy_s / wall_s : 0.0,
                 t.copy_s, hidden_s, static_cast<unsigned long long>(r.loads),
                 static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(rows.capacity_rows()),
-                100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
+                rows.cache_shards(), 100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
   s.Line(line);
   s.Set("device", "name", acc.Describe());
   s.Set("device", "steps", t.steps), s.Set("device", "wall_s", wall_s);
@@ -137,6 +146,7 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   s.Set("device", "bytes_in", t.bytes_in), s.Set("device", "bytes_out", t.bytes_out);
   s.Set("device", "rows", r.rows), s.Set("device", "rows_loaded", r.loads);
   s.Set("device", "cache_rows", rows.capacity_rows());
+  s.Set("device", "cache_shards", rows.cache_shards());
   s.Set("device", "stage_plan_s", r.plan_s), s.Set("device", "stage_pack_s", r.pack_s);
   s.Set("device", "peak_device_bytes", acc.PeakDeviceBytes());
 }
@@ -337,7 +347,7 @@ void DeviceRows::Reset() {
   co.pinned = options_.pinned;
   co.total_rows = options_.total_rows;
   co.protect_steps = 1;  // the running step's rows stay while the next is planned
-  cache_.emplace(co);
+  cache_.emplace(co, DeviceCacheShards(options_));
 }
 
 }  // namespace sluice

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "cache/row_cache.h"
+#include "cache/sharded_row_cache.h"
 #include "common/status.h"
 #include "train/accelerator.h"
 #include "train/model.h"
@@ -63,7 +64,14 @@ struct DeviceRowsOptions {
   // for a task that sets ranked to false.
   const std::vector<uint64_t>* pinned = nullptr;
   bool ranked = false;
+  // The most distinct rows a step has (set by PlanDevice): with room to spare, the device cache
+  // is planned in shards on the host's cores (cache/sharded_row_cache.h); 0: one cache.
+  uint64_t max_step_rows = 0;
 };
+
+// How many shards the device cache is planned in (ShardedRowCache::Shards on this process's
+// TBB threads; 1 for the direct mode).
+uint32_t DeviceCacheShards(const DeviceRowsOptions& options);
 
 // The device memory DeviceRows takes: its slots and two lanes' staging buffers for steps of at
 // most `max_uses` uses, `max_rows` distinct rows and `extra_bytes` of extras.
@@ -129,6 +137,7 @@ class DeviceRows {
 
   const DeviceRowsStats& stats() const { return stats_; }
   uint64_t capacity_rows() const { return options_.capacity_rows; }
+  uint32_t cache_shards() const { return cache_->shards(); }
   // The row optimizer's learning rate from the next update on (train.lr_decay).
   void set_lr(float lr) { options_.lr = lr; }
 
@@ -151,7 +160,7 @@ class DeviceRows {
 
   Accelerator* acc_;
   DeviceRowsOptions options_;
-  std::optional<RowCache> cache_;
+  std::optional<ShardedRowCache> cache_;
   torch::Tensor slots_;  // [capacity, row_floats] on the device
   Lane lanes_[2];
   int staged_lane_ = 0;  // the lane Stage fills next

@@ -6,6 +6,7 @@ parameters); the summary reports the device; bad device settings get one line.""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -97,7 +98,8 @@ def test_dlrm_out_of_core_equals_in_memory_on_device(sluice_bin, clicks, tmp_pat
     cfg = dlrm_config(tmp_path / "c.yaml", clicks, device)
     runs = {"mem": ["storage.mode=in_memory"],
             "ooc": [],  # the device holds the two steps in flight only
-            "ooc-cached": ["device.gpu_budget=16MiB"]}  # every row fits on the device
+            "ooc-cached": ["device.gpu_budget=16MiB"],  # every row fits on the device
+            "ooc-evicting": ["device.gpu_budget=1MiB"]}  # about 11K of 24K rows: the cache evicts
     out, tables, dense, metrics = {}, {}, {}, {}
     for name, sets in runs.items():
         r = tmp_path / name
@@ -109,13 +111,20 @@ def test_dlrm_out_of_core_equals_in_memory_on_device(sluice_bin, clicks, tmp_pat
         metrics[name] = [json.loads(l)["test"] for l in (r / "metrics.jsonl").read_text().splitlines()]
     cache = [l for l in out["ooc"].splitlines() if "cache:" in l][0]
     assert "write-backs 0" not in cache, f"no row was ever evicted: {cache}"
-    for name in ("ooc", "ooc-cached"):
+    for name in ("ooc", "ooc-cached", "ooc-evicting"):
         assert tables[name] == tables["mem"], f"{name}: tables differ from in memory"
         assert dense[name] == dense["mem"], f"{name}: dense parameters differ from in memory"
         assert metrics[name] == metrics["mem"]
     # The device cache changed what was copied, not what was trained.
-    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached")}
-    assert copied["ooc-cached"] < copied["ooc"] / 2, copied
+    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached", "ooc-evicting")}
+    assert copied["ooc-cached"] < copied["ooc-evicting"] < copied["ooc"], copied
+    # With room to spare the device cache is planned in shards on the host's cores
+    # (cache/sharded_row_cache.h); two steps' rows and no more (gpu_budget 0) is one cache.
+    shards = {n: int(re.search(r"device cache \d+ rows in (\d+) shards", device_line(out[n])).group(1))
+              for n in ("ooc", "ooc-cached", "ooc-evicting")}
+    assert shards["ooc"] == 1, shards
+    if (os.cpu_count() or 1) > 1:
+        assert shards["ooc-cached"] > 1 and shards["ooc-evicting"] > 1, shards
 
 
 def test_dlrm_device_matches_cpu(sluice_bin, clicks, tmp_path, device):

@@ -6,6 +6,7 @@
 #include "train/device_rows.h"
 
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <cmath>
 #include <cstring>
@@ -71,8 +72,9 @@ void RunOnHost(std::vector<float>& table, const std::vector<Step>& steps, RowOpt
 // The device loop's order: step t + 1 staged between Update(t) and Finish(t). The uses the
 // device gathers must be the host rows' current values.
 void RunOnDevice(Accelerator& acc, DeviceRowsOptions o, std::vector<float>& table,
-                 const std::vector<Step>& steps, DeviceRowsStats* stats = nullptr) {
+                 const std::vector<Step>& steps, DeviceRowsStats* stats = nullptr, uint32_t* shards = nullptr) {
   DeviceRows rows(&acc, o);
+  if (shards != nullptr) *shards = rows.cache_shards();
   auto stage = [&](size_t t) {
     std::vector<float*> host = Addresses(table, steps[t], o.row_floats);
     ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {steps[t].grads}).ok());
@@ -149,6 +151,18 @@ TEST_P(DeviceRowsTest, RowsDoNotDependOnTheDeviceCache) {
   EXPECT_EQ(small_stats.rows, big_stats.rows);
   EXPECT_LT(big_stats.loads, small_stats.loads);
   EXPECT_LE(big_stats.loads, 500u);  // each row copied in once
+  // The device cache planned in shards on the host's cores (steps of at most 120 rows known,
+  // room to spare): the same rows, bit for bit.
+  std::vector<float> sharded = MakeTable(500, 13);
+  DeviceRowsOptions o = Options(RowOptimizer::kAdagrad, 3000);
+  o.max_step_rows = 120;
+  uint32_t shards = 0;
+  RunOnDevice(*acc_, o, sharded, steps, nullptr, &shards);
+  EXPECT_EQ(shards, DeviceCacheShards(o));
+  if (tbb::this_task_arena::max_concurrency() > 1) {
+    EXPECT_GT(shards, 1u);
+  }
+  EXPECT_EQ(sharded, small);
 }
 
 TEST_P(DeviceRowsTest, StepsTooLargeForTheSlotsFail) {

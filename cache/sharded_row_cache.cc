@@ -1,0 +1,99 @@
+#include "cache/sharded_row_cache.h"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace sluice {
+
+ShardedRowCache::ShardedRowCache(const RowCacheOptions& options, uint32_t shards) {
+  SLUICE_CHECK(shards >= 1 && options.capacity_rows >= shards, "sharded row cache: %u shards for %llu rows",
+               shards, static_cast<unsigned long long>(options.capacity_rows));
+  SLUICE_CHECK(shards == 1 || (options.kind != PlannerKind::kOracle && options.kind != PlannerKind::kStatic),
+               "sharded row cache: the oracle and static kinds plan in one cache");
+  uint32_t base = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    RowCacheOptions o = options;
+    o.capacity_rows = options.capacity_rows / shards + (s < options.capacity_rows % shards ? 1 : 0);
+    o.window_rows = options.window_rows / shards;
+    caches_.push_back(std::make_unique<RowCache>(o));
+    base_.push_back(base);
+    base += static_cast<uint32_t>(o.capacity_rows);
+  }
+  keys_.resize(shards);
+  where_.resize(shards);
+  plans_.resize(shards);
+  status_.resize(shards);
+}
+
+uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps,
+                                 uint64_t max_rows, uint64_t total_rows, uint32_t threads) {
+  if (kind == PlannerKind::kOracle || kind == PlannerKind::kStatic || max_rows == 0 ||
+      RowCacheUsesDenseIndex(capacity_rows, 0, total_rows)) {
+    return 1;
+  }
+  const uint64_t steps = uint64_t{protect_steps} + 1;
+  for (uint32_t k = std::max<uint32_t>(threads, 1); k > 1; --k) {
+    const uint64_t share = (max_rows + k - 1) / k;
+    if (capacity_rows / k >= steps * (share + share / 4 + 256)) return k;
+  }
+  return 1;
+}
+
+uint64_t ShardedRowCache::IndexBytes(uint64_t capacity_rows, uint32_t shards, uint64_t total_rows) {
+  uint64_t bytes = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    const uint64_t rows = capacity_rows / shards + (s < capacity_rows % shards ? 1 : 0);
+    bytes += RowCacheIndexBytes(rows, 0, total_rows);
+  }
+  return bytes;
+}
+
+Status ShardedRowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
+  out.Clear();
+  if (caches_.size() == 1) return caches_[0]->Plan(rows, writes, out);
+  for (uint32_t s = 0; s < shards(); ++s) keys_[s].clear(), where_[s].clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint32_t s = ShardOf(rows[i]);
+    keys_[s].push_back(rows[i]);
+    where_[s].push_back(static_cast<uint32_t>(i));
+  }
+  out.slots.resize(rows.size());
+  tbb::parallel_for(uint32_t{0}, shards(), [&](uint32_t s) {
+    status_[s] = caches_[s]->Plan(keys_[s], writes, plans_[s]);
+    if (!status_[s].ok()) return;
+    const std::vector<uint32_t>& slots = plans_[s].slots;
+    for (size_t j = 0; j < slots.size(); ++j) out.slots[where_[s][j]] = base_[s] + slots[j];
+    for (uint32_t& slot : plans_[s].load_slots) slot += base_[s];
+    for (uint32_t& slot : plans_[s].write_slots) slot += base_[s];
+  });
+  for (uint32_t s = 0; s < shards(); ++s) {
+    if (!status_[s].ok()) return status_[s];
+    const RowStepPlan& p = plans_[s];
+    out.load_keys.insert(out.load_keys.end(), p.load_keys.begin(), p.load_keys.end());
+    out.load_slots.insert(out.load_slots.end(), p.load_slots.begin(), p.load_slots.end());
+    out.write_keys.insert(out.write_keys.end(), p.write_keys.begin(), p.write_keys.end());
+    out.write_slots.insert(out.write_slots.end(), p.write_slots.begin(), p.write_slots.end());
+  }
+  return Status::Ok();
+}
+
+void ShardedRowCache::ReleaseProtected() {
+  for (auto& c : caches_) c->ReleaseProtected();
+}
+
+RowCacheStats ShardedRowCache::stats() const {
+  RowCacheStats total;
+  for (const auto& c : caches_) {
+    const RowCacheStats& s = c->stats();
+    total.steps = std::max(total.steps, s.steps);
+    total.accesses += s.accesses, total.hits += s.hits, total.loads += s.loads;
+    total.evictions += s.evictions, total.write_backs += s.write_backs;
+    total.window_evictions += s.window_evictions;
+  }
+  return total;
+}
+
+}  // namespace sluice
