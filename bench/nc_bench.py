@@ -26,6 +26,11 @@ planted classes must need the neighbourhood).
 
   sudo /usr/bin/python3 bench/nc_bench.py --dataset data/nc-scale [--rounds 3]
       [--configs in_memory,chosen,oracle,lru,static,none,mmap_normal,mmap_random]
+      [--baseline-bin OTHER/sluice]
+
+Beside the medians, the whole of epoch 2 (its first step, where a pass that starts with a sweep
+of the whole file waits, included). --baseline-bin adds `chosen_baseline`: the chosen
+configuration trained by another build (e.g. the commit before a change), in the same rounds.
 
 Needs root for the cgroup and for dropping the page cache between runs (without it the mmap
 rows run without a limit and say so).
@@ -50,6 +55,7 @@ CGROUP = pathlib.Path("/sys/fs/cgroup/memory/sluice-nc-bench")
 CONFIGS = {
     "in_memory": (["storage.mode=in_memory"], False),
     "chosen": ([], False),
+    "chosen_baseline": ([], False),  # --baseline-bin's build
     "grouped": (["storage.planner=oracle", "storage.window=4", "storage.spill_steps=0", "storage.io_group=2"], False),
     "oracle": (["storage.planner=oracle", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
     "lru": (["storage.planner=lru", "storage.spill_steps=0", "storage.io_group=1", "storage.io_group_gap=0"], True),
@@ -91,7 +97,8 @@ def cgroup_prefix(limit: int) -> list[str]:
 
 def train(args, name: str, run_dir: pathlib.Path, epochs: int, extra: list[str]) -> dict:
     sets, short = CONFIGS[name]
-    cmd = [str(args.bin), "train", str(args.config), "--overwrite", "--set", f"dataset={args.dataset}",
+    binary = args.baseline_bin if name == "chosen_baseline" else args.bin
+    cmd = [str(binary), "train", str(args.config), "--overwrite", "--set", f"dataset={args.dataset}",
            "--set", f"run_dir={run_dir}", "--set", "progress=false", "--set", "step_log=true",
            "--set", f"train.epochs={epochs}", "--set", f"storage.budget={args.budget}"]
     for s in sets + extra:
@@ -121,6 +128,14 @@ def epoch2(run, stat=statistics.median):
     """Steps SKIP on of epoch 2, or of epoch 1 for a run that stopped in it."""
     last = 2 if any(e == 2 for e, _, _ in run["steps"]) else 1
     return median_steps(run["steps"], last, stat=stat)
+
+
+def whole_epoch(run, epoch: int = 2) -> tuple[float, float]:
+    """The seconds of an epoch's steps and of its first step (nan when the run has none)."""
+    xs = [(s, sec) for e, s, sec in run["steps"] if e == epoch]
+    if not xs:
+        return float("nan"), float("nan")
+    return sum(sec for _, sec in xs), min(xs)[1]
 
 
 def logistic_regression(dataset: pathlib.Path, iters: int = 300) -> float:
@@ -176,6 +191,8 @@ def main() -> int:
                    help="steps at the start of an epoch left out of its median (the slow mmap rows: fewer)")
     p.add_argument("--accuracy-epochs", type=int, default=3, help="0: skip the accuracy check")
     p.add_argument("--work", type=pathlib.Path, help="run directories (default: a temporary one)")
+    p.add_argument("--baseline-bin", type=pathlib.Path,
+                   help="another build of sluice: adds chosen_baseline, the chosen configuration trained by it")
     args = p.parse_args()
     global SKIP
     SKIP = args.skip
@@ -183,6 +200,10 @@ def main() -> int:
         p.error(f"--short-steps {args.short_steps} leaves no step after --skip {SKIP}")
     args.dataset = args.dataset.resolve()
     names = [n for n in args.configs.split(",") if n]
+    if args.baseline_bin is not None and "chosen_baseline" not in names:
+        names.append("chosen_baseline")
+    if "chosen_baseline" in names and args.baseline_bin is None:
+        p.error("chosen_baseline needs --baseline-bin")
     for n in names:
         if n not in CONFIGS:
             p.error(f"unknown configuration {n} (expected {', '.join(CONFIGS)})")
@@ -195,8 +216,9 @@ def main() -> int:
             res = train(args, n, work / f"{n}-{r}", args.epochs, [])
             results[n].append(res)
             e2 = median_steps(res["steps"], 2)
+            whole, first = whole_epoch(res)
             print(f"round {r + 1}: {n}: epoch 1 {median_steps(res['steps'], 1):.3f} s/step, "
-                  f"epoch 2 {e2:.3f} s/step", file=sys.stderr)
+                  f"epoch 2 {e2:.3f} s/step, {whole:.1f} s in all, its first step {first:.2f} s", file=sys.stderr)
             if r + 1 < args.rounds:
                 shutil.rmtree(work / f"{n}-{r}", ignore_errors=True)
     budget = parse_bytes(args.budget)
@@ -207,9 +229,10 @@ def main() -> int:
               f"{args.rounds} interleaved rounds (step seconds: median over steps {SKIP} to the end of epoch 2; "
               f"short runs: steps {SKIP} to {args.short_steps} of epoch 1)\n")
         print("| configuration | step s (epoch 2) | mean step s (epoch 2) | step s (epoch 1) | vs in memory | "
+              "epoch 2 s | its first step s | epoch 2 vs in memory | "
               "rows loaded / step | requests / step | MB read / step | MB written / step | io busy s / step | peak RSS | "
               "RSS / budget |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mem = None
     table = {}
     for n in names:
@@ -225,11 +248,15 @@ def main() -> int:
         mb = s.get("io", {}).get("bytes", 0) / steps / 1e6 - written
         io = s.get("pipeline", {}).get("io_busy_s", 0) / steps
         rss = statistics.median(x["summary"].get("peak_rss_bytes", float("nan")) for x in rounds)
-        table[n] = {"e2": e2, "mean": e2_mean, "io": io}
+        whole = statistics.median(whole_epoch(x)[0] for x in rounds)
+        first = statistics.median(whole_epoch(x)[1] for x in rounds)
+        table[n] = {"e2": e2, "mean": e2_mean, "io": io, "whole": whole}
         if n == "in_memory":
             mem = e2
         vs = f"{e2 / mem:.2f}" if mem else "-"
-        print(f"| {n} | {e2:.3f} | {e2_mean:.3f} | {e1:.3f} | {vs} | {loaded:,.0f} | {req:,.0f} | {mb:,.1f} | "
+        vs_whole = f"{whole / table['in_memory']['whole']:.2f}" if mem else "-"
+        print(f"| {n} | {e2:.3f} | {e2_mean:.3f} | {e1:.3f} | {vs} | {whole:.1f} | {first:.2f} | {vs_whole} | "
+              f"{loaded:,.0f} | {req:,.0f} | {mb:,.1f} | "
               f"{written:,.1f} | {io:.3f} | {rss / 2**30:.2f} GiB | {rss / budget:.2f} |")
     if mem and "chosen" in table:
         c = table["chosen"]
@@ -237,7 +264,8 @@ def main() -> int:
         mem_mean = table["in_memory"]["mean"]
         print(f"\nchosen / in memory: {c['e2'] / mem:.2f} in medians, {c['mean'] / mem_mean:.2f} in means "
               f"(GraphBolt: 3.4x at 19% cached, 1.13x at 47%); overlap: {c['e2']:.3f} s against "
-              f"1.1 x max(in memory, io busy) = {bound:.3f} s")
+              f"1.1 x max(in memory, io busy) = {bound:.3f} s; the whole of epoch 2 "
+              f"{c['whole'] / table['in_memory']['whole']:.2f}x")
         mm = [table[n]["e2"] for n in MMAP if n in table]
         if mm:
             print(f"mmap (the faster madvise) / chosen: {min(mm) / c['e2']:.2f}x")

@@ -81,24 +81,37 @@ uint64_t SpillBacking::RegionBegin(uint64_t region) const {
   return std::min(file_->num_rows(), region * rows_per_region_);
 }
 
-void SpillBacking::StartPass(StepRows rows, Skip skip) {
-  EndPass();
+void SpillBacking::StartPass(StepRows rows, Skip skip, StepRows next, bool continues) {
+  // The previous pass's loads reached its last step (its Advance listed and swept for the
+  // steps after it) and its listing stopped inside this pass: its packs for this pass's first
+  // steps are complete or filling in the rolling order.
+  const bool keep = continues && started_ && in_next_ && !source_done_ && next_offset_ != kUnknown &&
+                    next_ == next_offset_;
+  if (keep) {
+    offset_ = next_offset_;
+    next_offset_ = kUnknown;
+    in_next_ = false;
+    ++stats_.passes_continued;
+  } else {
+    Reset();
+  }
+  continued_ = keep;
   step_rows_ = std::move(rows);
+  next_rows_ = std::move(next);
   skip_ = std::move(skip);
   active_ = true;
 }
 
-void SpillBacking::EndPass() {
+void SpillBacking::Reset() {
   for (Pack& p : packs_) {
     if (p.chunk != nullptr) free_chunks_.push_back(p.chunk);
   }
   for (const IoRequest& r : writes_) free_chunks_.push_back(r.buffer);
   writes_.clear();
   packs_.clear();
-  active_ = started_ = source_done_ = false;
-  next_ = listed_ = ring_cursor_ = 0;
-  step_rows_ = nullptr;
-  skip_ = nullptr;
+  active_ = started_ = source_done_ = in_next_ = false;
+  offset_ = next_ = listed_ = ring_cursor_ = 0;
+  next_offset_ = kUnknown;
 }
 
 SpillBacking::Pack* SpillBacking::Find(uint64_t step) {
@@ -111,6 +124,7 @@ SpillBacking::Pack* SpillBacking::Find(uint64_t step) {
 Status SpillBacking::EnsureStarted(IoSession& io) {
   if (started_) return Status::Ok();
   started_ = true;
+  ++stats_.full_sweeps;
   const uint64_t k = options_.horizon_steps;
   SLUICE_RETURN_IF_ERROR(List(k - 1));
   for (uint64_t r = 0; r < k; ++r) SLUICE_RETURN_IF_ERROR(RegionPass(io, r, 0, r));
@@ -121,10 +135,20 @@ Status SpillBacking::List(uint64_t up_to) {
   const auto start = SteadyClock::now();
   while (!source_done_ && listed_ <= up_to) {
     list_scratch_.clear();
-    SLUICE_ASSIGN_OR_RETURN(bool more, step_rows_(listed_, list_scratch_));
-    if (!more) {
-      source_done_ = true;
-      break;
+    if (!in_next_) {
+      SLUICE_ASSIGN_OR_RETURN(bool more, step_rows_(listed_ - offset_, list_scratch_));
+      if (!more) {  // the pass ends here; the next pass's steps follow
+        next_offset_ = listed_;
+        in_next_ = next_rows_ != nullptr;
+        source_done_ = !in_next_;
+        continue;
+      }
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(bool more, next_rows_(listed_ - next_offset_, list_scratch_));
+      if (!more) {
+        source_done_ = true;
+        break;
+      }
     }
     Pack& p = packs_.emplace_back();
     p.step = listed_++;
@@ -255,9 +279,10 @@ Status SpillBacking::Complete(IoSession& io, uint64_t step) {
   return WriteChunks(io);
 }
 
-Status SpillBacking::Advance(IoSession& io, uint64_t t) {
+Status SpillBacking::Advance(IoSession& io, uint64_t local) {
   if (!active_) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(EnsureStarted(io));
+  const uint64_t t = offset_ + local;
   next_ = t + 1;
   while (!packs_.empty() && packs_.front().step < next_) packs_.pop_front();
   const uint64_t k = options_.horizon_steps;

@@ -20,6 +20,13 @@
 // passes will not reach from one sweep of the file when the pass starts. Packs live in a ring
 // of chunks in the spill file; a step whose pack finds no room gets none.
 //
+// Across passes: a pass may name the pass that follows it (`next`, e.g. the next epoch's
+// steps). Its listing then goes on into the next pass's steps, numbered after its own, and its
+// last K sweeps fill their packs as they fill any other step's; a StartPass that `continues`
+// keeps those packs and needs no sweep of the whole file at its start. Steps are numbered from
+// the first pass of such a chain (regions and pack rotations follow that number), so the
+// continued pass's step t is the chain's step offset + t.
+//
 // Exact: the source is never written, so a pack holds the file's bytes; a row a step's loads
 // ask for that its pack lacks (skipped, or no pack) is read from the source. Loads must come a
 // step at a time (io groups of one step): a load is served from the pack of the step after the
@@ -61,6 +68,8 @@ struct SpillStats {
   uint64_t rows_served = 0;    // loads served from packs
   uint64_t rows_direct = 0;    // loads read from the source (not in their step's pack)
   uint64_t packs_dropped = 0;  // steps that found no room in the ring
+  uint64_t full_sweeps = 0;    // passes that started with a sweep of the whole file
+  uint64_t passes_continued = 0;  // passes whose first packs the pass before filled
   double list_s = 0, sweep_s = 0, serve_s = 0;
 };
 
@@ -82,9 +91,14 @@ class SpillBacking : public RowBacking {
   SpillBacking& operator=(const SpillBacking&) = delete;
 
   // A pass's steps, numbered from 0 (before its prefetcher starts); EndPass after it joined.
-  // Outside a pass every read goes to the source.
-  void StartPass(StepRows rows, Skip skip);
-  void EndPass();
+  // Outside a pass every read goes to the source. `next` lists the steps of the pass that will
+  // follow this one (nullptr: none or not known). `continues`: this pass is the one the previous
+  // pass named as its next; its packs are kept when that pass's loads reached its last step and
+  // its listing did not run past this pass's end, else the pass starts afresh.
+  void StartPass(StepRows rows, Skip skip, StepRows next = nullptr, bool continues = false);
+  void EndPass() { active_ = false; }
+  // Whether the current pass kept the packs the pass before it filled.
+  bool continued() const { return continued_; }
 
   Status Read(IoSession& io, std::span<const RowKey> keys, std::byte* out) override {
     return source_->Read(io, keys, out);
@@ -119,6 +133,7 @@ class SpillBacking : public RowBacking {
 
   SpillBacking(RowBacking* source, const RowFile* file, File spill, const SpillOptions& options);
   uint64_t RegionBegin(uint64_t region) const;
+  void Reset();
   Status EnsureStarted(IoSession& io);
   Status List(uint64_t up_to);
   void Place(Pack& p);
@@ -139,9 +154,14 @@ class SpillBacking : public RowBacking {
   uint32_t chunk_rows_;
   uint64_t rows_per_region_;
 
-  StepRows step_rows_;
+  static constexpr uint64_t kUnknown = ~uint64_t{0};
+  StepRows step_rows_, next_rows_;
   Skip skip_;
-  bool active_ = false, started_ = false, source_done_ = false;
+  bool active_ = false, started_ = false, source_done_ = false, continued_ = false;
+  bool in_next_ = false;  // the listing is in the next pass's steps
+  // Steps below are numbered in the chain of passes: the pass's step t is offset_ + t.
+  uint64_t offset_ = 0;
+  uint64_t next_offset_ = kUnknown;  // the next pass's first step, once the listing reached it
   uint64_t next_ = 0;    // the step whose loads come next
   uint64_t listed_ = 0;  // steps listed so far
   std::deque<Pack> packs_;  // steps next_ .. listed_ - 1

@@ -126,12 +126,17 @@ def test_static_planner_makes_room_for_larger_evaluation_steps(sluice_bin, gen, 
 
 def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
     """With storage.spill_steps the loads of training come from the steps' packs (the pinned rows
-    never spilled), and the spill file is gone once the run ends; more than io groups of one step
-    allow is refused in one line."""
-    cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, PLANNERS["static_spill"], epochs=2)
+    never spilled), and the spill file is gone once the run ends; each epoch after the first
+    starts with the packs the epoch before filled for it (one sweep of the whole file in the run,
+    validation between the epochs), the same model as in memory bit for bit; more than io groups
+    of one step allow is refused in one line."""
+    cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, PLANNERS["static_spill"], epochs=3)
     out = train(sluice_bin, cfg)
+    train(sluice_bin, write_config(tmp_path / "mem.yaml", gen, tmp_path / "mem", SAGE, MEM, epochs=3))
+    assert dense(tmp_path / "s") == dense(tmp_path / "mem")
     spill = json.loads((tmp_path / "s/summary.json").read_text())["spill"]
     assert spill["horizon_steps"] == 4 and spill["packs_dropped"] == 0, spill
+    assert spill["full_sweeps"] == 1 and spill["passes_continued"] == 2, spill
     # Only the pinned rows' first loads read the dataset.
     summary = json.loads((tmp_path / "s/summary.json").read_text())
     assert spill["rows_served"] > 20000 and spill["rows_direct"] < summary["cache"]["capacity_rows"], spill

@@ -1,7 +1,9 @@
 // SpillBacking against the file it sweeps: every row a step's loads ask for must come back with
 // the file's bytes, from the step's pack when it holds the row and from the source otherwise;
 // with a ring large enough no pack is dropped and only skipped rows go to the source; with a
-// ring too small the loads are still exact.
+// ring too small the loads are still exact; a pass that continues a chain keeps the packs the
+// pass before filled for it, and one that cannot (the pass before stopped early, or listed past
+// its end) starts afresh, exact either way.
 
 #include "prefetch/spill_backing.h"
 
@@ -49,21 +51,24 @@ class SpillBackingTest : public ::testing::TestWithParam<Param> {
     }
   }
 
-  SpillBacking::StepRows StepRows() {
-    return [this](uint64_t s, std::vector<uint64_t>& out) -> Result<bool> {
-      if (s >= steps_.size()) return false;
-      out.insert(out.end(), steps_[s].begin(), steps_[s].end());
+  // A pass of steps_[first, first + count).
+  SpillBacking::StepRows StepRows(uint64_t first = 0, uint64_t count = ~uint64_t{0}) {
+    return [this, first, count](uint64_t s, std::vector<uint64_t>& out) -> Result<bool> {
+      if (s >= count || first + s >= steps_.size()) return false;
+      out.insert(out.end(), steps_[first + s].begin(), steps_[first + s].end());
       return true;
     };
   }
 
-  // Loads each step's distinct rows (in a shuffled order) through the backing and checks them.
-  void RunPass(SpillBacking& b, uint64_t steps) {
+  // Loads each step's distinct rows (in a shuffled order) through the backing and checks them:
+  // `steps` of the pass of steps_[first, first + count), naming `next` as the pass after it.
+  void RunPass(SpillBacking& b, uint64_t steps, uint64_t first = 0, uint64_t count = ~uint64_t{0},
+               SpillBacking::StepRows next = nullptr, bool continues = false) {
     const uint32_t rb = GetParam().row_bytes;
-    b.StartPass(StepRows(), [](uint64_t row) { return row < kHot; });
+    b.StartPass(StepRows(first, count), [](uint64_t row) { return row < kHot; }, next, continues);
     std::mt19937_64 rng(9);
     for (uint64_t t = 0; t < steps; ++t) {
-      std::vector<uint64_t> ids = steps_[t];
+      std::vector<uint64_t> ids = steps_[first + t];
       std::sort(ids.begin(), ids.end());
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
       std::shuffle(ids.begin(), ids.end(), rng);
@@ -126,6 +131,55 @@ TEST_P(SpillBackingTest, PassesRepeatAndStopEarly) {
   RunPass(**b, 7);  // stops long before the listed steps
   RunPass(**b, steps_.size());
   RunPass(**b, 2);  // shorter than the horizon
+  EXPECT_EQ((*b)->stats().packs_dropped, 0u);
+  EXPECT_EQ((*b)->stats().rows_direct, hot_loads_);
+}
+
+TEST_P(SpillBackingTest, AChainedPassKeepsThePacksThePassBeforeFilled) {
+  for (uint32_t k : {1u, 3u, 8u}) {
+    SpillOptions o;
+    o.horizon_steps = k;
+    o.chunk_bytes = 4096;
+    o.sweep_rows = 97;
+    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+    auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    loads_ = hot_loads_ = 0;
+    // Three passes of 15, 13 and 12 steps, each naming the next.
+    RunPass(**b, 15, 0, 15, StepRows(15, 13));
+    EXPECT_FALSE((*b)->continued());
+    RunPass(**b, 13, 15, 13, StepRows(28, 12), /*continues=*/true);
+    EXPECT_TRUE((*b)->continued()) << "K " << k;
+    RunPass(**b, 12, 28, 12, nullptr, /*continues=*/true);
+    EXPECT_TRUE((*b)->continued()) << "K " << k;
+    const SpillStats& st = (*b)->stats();
+    EXPECT_EQ(st.full_sweeps, 1u) << "K " << k;
+    EXPECT_EQ(st.passes_continued, 2u) << "K " << k;
+    EXPECT_EQ(st.packs_dropped, 0u) << "K " << k;
+    EXPECT_EQ(st.rows_direct, hot_loads_) << "K " << k;  // every other load from its pack
+    EXPECT_EQ(st.rows_served, loads_ - hot_loads_) << "K " << k;
+    EXPECT_EQ(st.passes, k + steps_.size());  // as one pass of 40 steps
+  }
+}
+
+TEST_P(SpillBackingTest, APassThatCannotContinueStartsAfreshAndStaysExact) {
+  SpillOptions o;
+  o.horizon_steps = 6;
+  o.chunk_bytes = 4096;
+  o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  RunPass(**b, 10, 0, 15, StepRows(15, 13));  // stopped before its last step
+  RunPass(**b, 13, 15, 13, nullptr, /*continues=*/true);
+  EXPECT_FALSE((*b)->continued());
+  RunPass(**b, 13, 15, 13, nullptr, /*continues=*/true);  // the pass before named no next
+  EXPECT_FALSE((*b)->continued());
+  RunPass(**b, 20, 0, 20, StepRows(20, 3));  // the next pass is shorter than the horizon
+  RunPass(**b, 3, 20, 3, StepRows(23, 17), /*continues=*/true);
+  EXPECT_FALSE((*b)->continued());
+  RunPass(**b, 17, 23, 17, nullptr, /*continues=*/true);
+  EXPECT_TRUE((*b)->continued());
+  EXPECT_EQ((*b)->stats().full_sweeps, 5u);
   EXPECT_EQ((*b)->stats().packs_dropped, 0u);
   EXPECT_EQ((*b)->stats().rows_direct, hot_loads_);
 }

@@ -421,7 +421,9 @@ Result<RowPlanInput> NcTask::PlanInput() {
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
   in.runtime_bytes = kRuntimeBytes + GraphBytes();
-  if (Spilling()) in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_);
+  if (Spilling()) {  // and the next epoch's order of the training nodes
+    in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_) + Split("train").size() * 8;
+  }
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
   if (acc_ != nullptr) {
@@ -666,18 +668,23 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   RowBacking* backing = source.backing;
   if (pass.spill && spill_ != nullptr) {
-    // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again.
-    auto rows = [pass](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
-      const std::span<const int64_t> seeds = pass.UnitSeeds(t);
-      if (seeds.empty()) return false;
-      std::lock_guard<std::mutex> lock(*pass.sample_mutex);
-      const SampledSubgraph sub = pass.sampler->Sample(seeds, pass.UnitKey(t), *pass.options);
-      for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
-      return true;
+    // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again;
+    // past the pass's end, the next pass's.
+    auto rows_of = [](const Pass& p) {
+      return [p](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
+        const std::span<const int64_t> seeds = p.UnitSeeds(t);
+        if (seeds.empty()) return false;
+        std::lock_guard<std::mutex> lock(*p.sample_mutex);
+        const SampledSubgraph sub = p.sampler->Sample(seeds, p.UnitKey(t), *p.options);
+        for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
+        return true;
+      };
     };
     SpillBacking::Skip skip = nullptr;
     if (pinned_rows_ > 0) skip = [this](uint64_t row) { return (pinned_[row / 64] >> (row % 64) & 1) != 0; };
-    spill_->StartPass(rows, skip);
+    SpillBacking::StepRows next = nullptr;
+    if (pass.spill_next != nullptr) next = rows_of(*pass.spill_next);
+    spill_->StartPass(rows_of(pass), skip, next, pass.spill_continues);
     backing = spill_.get();
   }
   auto fill = [pass](uint64_t t, Batch& b) -> Result<bool> {
@@ -844,9 +851,25 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   pass.writes = embeddings_;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
+  Pass next_pass = pass;
   if (spill_ != nullptr && device_rows_ == nullptr) {
     pass.spill = true;
     pass.sample_mutex = &sample_mutex_;
+    // The next epoch's first steps are listed and swept during this epoch's last ones, so its
+    // packs are ready when it starts (no sweep of the whole file at its start).
+    pass.spill_continues = first == 0 && spill_next_epoch_ == epoch;
+    spill_next_epoch_ = ~uint64_t{0};
+    if (epoch + 1 < static_cast<uint64_t>(cfg_.train.epochs)) {
+      const std::vector<int64_t> next_order = EpochPermutation(train.size(), cfg_.train.seed, epoch + 1);
+      next_epoch_nodes_.resize(train.size());
+      for (size_t i = 0; i < next_order.size(); ++i) next_epoch_nodes_[i] = train[static_cast<size_t>(next_order[i])];
+      next_pass = pass;
+      next_pass.nodes = &next_epoch_nodes_;
+      next_pass.epoch = epoch + 1, next_pass.first_step = 0;
+      next_pass.spill_next = nullptr;
+      pass.spill_next = &next_pass;
+      spill_next_epoch_ = epoch + 1;
+    }
   }
   if (sample_on_device_) {
     auto* cuda = cuda_sampler_.get();

@@ -108,6 +108,10 @@ class NcTask : public Task {
     std::function<Result<SampledSubgraph>(std::span<const int64_t>, const SampleKey&)> sample_on_device = nullptr;
     bool writes = false;    // training learnable embeddings: rows become dirty
     bool spill = false;     // training through the spill backing (storage.spill_steps)
+    // Spilling: the pass that follows this one (the next epoch's, listed during this pass's last
+    // steps) and whether this pass is the one the pass before named so.
+    const Pass* spill_next = nullptr;
+    bool spill_continues = false;
     std::mutex* sample_mutex = nullptr;  // set when another thread samples too (the spill's listing)
     // Training in virtual shards (train.virtual_shards): the pipeline's units are this rank's
     // shards of each step that hold seeds, (step, shard) in order from first_step; else a unit
@@ -305,6 +309,10 @@ class NcTask : public Task {
   KHopOptions train_options_, eval_options_;
   const KHopOptions one_hop_options_{{-1}, false};
   std::vector<int64_t> epoch_nodes_;  // the epoch's training nodes in order
+  // Spilling: the next epoch's training nodes in order (the spill lists its first steps ahead)
+  // and that epoch's number (~0: none named).
+  std::vector<int64_t> next_epoch_nodes_;
+  uint64_t spill_next_epoch_ = ~uint64_t{0};
   // Model.
   std::shared_ptr<Model> net_;  // the model the seam runs: gnn_, or the user's
   GnnModel gnn_{nullptr};       // the built-in GNN (null with a user's model)
