@@ -37,6 +37,10 @@ Result<std::unique_ptr<SpillBacking>> SpillBacking::Create(RowBacking* source, c
     return IoError("the feature spill file " + spill_path + " needs " + std::to_string(bytes >> 20) +
                    " MiB: " + s.message() + " (lower storage.spill_steps or free space there)");
   }
+  // Its space is held by the open file from here on: no name to leave behind when the process
+  // is killed.
+  std::error_code ec;
+  std::filesystem::remove(spill_path, ec);
   SpillOptions o = options;
   o.file_bytes = bytes;
   return std::unique_ptr<SpillBacking>(new SpillBacking(source, file, std::move(spill), o));
@@ -57,12 +61,7 @@ SpillBacking::SpillBacking(RowBacking* source, const RowFile* file, File spill, 
   sweep_buffer_ = AlignedBuffer(uint64_t{options_.sweep_rows} * row_bytes_, kDirectAlignBytes);
 }
 
-SpillBacking::~SpillBacking() {
-  const std::string path = spill_.path();
-  spill_ = File();
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
-}
+SpillBacking::~SpillBacking() = default;
 
 uint64_t SpillBacking::MemoryBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
   const uint64_t pool = (uint64_t{o.horizon_steps} + 2 + o.write_batch) * o.chunk_bytes;

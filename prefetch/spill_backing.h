@@ -82,7 +82,8 @@ class SpillBacking : public RowBacking {
 
   // `source` serves what the packs do not; `file` is its row file (fewer than 2^32 rows),
   // which the sweeps read. Creates `spill_path` with options.file_bytes reserved (a full disk
-  // is named here, not halfway through a pass); the destructor removes it.
+  // is named here, not halfway through a pass) and removes its name at once: the open file
+  // holds the space until the backing is destroyed or the process ends, however it ends.
   static Result<std::unique_ptr<SpillBacking>> Create(RowBacking* source, const RowFile* file,
                                                       const std::string& spill_path,
                                                       const SpillOptions& options);

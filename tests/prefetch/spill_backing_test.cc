@@ -115,9 +115,8 @@ TEST_P(SpillBackingTest, LoadsComeFromPacksAndEqualTheFile) {
     EXPECT_EQ(st.rows_served, loads_ - hot_loads_) << "K " << k;
     EXPECT_GT(st.bytes_written, 0u);
     EXPECT_EQ(st.passes, k + steps_.size());  // the first sweep's K regions, one a step
-    EXPECT_TRUE(std::filesystem::exists(dir_.File("spill")));
-    b->reset();
-    EXPECT_FALSE(std::filesystem::exists(dir_.File("spill")));  // removed with the backing
+    // Nameless while it lives: a killed process leaves no spill file behind.
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("spill")));
   }
 }
 
