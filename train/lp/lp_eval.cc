@@ -74,31 +74,55 @@ LpRanker::LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_
     : dataset_(dataset), cfg_(config),
       base_relations_(num_relations / (config.model.reciprocal ? 2 : 1)) {}
 
+void LpRanker::AnswerIndex::Build(std::vector<std::pair<uint64_t, int64_t>>& pairs) {
+  std::sort(pairs.begin(), pairs.end());
+  keys.clear(), offsets.clear(), answers.clear();
+  answers.reserve(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i == 0 || pairs[i].first != pairs[i - 1].first) {
+      keys.push_back(pairs[i].first);
+      offsets.push_back(answers.size());
+    }
+    answers.push_back(pairs[i].second);
+  }
+  offsets.push_back(answers.size());
+  keys.shrink_to_fit(), offsets.shrink_to_fit();
+}
+
+std::span<const int64_t> LpRanker::AnswerIndex::Of(uint64_t key) const {
+  const auto it = std::lower_bound(keys.begin(), keys.end(), key);
+  if (it == keys.end() || *it != key) return {};
+  const auto i = static_cast<size_t>(it - keys.begin());
+  return {answers.data() + offsets[i], offsets[i + 1] - offsets[i]};
+}
+
 // Known true edges: tails of (h, r) and heads of (r, t) over every split.
 Status LpRanker::BuildFilter() {
   if (filter_built_) return Status::Ok();
+  std::vector<std::pair<uint64_t, int64_t>> tails, heads;
   for (const char* split_name : {"train", "valid", "test"}) {
     if (!dataset_.Has(std::string("edges.") + split_name + ".src")) continue;
     std::vector<int64_t> a, r, b;
     SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split_name, a, r, b));
     for (size_t i = 0; i < a.size(); ++i) {
       const auto rel = static_cast<uint64_t>(r[i]);
-      tails_of_[static_cast<uint64_t>(a[i]) * base_relations_ + rel].push_back(b[i]);
-      heads_of_[static_cast<uint64_t>(b[i]) * base_relations_ + rel].push_back(a[i]);
+      tails.emplace_back(static_cast<uint64_t>(a[i]) * base_relations_ + rel, b[i]);
+      heads.emplace_back(static_cast<uint64_t>(b[i]) * base_relations_ + rel, a[i]);
     }
   }
+  tails_of_.Build(tails);
+  std::vector<std::pair<uint64_t, int64_t>>().swap(tails);
+  heads_of_.Build(heads);
   filter_built_ = true;
   return Status::Ok();
 }
 
 LpRanker::Known LpRanker::KnownOf(bool tails, const std::vector<int64_t>& a,
                                   const std::vector<int64_t>& rel, uint64_t lo, int64_t b) const {
-  const auto& map = tails ? tails_of_ : heads_of_;
-  Known known(static_cast<size_t>(b), nullptr);
+  const AnswerIndex& index = tails ? tails_of_ : heads_of_;
+  Known known(static_cast<size_t>(b));
   for (int64_t i = 0; i < b; ++i) {
-    auto it = map.find(static_cast<uint64_t>(a[lo + i]) * base_relations_ +
-                       static_cast<uint64_t>(rel[lo + i]));
-    known[i] = it == map.end() ? nullptr : &it->second;
+    known[i] = index.Of(static_cast<uint64_t>(a[lo + i]) * base_relations_ + static_cast<uint64_t>(rel[lo + i]));
   }
   return known;
 }
@@ -189,8 +213,8 @@ std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::T
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, b, 4), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t i = r.begin(); i < r.end(); ++i) {
       float* row = s + i * c;
-      if (m.filtered && known[i] != nullptr) {
-        for (const int64_t x : *known[i]) row[x] = -std::numeric_limits<float>::infinity();
+      if (m.filtered) {
+        for (const int64_t x : known[i]) row[x] = -std::numeric_limits<float>::infinity();
       }
       const float ti = t[i];
       int64_t greater = 0, equal = 0;
@@ -241,7 +265,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
     torch::Tensor ts = torch::from_blob(dst.data() + lo, {b}, torch::kInt64);
     torch::Tensor rs = torch::from_blob(rel.data() + lo, {b}, torch::kInt64);
     torch::Tensor h = nodes.index_select(0, hs), t = nodes.index_select(0, ts);
-    const Known none(static_cast<size_t>(b), nullptr);
+    const Known none(static_cast<size_t>(b));
     // Tails of (h, r, ?).
     SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
     tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m,

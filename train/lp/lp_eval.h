@@ -10,7 +10,8 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -92,7 +93,18 @@ class LpRanker {
     void Add(const Sums& o);
     LpSideMetrics Metrics() const;
   };
-  using Known = std::vector<const std::vector<int64_t>*>;
+  // A query's known true answers (empty: none).
+  using Known = std::vector<std::span<const int64_t>>;
+  // The known answers of one side, keyed node * R + r, in flat arrays: sorted distinct keys,
+  // and key i's answers at answers[offsets[i], offsets[i + 1]) (24 bytes an edge at most; a
+  // hash map of vectors took about 90).
+  struct AnswerIndex {
+    std::vector<uint64_t> keys, offsets;
+    std::vector<int64_t> answers;
+    void Build(std::vector<std::pair<uint64_t, int64_t>>& pairs);  // sorts `pairs`
+    std::span<const int64_t> Of(uint64_t key) const;
+    uint64_t Bytes() const { return (keys.size() + offsets.size() + answers.size()) * 8; }
+  };
   Status BuildFilter();
   // The rank of each of b queries' true_score [b] among its row of scores [b, c], ties at
   // their mean rank; when filtered, the known true answers' columns are set to -inf first (in
@@ -111,7 +123,7 @@ class LpRanker {
   LpConfig cfg_;
   uint64_t base_relations_ = 0;
   // True tails of (h, r) and heads of (t, r), keyed node * R + r; built once.
-  std::unordered_map<uint64_t, std::vector<int64_t>> tails_of_, heads_of_;
+  AnswerIndex tails_of_, heads_of_;
   bool filter_built_ = false;
 };
 
