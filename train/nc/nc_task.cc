@@ -841,6 +841,27 @@ void NcTask::SetLearningRateScale(double scale) {
   if (device_rows_ != nullptr) device_rows_->set_lr(static_cast<float>(cfg_.train.embedding_lr * scale));
 }
 
+// Training through the spill: the next epoch's first steps are listed and swept during this
+// epoch's last ones (`next`, its order of the training nodes drawn now), so its packs are ready
+// when it starts, with no sweep of the whole file.
+void NcTask::SpillPasses(Pass& pass, Pass& next) {
+  const std::vector<int64_t>& train = Split("train");
+  pass.spill = true;
+  pass.sample_mutex = &sample_mutex_;
+  pass.spill_continues = pass.first_step == 0 && spill_next_epoch_ == pass.epoch;
+  spill_next_epoch_ = ~uint64_t{0};
+  if (pass.epoch + 1 >= static_cast<uint64_t>(cfg_.train.epochs)) return;
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, pass.epoch + 1);
+  next_epoch_nodes_.resize(train.size());
+  for (size_t i = 0; i < order.size(); ++i) next_epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
+  next = pass;
+  next.nodes = &next_epoch_nodes_;
+  next.epoch = pass.epoch + 1, next.first_step = 0;
+  next.spill_next = nullptr;
+  pass.spill_next = &next;
+  spill_next_epoch_ = pass.epoch + 1;
+}
+
 Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {
   const std::vector<int64_t>& train = Split("train");
   const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, epoch);
@@ -852,25 +873,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
   Pass next_pass = pass;
-  if (spill_ != nullptr && device_rows_ == nullptr) {
-    pass.spill = true;
-    pass.sample_mutex = &sample_mutex_;
-    // The next epoch's first steps are listed and swept during this epoch's last ones, so its
-    // packs are ready when it starts (no sweep of the whole file at its start).
-    pass.spill_continues = first == 0 && spill_next_epoch_ == epoch;
-    spill_next_epoch_ = ~uint64_t{0};
-    if (epoch + 1 < static_cast<uint64_t>(cfg_.train.epochs)) {
-      const std::vector<int64_t> next_order = EpochPermutation(train.size(), cfg_.train.seed, epoch + 1);
-      next_epoch_nodes_.resize(train.size());
-      for (size_t i = 0; i < next_order.size(); ++i) next_epoch_nodes_[i] = train[static_cast<size_t>(next_order[i])];
-      next_pass = pass;
-      next_pass.nodes = &next_epoch_nodes_;
-      next_pass.epoch = epoch + 1, next_pass.first_step = 0;
-      next_pass.spill_next = nullptr;
-      pass.spill_next = &next_pass;
-      spill_next_epoch_ = epoch + 1;
-    }
-  }
+  if (spill_ != nullptr && device_rows_ == nullptr) SpillPasses(pass, next_pass);
   if (sample_on_device_) {
     auto* cuda = cuda_sampler_.get();
     pass.sample_on_device = [cuda](std::span<const int64_t> seeds, const SampleKey& key) {

@@ -192,6 +192,7 @@ class NcTask : public Task {
   Status SyncRows();
   Result<RowPlanInput> PlanInput();
   std::string DescribePlan() const;
+  void SpillPasses(Pass& pass, Pass& next);
   std::unique_ptr<Pipeline> MakePipeline(const Pass& pass, const RowSource& source);
   Status FinishPass(Pipeline& p);
   Status GatherRows(const RowBatch& rows, const RowSource& source, torch::Tensor& out) const;
