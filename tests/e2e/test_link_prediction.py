@@ -346,6 +346,29 @@ def test_a_plan_without_a_spare_slot_says_so(sluice_bin, graph, tmp_path):
     assert out.returncode == 0 and "few partitions resident" not in out.stdout, out.stdout
 
 
+def test_the_memory_plan_counts_evaluation(sluice_bin, graph, tmp_path):
+    # Out of core the plan reserves evaluation's filter (32 bytes an edge of every split) and its
+    # working memory when the run evaluates, nothing when it does not; a budget too small says
+    # what evaluation adds and how to do without it.
+    edges = sum(json.loads((graph / "manifest.json").read_text())["counts"]["edges"].values())
+    for every in (0, 1):
+        cfg = write_config(tmp_path / f"e{every}.yaml", graph, tmp_path / f"e{every}", mode="out_of_core",
+                           budget="1GiB")
+        out = run(sluice_bin, "train", str(cfg), "--set", f"eval.every={every}")
+        assert out.returncode == 0, out.stderr
+        memory = json.loads((tmp_path / f"e{every}" / "summary.json").read_text())["memory"]
+        assert memory["eval_kept_bytes"] == (32 * edges if every else 0)
+        # every node's row and a block of 256 queries' scores against every node
+        assert memory["eval_transient_bytes"] >= (3000 * 16 * 4 + 256 * 3000 * 4 if every else 0)
+    for every in (0, 1):
+        cfg = write_config(tmp_path / f"t{every}.yaml", graph, tmp_path / f"t{every}", mode="out_of_core",
+                           budget="64MiB")
+        out = run(sluice_bin, "train", str(cfg), "--set", f"eval.every={every}")
+        assert out.returncode != 0 and "raise the memory budget" in out.stderr, out.stderr
+        assert ("evaluation adds" in out.stderr and "eval.every: 0 trains without it" in out.stderr) == bool(every)
+        assert not (tmp_path / f"t{every}" / "tables" / "nodes.bin").exists()
+
+
 def edges_of(dataset: pathlib.Path, split: str) -> np.ndarray:
     """A split's (src, rel, dst) in the dataset's own node ids, [m, 3]."""
     files = __import__("json").loads((dataset / "manifest.json").read_text())["files"]

@@ -74,45 +74,32 @@ LpRanker::LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_
     : dataset_(dataset), cfg_(config),
       base_relations_(num_relations / (config.model.reciprocal ? 2 : 1)) {}
 
-void LpRanker::AnswerIndex::Build(std::vector<std::pair<uint64_t, int64_t>>& pairs) {
-  std::sort(pairs.begin(), pairs.end());
-  keys.clear(), offsets.clear(), answers.clear();
-  answers.reserve(pairs.size());
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (i == 0 || pairs[i].first != pairs[i - 1].first) {
-      keys.push_back(pairs[i].first);
-      offsets.push_back(answers.size());
-    }
-    answers.push_back(pairs[i].second);
-  }
-  offsets.push_back(answers.size());
-  keys.shrink_to_fit(), offsets.shrink_to_fit();
-}
-
-std::span<const int64_t> LpRanker::AnswerIndex::Of(uint64_t key) const {
-  const auto it = std::lower_bound(keys.begin(), keys.end(), key);
-  if (it == keys.end() || *it != key) return {};
-  const auto i = static_cast<size_t>(it - keys.begin());
-  return {answers.data() + offsets[i], offsets[i + 1] - offsets[i]};
+std::span<const LpRanker::Answer> LpRanker::AnswerIndex::Of(uint64_t key) const {
+  const auto lo = std::lower_bound(pairs.begin(), pairs.end(), key,
+                                   [](const Answer& x, uint64_t k) { return x.first < k; });
+  auto hi = lo;
+  while (hi != pairs.end() && hi->first == key) ++hi;
+  return {pairs.data() + (lo - pairs.begin()), static_cast<size_t>(hi - lo)};
 }
 
 // Known true edges: tails of (h, r) and heads of (r, t) over every split.
 Status LpRanker::BuildFilter() {
   if (filter_built_) return Status::Ok();
-  std::vector<std::pair<uint64_t, int64_t>> tails, heads;
+  uint64_t total = 0;
+  for (const auto& [split_name, count] : dataset_.manifest().edges) total += count;
+  tails_of_.pairs.reserve(total), heads_of_.pairs.reserve(total);  // no growth, no copies
   for (const char* split_name : {"train", "valid", "test"}) {
     if (!dataset_.Has(std::string("edges.") + split_name + ".src")) continue;
     std::vector<int64_t> a, r, b;
     SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split_name, a, r, b));
     for (size_t i = 0; i < a.size(); ++i) {
       const auto rel = static_cast<uint64_t>(r[i]);
-      tails.emplace_back(static_cast<uint64_t>(a[i]) * base_relations_ + rel, b[i]);
-      heads.emplace_back(static_cast<uint64_t>(b[i]) * base_relations_ + rel, a[i]);
+      tails_of_.pairs.emplace_back(static_cast<uint64_t>(a[i]) * base_relations_ + rel, b[i]);
+      heads_of_.pairs.emplace_back(static_cast<uint64_t>(b[i]) * base_relations_ + rel, a[i]);
     }
   }
-  tails_of_.Build(tails);
-  std::vector<std::pair<uint64_t, int64_t>>().swap(tails);
-  heads_of_.Build(heads);
+  std::sort(tails_of_.pairs.begin(), tails_of_.pairs.end());
+  std::sort(heads_of_.pairs.begin(), heads_of_.pairs.end());
   filter_built_ = true;
   return Status::Ok();
 }
@@ -151,7 +138,11 @@ Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& r
   // docs/link_prediction.md's evaluation section.)
   const int64_t b = q.size(0);
   constexpr int64_t kRows = 64;
-  scores = torch::empty({b, candidates.size(0)}, q.options());
+  const int64_t c = candidates.size(0);
+  if (!scores.defined() || scores.dim() != 2 || scores.size(0) != b || scores.size(1) != c ||
+      scores.scalar_type() != q.scalar_type() || !scores.is_contiguous()) {
+    scores = torch::empty({b, c}, q.options());
+  }
   const bool bilinear = decoder_.kind() != Decoder::kTransE;
   const torch::Tensor cand_t = candidates.t();
   tbb::parallel_for(int64_t{0}, (b + kRows - 1) / kRows, [&](int64_t block) {
@@ -214,7 +205,7 @@ std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::T
     for (int64_t i = r.begin(); i < r.end(); ++i) {
       float* row = s + i * c;
       if (m.filtered) {
-        for (const int64_t x : known[i]) row[x] = -std::numeric_limits<float>::infinity();
+        for (const Answer& x : known[i]) row[x.second] = -std::numeric_limits<float>::infinity();
       }
       const float ti = t[i];
       int64_t greater = 0, equal = 0;
@@ -236,42 +227,80 @@ std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::T
   return ranks;
 }
 
-Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
-                                 const torch::Tensor& nodes) {
+std::vector<int64_t> LpRanker::SampledCandidates(uint64_t num_nodes) const {
+  const Key k = Key(cfg_.train.seed).With(0xE7A1);
+  std::vector<int64_t> ids(static_cast<size_t>(cfg_.eval.sampled_negatives));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(k.Below(i, num_nodes));
+  return ids;
+}
+
+Result<std::vector<int64_t>> LpRanker::NodesRead(const std::string& split, uint64_t num_nodes) const {
+  std::vector<int64_t> src, rel, dst;
+  SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
+  const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges) : src.size();
+  std::vector<int64_t> ids = SampledCandidates(num_nodes);
+  ids.insert(ids.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n));
+  ids.insert(ids.end(), dst.begin(), dst.begin() + static_cast<std::ptrdiff_t>(n));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, const LpNodes& nodes) {
   torch::NoGradGuard no_grad;
   std::vector<int64_t> src, rel, dst;
   SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
   LpMetrics m;
-  const uint64_t num_nodes = static_cast<uint64_t>(nodes.size(0));
-  m.exact = num_nodes <= cfg_.eval.exact_max_nodes;
+  const uint64_t num_nodes = nodes.num_nodes;
+  m.exact = Exact(num_nodes);
+  if (m.exact && !nodes.ids.empty()) {
+    return InvalidArgument("an exact ranking reads every node's row, not " + std::to_string(nodes.ids.size()) + " of them");
+  }
   m.filtered = cfg_.eval.filtered && m.exact;
   if (m.filtered) SLUICE_RETURN_IF_ERROR(BuildFilter());
   const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges)
                                              : src.size();
   m.edges = n;
-  torch::Tensor candidates = nodes;
+  // Node ids as rows of nodes.rows: themselves, or their place among nodes.ids.
+  std::vector<int64_t> src_rows, dst_rows;
+  const auto rows_of = [&](const std::vector<int64_t>& ids, uint64_t count) -> Result<std::vector<int64_t>> {
+    std::vector<int64_t> out(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count));
+    if (nodes.ids.empty()) return out;
+    for (int64_t& v : out) {
+      const auto it = std::lower_bound(nodes.ids.begin(), nodes.ids.end(), v);
+      if (it == nodes.ids.end() || *it != v) return InvalidArgument("node " + std::to_string(v) + " was not read for the ranking");
+      v = it - nodes.ids.begin();
+    }
+    return out;
+  };
+  SLUICE_ASSIGN_OR_RETURN(src_rows, rows_of(src, n));
+  SLUICE_ASSIGN_OR_RETURN(dst_rows, rows_of(dst, n));
+  torch::Tensor candidates = nodes.rows;
   if (!m.exact) {
-    const Key k = Key(cfg_.train.seed).With(0xE7A1);
-    std::vector<int64_t> ids(static_cast<size_t>(cfg_.eval.sampled_negatives));
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(k.Below(i, num_nodes));
-    candidates = nodes.index_select(0, torch::tensor(ids));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, rows_of(SampledCandidates(num_nodes), cfg_.eval.sampled_negatives));
+    candidates = nodes.rows.index_select(0, torch::tensor(ids));
   }
   Sums tails, heads;
+  // One block of scores for every query block (a fresh one each time left the heap's free
+  // blocks too fragmented to reuse: the resident set grew by two blocks per query block).
+  torch::Tensor block = torch::empty({std::min<int64_t>(kQueries, static_cast<int64_t>(n)), candidates.size(0)});
   torch::Tensor true_score, scores;
   std::vector<uint8_t> own_top;
-  for (uint64_t lo = 0; lo < n; lo += 256) {
-    const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + 256) - lo);
-    torch::Tensor hs = torch::from_blob(src.data() + lo, {b}, torch::kInt64);
-    torch::Tensor ts = torch::from_blob(dst.data() + lo, {b}, torch::kInt64);
+  for (uint64_t lo = 0; lo < n; lo += kQueries) {
+    const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + kQueries) - lo);
+    torch::Tensor hs = torch::from_blob(src_rows.data() + lo, {b}, torch::kInt64);
+    torch::Tensor ts = torch::from_blob(dst_rows.data() + lo, {b}, torch::kInt64);
     torch::Tensor rs = torch::from_blob(rel.data() + lo, {b}, torch::kInt64);
-    torch::Tensor h = nodes.index_select(0, hs), t = nodes.index_select(0, ts);
+    torch::Tensor h = nodes.rows.index_select(0, hs), t = nodes.rows.index_select(0, ts);
     const Known none(static_cast<size_t>(b));
     // Tails of (h, r, ?).
+    scores = block.narrow(0, 0, b);
     SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
     tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m,
                        src.data() + lo, own_top),
               own_top);
     // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
+    scores = block.narrow(0, 0, b);
     if (cfg_.model.reciprocal) {
       SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs + static_cast<int64_t>(base_relations_), false, h,
                                           candidates, true_score, scores));
@@ -290,6 +319,34 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer,
   m.mrr = all.mrr, m.hits1 = all.hits1, m.hits3 = all.hits3, m.hits10 = all.hits10;
   m.own_top = all.own_top;
   return m;
+}
+
+LpEvalBytes EvalBytesFor(const LpConfig& config, const LpEvalShape& shape) {
+  LpEvalBytes e;
+  const bool exact = shape.num_nodes <= config.eval.exact_max_nodes;
+  const bool filtered = exact && config.eval.filtered;
+  const uint64_t ranked = config.eval.max_edges > 0 ? std::min(shape.ranked_edges, config.eval.max_edges)
+                                                    : shape.ranked_edges;
+  const uint64_t row = shape.dim * 4;
+  const uint64_t candidates = exact ? shape.num_nodes : static_cast<uint64_t>(config.eval.sampled_negatives);
+  if (filtered) e.kept = 2 * sizeof(std::pair<uint64_t, int64_t>) * shape.all_edges;  // both sides' answers
+  // The rows read: every node's (twice when encoded: the table and its encoding), or the ranked
+  // edges' ends and the sampled candidates (their ids, their rows, the candidates' copy).
+  uint64_t rows = 0;
+  if (exact || shape.all_rows || shape.encoder) {
+    rows = shape.num_nodes * row * (shape.encoder ? 2 : 1);
+  } else {
+    rows = (2 * ranked + candidates) * (row + 8) + candidates * row;
+  }
+  const uint64_t block = std::min<uint64_t>(LpRanker::kQueries, std::max<uint64_t>(ranked, 1)) * candidates * 4;
+  // TransE's distance: the product, the squared norms' sum, its clamp and root, 64 queries a
+  // thread at a time.
+  const uint64_t transe = shape.transe ? uint64_t(std::max(shape.threads, 1)) * 4 * 64 * candidates * 4 : 0;
+  // The ranked split's edges and their rows; building the filter reads one split at a time.
+  const uint64_t edges = 24 * shape.ranked_edges + (filtered ? 24 * shape.largest_split : 0) + 16 * ranked;
+  const uint64_t queries = 6 * LpRanker::kQueries * row;  // anchors, truths, queries
+  e.transient = rows + block + transe + edges + queries;
+  return e;
 }
 
 }  // namespace sluice

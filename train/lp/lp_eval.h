@@ -41,7 +41,9 @@ struct LpMetrics {
 
 // What a ranking scores with: anchors [b, d] with relations `rel` [b] against their true
 // answers `truth` [b, d] (row-wise: true_score [b]) and against `candidates` [c, d] (scores
-// [b, c]); corrupt_head scores (?, r, anchor), else (anchor, r, ?).
+// [b, c]); corrupt_head scores (?, r, anchor), else (anchor, r, ?). A `scores` that comes in
+// as a contiguous float [b, c] tensor may be written in place (the ranker hands every block
+// the same memory); otherwise it is replaced.
 class LpScorer {
  public:
   virtual ~LpScorer() = default;
@@ -78,12 +80,47 @@ class ModelScorer : public LpScorer {
   Model& model_;
 };
 
+// The node embeddings a ranking reads: every node's (`ids` empty: row v is node v), or only
+// the rows of `ids` (sorted, distinct: row i is node ids[i]), which is all a ranking against
+// sampled nodes reads (LpRanker::NodesRead).
+struct LpNodes {
+  torch::Tensor rows;         // [n or ids.size(), d]
+  std::vector<int64_t> ids;   // empty: every node
+  uint64_t num_nodes = 0;     // of the graph
+};
+
+// What an evaluation holds, for the memory plan: `kept` from the first ranking on (the
+// filter's known answers), `transient` while a ranking runs (the node rows it reads, one
+// block of scores, the split's edges).
+struct LpEvalBytes {
+  uint64_t kept = 0, transient = 0;
+};
+struct LpEvalShape {
+  uint64_t num_nodes = 0, dim = 0;
+  uint64_t all_edges = 0;       // of every split (the filter)
+  uint64_t largest_split = 0;   // edges of the largest split read at once
+  uint64_t ranked_edges = 0;    // of the largest split evaluated (before eval.max_edges)
+  bool all_rows = false;        // every node's row read even when ranked against sampled nodes
+  bool encoder = false;         // every node's rows encoded: twice the table
+  bool transe = false;          // TransE's distances take temporaries per scoring thread
+  int threads = 1;              // scoring threads
+};
+LpEvalBytes EvalBytesFor(const LpConfig& config, const LpEvalShape& shape);
+
 class LpRanker {
  public:
+  // Queries scored at once: a block of scores is this many rows of candidates.
+  static constexpr int64_t kQueries = 256;
+
   // `dataset` must outlive the ranker.
   LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_relations);
-  // Ranks split `split` with node embeddings `nodes` [n, d], scored by `scorer`.
-  Result<LpMetrics> Rank(const std::string& split, LpScorer& scorer, const torch::Tensor& nodes);
+  // Whether a graph of `num_nodes` is ranked against every node (else against sampled ones).
+  bool Exact(uint64_t num_nodes) const { return num_nodes <= cfg_.eval.exact_max_nodes; }
+  // The nodes a ranking of `split` against sampled nodes reads: the heads and tails of the
+  // edges it ranks and the sampled candidates, sorted and distinct.
+  Result<std::vector<int64_t>> NodesRead(const std::string& split, uint64_t num_nodes) const;
+  // Ranks split `split` with node embeddings `nodes`, scored by `scorer`.
+  Result<LpMetrics> Rank(const std::string& split, LpScorer& scorer, const LpNodes& nodes);
 
  private:
   struct Sums {
@@ -93,18 +130,17 @@ class LpRanker {
     void Add(const Sums& o);
     LpSideMetrics Metrics() const;
   };
-  // A query's known true answers (empty: none).
-  using Known = std::vector<std::span<const int64_t>>;
-  // The known answers of one side, keyed node * R + r, in flat arrays: sorted distinct keys,
-  // and key i's answers at answers[offsets[i], offsets[i + 1]) (24 bytes an edge at most; a
-  // hash map of vectors took about 90).
+  // The known answers of one side as (node * R + r, answer) pairs sorted in place: 16 bytes
+  // an edge, nothing more while it is built (a hash map of vectors took about 90).
+  using Answer = std::pair<uint64_t, int64_t>;
   struct AnswerIndex {
-    std::vector<uint64_t> keys, offsets;
-    std::vector<int64_t> answers;
-    void Build(std::vector<std::pair<uint64_t, int64_t>>& pairs);  // sorts `pairs`
-    std::span<const int64_t> Of(uint64_t key) const;
-    uint64_t Bytes() const { return (keys.size() + offsets.size() + answers.size()) * 8; }
+    std::vector<Answer> pairs;
+    std::span<const Answer> Of(uint64_t key) const;
   };
+  // A query's known true answers (empty: none).
+  using Known = std::vector<std::span<const Answer>>;
+  // The candidates sampled for a ranking against sampled nodes.
+  std::vector<int64_t> SampledCandidates(uint64_t num_nodes) const;
   Status BuildFilter();
   // The rank of each of b queries' true_score [b] among its row of scores [b, c], ties at
   // their mean rank; when filtered, the known true answers' columns are set to -inf first (in

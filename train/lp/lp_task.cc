@@ -1,5 +1,6 @@
 #include "train/lp/lp_task.h"
 
+#include <tbb/task_arena.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -112,6 +113,12 @@ class LpTask : public Task {
   LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
+  // The rows of nodes `ids` (sorted): what a ranking against sampled nodes reads.
+  Result<torch::Tensor> NodeEmbeddings(const std::vector<int64_t>& ids);
+  // What evaluation during training holds (nothing when the run never evaluates).
+  LpEvalBytes EvalBytes() const;
+  // A plan's refusal, saying what evaluation takes of the budget when that is what outgrew it.
+  Status WithEvaluationHint(const Status& refused) const;
   // model.encoder: every node encoded over its neighbours in the whole training graph.
   Result<torch::Tensor> EncodeAll(const torch::Tensor& rows);
   Status MakeStepper();
@@ -546,6 +553,11 @@ PartitionPlanInput LpTask::PlanInput() const {
   // On a device the step's tensors live there; the host holds its page-locked staging and the
   // device cache's index.
   in.step_bytes = acc_ != nullptr ? DeviceHostBytes() : stepper_->model().StepBytes();
+  // Evaluation runs between epochs beside the buffer: its filter stays, the rest is the step's
+  // memory at another time.
+  const LpEvalBytes eval = EvalBytes();
+  in.runtime_bytes += eval.kept;
+  in.step_bytes = std::max(in.step_bytes, eval.transient);
   in.ring_bytes = BlockPipeline<LinkBatch>::Capacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
                   LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), BatchOptions());
   in.block_bytes = layout_.block_bytes();
@@ -559,23 +571,31 @@ PartitionPlanInput LpTask::PlanInput() const {
 }
 
 Status LpTask::SetUpStorage() {
-  if (!fs::exists(table_path_)) {
+  const auto create_table = [&]() -> Status {
+    if (fs::exists(table_path_)) return Status::Ok();
     const auto [lo, hi] = HeldRows();  // across processes a rank's own: its file stores no other
-    SLUICE_RETURN_IF_ERROR(CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0, cfg_.model.init_scale, lo, hi));
+    return CreateNodeTable(table_path_, layout_, cfg_.train.seed, 0, cfg_.model.init_scale, lo, hi);
+  };
+  if (row_cached()) {
+    SLUICE_RETURN_IF_ERROR(create_table());
+    return SetUpRowCache();
   }
-  if (row_cached()) return SetUpRowCache();
   PartitionPlanInput in = PlanInput();
   if (!in.shuffle) {  // the largest state depends on the resident count: plan it first
-    SLUICE_ASSIGN_OR_RETURN(PartitionMemoryPlan first, PlanPartitionMemory(in));
-    schedule_.set_resident(first.resident);
+    Result<PartitionMemoryPlan> first = PlanPartitionMemory(in);
+    if (!first.ok()) return WithEvaluationHint(first.status());
+    schedule_.set_resident(first->resident);
     in.largest_state_edges = schedule_.LargestStateEdges();
   }
   if (neighbors_ != nullptr) {  // model.encoder: every edge among a state's partitions, both ways
     const uint64_t edges = in.shuffle ? schedule_.src().size() : schedule_.LargestResidentEdges();
     in.step_bytes += 2 * CsrGraph::BytesFor(layout_.num_nodes(), edges) + (in.shuffle ? 0 : edges * 32);
   }
-  SLUICE_ASSIGN_OR_RETURN(plan_, PlanPartitionMemory(in));
+  Result<PartitionMemoryPlan> planned = PlanPartitionMemory(in);
+  if (!planned.ok()) return WithEvaluationHint(planned.status());
+  plan_ = *planned;
   schedule_.set_resident(plan_.resident);
+  SLUICE_RETURN_IF_ERROR(create_table());  // once the plan fits: a refused run writes no table
   if (in_memory_) {  // the rows this process holds (across processes its own)
     memory_table_ = AlignedBuffer(held_bytes(), kDirectAlignBytes);
     SLUICE_ASSIGN_OR_RETURN(File f, File::Open(table_path_, OpenMode::kRead, false));
@@ -598,11 +618,12 @@ RowPlanInput LpTask::RowPlanFor() const {
   const uint64_t uses = 2 * queries + chunks * bo.negatives * (bo.reciprocal ? 1 : 2);
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
-  // libtorch, the edges of the shuffle, the sampler, allocator slack; every node's embedding,
-  // which evaluation ranks against (gathered from the owners across processes).
-  in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes + layout_.num_nodes() * static_cast<uint64_t>(cfg_.model.dim) * 4;
+  // libtorch, the edges of the shuffle, the sampler, allocator slack; evaluation's filter.
+  const LpEvalBytes eval = EvalBytes();
+  in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes + eval.kept;
   in.model_bytes = num_relations_ * static_cast<uint64_t>(cfg_.model.dim) * 4 * 4;  // relations, grads, optimizer
-  in.step_bytes = stepper_->model().StepBytes();
+  // Evaluation (every node's embedding, gathered from the owners) at another time than a step.
+  in.step_bytes = std::max(stepper_->model().StepBytes(), eval.transient);
   in.keys_per_step = std::min(uses, hi - lo);  // the step's rows this process owns, at most
   in.step_record_bytes = LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), bo);
   in.row_bytes = layout_.row_bytes;
@@ -669,7 +690,9 @@ Status LpTask::SetUpRowCache() {
   // (the plan adds it to a step's).
   in.sampled_rows_per_step = probed.first;
   in.in_flight_rows = probed.second + probed.second / 4;
-  SLUICE_ASSIGN_OR_RETURN(row_plan_, PlanRowMemory(in));
+  Result<RowMemoryPlan> row_planned = PlanRowMemory(in);
+  if (!row_planned.ok()) return WithEvaluationHint(row_planned.status());
+  row_plan_ = *row_planned;
   row_cache_ = std::make_unique<RowCache>(RowCacheOptionsFor(row_plan_, cfg_.storage.planner));
   row_arena_ = AlignedBuffer(row_plan_.cache_rows * layout_.row_bytes, 4096);
   SLUICE_ASSIGN_OR_RETURN(table_, RowFile::Open(table_path_, layout_.row_bytes, layout_.num_rows(),
@@ -826,6 +849,68 @@ Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
   return stepper_->encoder() != nullptr ? EncodeAll(all) : Result<torch::Tensor>(all);
 }
 
+Result<torch::Tensor> LpTask::NodeEmbeddings(const std::vector<int64_t>& ids) {
+  const int64_t d = cfg_.model.dim;
+  torch::Tensor out = torch::empty({static_cast<int64_t>(ids.size()), d});
+  float* dst = out.data_ptr<float>();
+  const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
+  File file;
+  if (!from_memory) {
+    SLUICE_ASSIGN_OR_RETURN(file, File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false));
+  }
+  std::vector<std::byte> row(layout_.row_bytes);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint64_t at = layout_.row_of(ids[i]) * layout_.row_bytes;
+    const std::byte* src = nullptr;
+    if (from_memory) {
+      src = memory_table_.data() + at;
+    } else {
+      SLUICE_RETURN_IF_ERROR(PreadFull(file, row.data(), static_cast<size_t>(d) * 4, at));
+      src = row.data();
+    }
+    std::memcpy(dst + static_cast<int64_t>(i) * d, src, static_cast<size_t>(d) * 4);
+  }
+  return out;
+}
+
+LpEvalBytes LpTask::EvalBytes() const {
+  const bool training = purpose_ == Purpose::kTrain;
+  if (training && (cfg_.eval.every <= 0 || ValidationSplit().empty())) return {};
+  const Manifest& mf = dataset_.manifest();
+  LpEvalShape shape;
+  shape.num_nodes = layout_.num_nodes();
+  shape.dim = static_cast<uint64_t>(cfg_.model.dim);
+  for (const auto& [split, count] : mf.edges) {
+    shape.all_edges += count;
+    shape.largest_split = std::max(shape.largest_split, count);
+    // training validates on "valid"; `sluice eval` ranks the split it is given
+    if (training ? split == "valid" : split != "train") shape.ranked_edges = std::max(shape.ranked_edges, count);
+  }
+  shape.encoder = stepper_->encoder() != nullptr;
+  shape.all_rows = across_processes();  // gathered from every rank whatever the ranking
+  shape.transe = !factory_ && cfg_.model.decoder == Decoder::kTransE;
+  shape.threads = tbb::this_task_arena::max_concurrency();
+  LpEvalBytes e = EvalBytesFor(cfg_, shape);
+  if (stepper_->encoder() != nullptr) {  // the whole training graph's neighbours, kept
+    e.kept += 2 * CsrGraph::BytesFor(layout_.num_nodes(), mf.edges.count("train") ? mf.edges.at("train") : 0);
+  }
+  return e;
+}
+
+Status LpTask::WithEvaluationHint(const Status& refused) const {
+  const LpEvalBytes eval = EvalBytes();
+  const uint64_t step = stepper_->model().StepBytes();
+  const uint64_t added = eval.kept + (eval.transient > step ? eval.transient - step : 0);
+  if (added == 0) return refused;
+  return Status(refused.code(),
+                refused.message() + "; evaluation adds " + FormatBytes(added) + " to it (" +
+                    (ranker_->Exact(layout_.num_nodes())
+                         ? "every node's row and scores against every node: eval.exact_max_nodes below " +
+                               std::to_string(layout_.num_nodes()) + " ranks against sampled nodes, "
+                         : std::string()) +
+                    "eval.every: 0 trains without it)");
+}
+
 Result<torch::Tensor> LpTask::EncodeAll(const torch::Tensor& rows) {
   const int64_t n = rows.size(0);
   if (eval_neighbors_ == nullptr) {
@@ -858,7 +943,14 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
     return NotFound("dataset " + cfg_.dataset + " has no '" + split + "' split");
   }
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor nodes, AllNodeEmbeddings());
+  LpNodes nodes;
+  nodes.num_nodes = layout_.num_nodes();
+  if (ranker_->Exact(nodes.num_nodes) || stepper_->encoder() != nullptr || across_processes()) {
+    SLUICE_ASSIGN_OR_RETURN(nodes.rows, AllNodeEmbeddings());
+  } else {  // against sampled nodes: only the rows the ranking reads
+    SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->NodesRead(split, nodes.num_nodes));
+    SLUICE_ASSIGN_OR_RETURN(nodes.rows, NodeEmbeddings(nodes.ids));
+  }
   std::unique_ptr<LpScorer> scorer = Scorer();
   SLUICE_ASSIGN_OR_RETURN(LpMetrics m, ranker_->Rank(split, *scorer, nodes));
   if (purpose_ == Purpose::kTrain && split == "valid" && m.exact) last_valid_own_top_ = m.own_top;
@@ -914,6 +1006,10 @@ void LpTask::Summarize(RunSummary& s) const {
   s.Set("memory", "resident", plan_.resident), s.Set("memory", "partitions", partitions());
   s.Set("memory", "reserved_bytes", plan_.reserved_bytes);
   s.Set("memory", "predicted_bytes", plan_.predicted_bytes);
+  if (!in_memory_) {  // evaluation's share of the plan (0 when the run does not evaluate)
+    const LpEvalBytes eval = EvalBytes();
+    s.Set("memory", "eval_kept_bytes", eval.kept), s.Set("memory", "eval_transient_bytes", eval.transient);
+  }
   if (device_rows_ != nullptr) SummarizeDevice(s, *acc_, *device_rows_, e.device_wall_s);
   if (dp_ != nullptr) SummarizeDataParallel(*dp_, layout_.num_rows(), s);
 }

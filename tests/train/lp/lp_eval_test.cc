@@ -1,0 +1,188 @@
+// Link-prediction ranking: the filtered exact ranking against a brute force, the ranking
+// against sampled nodes from only the rows it reads equal to the one from every row, and the
+// memory the plan reserves for evaluation.
+
+#include "train/lp/lp_eval.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "storage/dataset.h"
+#include "tests/storage/test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kNodes = 300, kRelations = 3, kDim = 6;
+
+// A graph of kNodes nodes: 2000 training edges, 400 valid, 300 test; some (h, r) pairs with
+// several true tails so the filter has work.
+Status WriteGraph(const std::string& dir) {
+  std::mt19937_64 rng(7);
+  Manifest m;
+  m.task = TaskKind::kLinkPrediction;
+  m.num_nodes = kNodes;
+  m.num_relations = kRelations;
+  m.partition_bounds = {0, kNodes};
+  SLUICE_ASSIGN_OR_RETURN(DatasetWriter w, DatasetWriter::Begin(dir, m));
+  for (const auto& [split, count] : {std::pair<const char*, int>{"train", 2000}, {"valid", 400}, {"test", 300}}) {
+    std::vector<int64_t> src, rel, dst;
+    for (int i = 0; i < count; ++i) {
+      // Heads from a small set: their (h, r) keys repeat across edges and splits.
+      src.push_back(static_cast<int64_t>(rng() % 40));
+      rel.push_back(static_cast<int64_t>(rng() % kRelations));
+      dst.push_back(static_cast<int64_t>(rng() % kNodes));
+    }
+    const std::string s = split;
+    const std::vector<uint64_t> shape = {static_cast<uint64_t>(count)};
+    SLUICE_RETURN_IF_ERROR(w.AddArray<int64_t>("edges." + s + ".src", s + ".src.bin", DType::kInt64, shape, src));
+    SLUICE_RETURN_IF_ERROR(w.AddArray<int64_t>("edges." + s + ".rel", s + ".rel.bin", DType::kInt64, shape, rel));
+    SLUICE_RETURN_IF_ERROR(w.AddArray<int64_t>("edges." + s + ".dst", s + ".dst.bin", DType::kInt64, shape, dst));
+    w.manifest().edges[s] = static_cast<uint64_t>(count);
+    if (s == "train") {
+      const std::vector<int64_t> buckets = {0, count};
+      SLUICE_RETURN_IF_ERROR(w.AddArray<int64_t>("edges.train.buckets", "buckets.bin", DType::kInt64, {2}, buckets));
+    }
+  }
+  return w.Commit();
+}
+
+class LpEvalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status written = WriteGraph(dir_.File("g"));
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    auto ds = Dataset::Open(dir_.File("g"));
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    dataset_ = std::make_unique<Dataset>(std::move(ds).value());
+    torch::manual_seed(5);
+    nodes_ = torch::randn({kNodes, kDim});
+    relations_ = torch::randn({kRelations, kDim});
+    cfg_.model.decoder = Decoder::kDistMult;
+    cfg_.model.dim = kDim;
+  }
+  Result<LpMetrics> Rank(const std::string& split, const LpNodes& nodes) {
+    LpRanker ranker(*dataset_, cfg_, kRelations);
+    DecoderScorer scorer(decoder_, relations_);
+    return ranker.Rank(split, scorer, nodes);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Dataset> dataset_;
+  LpConfig cfg_;
+  LpDecoder decoder_{Decoder::kDistMult};
+  torch::Tensor nodes_, relations_;
+};
+
+// Every split's true tails of (h, r), read back as the test's own reference.
+std::set<std::tuple<int64_t, int64_t, int64_t>> AllEdges(const Dataset& d) {
+  std::set<std::tuple<int64_t, int64_t, int64_t>> all;
+  for (const char* split : {"train", "valid", "test"}) {
+    const std::string s = split;
+    auto src = d.ReadInt64("edges." + s + ".src"), rel = d.ReadInt64("edges." + s + ".rel"),
+         dst = d.ReadInt64("edges." + s + ".dst");
+    for (size_t i = 0; i < src->size(); ++i) all.emplace((*src)[i], (*rel)[i], (*dst)[i]);
+  }
+  return all;
+}
+
+// The filtered ranking against every node, both sides, against a brute force over the
+// dataset's edges: each query's rank among the nodes that are not another true answer (more
+// than 256 queries: the score block is reused across query blocks).
+TEST_F(LpEvalTest, TheFilteredExactRankingIsTheBruteForceOne) {
+  auto m = Rank("valid", LpNodes{nodes_, {}, kNodes});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->exact && m->filtered);
+  ASSERT_EQ(m->edges, 400u);
+  const auto all = AllEdges(*dataset_);
+  auto src = dataset_->ReadInt64("edges.valid.src"), rel = dataset_->ReadInt64("edges.valid.rel"),
+       dst = dataset_->ReadInt64("edges.valid.dst");
+  const torch::Tensor score_h = (nodes_.unsqueeze(1) * relations_.unsqueeze(0)).matmul(nodes_.t());  // [h, r, x]
+  double tails_rr = 0, heads_rr = 0;
+  int filtered_out = 0;
+  for (size_t i = 0; i < src->size(); ++i) {
+    const int64_t h = (*src)[i], r = (*rel)[i], t = (*dst)[i];
+    const float truth = score_h[h][r][t].item<float>();
+    int64_t above_t = 0, above_h = 0;
+    for (int64_t x = 0; x < kNodes; ++x) {
+      if (x != t && all.count({h, r, x})) {
+        ++filtered_out;
+      } else if (x != t && score_h[h][r][x].item<float>() > truth) {
+        ++above_t;
+      }
+      if (x != h && !all.count({x, r, t}) && score_h[x][r][t].item<float>() > truth) ++above_h;
+    }
+    tails_rr += 1.0 / static_cast<double>(1 + above_t);
+    heads_rr += 1.0 / static_cast<double>(1 + above_h);
+  }
+  ASSERT_GT(filtered_out, 100) << "the graph should give the filter answers to remove";
+  EXPECT_NEAR(m->tails.mrr, tails_rr / 400, 1e-6);
+  EXPECT_NEAR(m->heads.mrr, heads_rr / 400, 1e-6);
+}
+
+// Against sampled nodes a ranking reads the ranked edges' ends and the sampled candidates: from
+// those rows alone it ranks exactly as from every row, with fewer rows than the graph's.
+TEST_F(LpEvalTest, ASampledRankingFromTheRowsItReadsEqualsTheOneFromEveryRow) {
+  cfg_.eval.exact_max_nodes = 100;
+  cfg_.eval.sampled_negatives = 40;
+  for (const uint64_t max_edges : {uint64_t{0}, uint64_t{30}}) {
+    cfg_.eval.max_edges = max_edges;
+    LpRanker ranker(*dataset_, cfg_, kRelations);
+    auto ids = ranker.NodesRead("test", kNodes);
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    ASSERT_TRUE(std::is_sorted(ids->begin(), ids->end()));
+    ASSERT_EQ(std::adjacent_find(ids->begin(), ids->end()), ids->end());
+    if (max_edges > 0) {
+      EXPECT_LE(ids->size(), 2 * max_edges + 40);
+    }
+    const torch::Tensor rows = nodes_.index_select(0, torch::tensor(*ids));
+    auto from_all = Rank("test", LpNodes{nodes_, {}, kNodes});
+    auto from_read = Rank("test", LpNodes{rows, *ids, kNodes});
+    ASSERT_TRUE(from_all.ok() && from_read.ok()) << from_read.status().ToString();
+    EXPECT_FALSE(from_read->exact || from_read->filtered);
+    EXPECT_EQ(from_read->edges, max_edges > 0 ? max_edges : 300u);
+    EXPECT_EQ(from_read->tails.mrr, from_all->tails.mrr);
+    EXPECT_EQ(from_read->heads.mrr, from_all->heads.mrr);
+    EXPECT_EQ(from_read->hits10, from_all->hits10);
+    EXPECT_GT(from_read->mrr, 0);
+    // A row it needs that was not read is an error, not a wrong rank.
+    std::vector<int64_t> fewer(ids->begin() + 1, ids->end());
+    auto missing = Rank("test", LpNodes{rows.narrow(0, 1, rows.size(0) - 1), fewer, kNodes});
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().message().find("was not read for the ranking"), std::string::npos);
+  }
+}
+
+// The plan's share: an exact filtered ranking keeps 32 bytes an edge of every split and reads
+// every node's row and a block of scores against every node; a sampled one keeps nothing and
+// does not grow with the graph.
+TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItReads) {
+  LpConfig cfg;
+  LpEvalShape shape;
+  shape.num_nodes = 1'000'000, shape.dim = 100;
+  shape.all_edges = 10'000'000, shape.largest_split = 9'000'000, shape.ranked_edges = 500'000;
+  const LpEvalBytes exact = EvalBytesFor(cfg, shape);
+  EXPECT_EQ(exact.kept, 32 * shape.all_edges);
+  EXPECT_GE(exact.transient, shape.num_nodes * 400 + 256 * shape.num_nodes * 4 + 24 * shape.largest_split);
+  cfg.eval.filtered = false;
+  EXPECT_EQ(EvalBytesFor(cfg, shape).kept, 0u);
+  EXPECT_LT(EvalBytesFor(cfg, shape).transient, exact.transient);
+  cfg.eval.exact_max_nodes = 1000;
+  cfg.eval.max_edges = 10'000;
+  const LpEvalBytes sampled = EvalBytesFor(cfg, shape);
+  EXPECT_EQ(sampled.kept, 0u);
+  EXPECT_LT(sampled.transient, shape.num_nodes * 400 / 2);
+  shape.num_nodes *= 10;
+  EXPECT_EQ(EvalBytesFor(cfg, shape).transient, sampled.transient);
+  shape.encoder = true;  // an encoder reads every row twice over
+  EXPECT_GE(EvalBytesFor(cfg, shape).transient, 2 * shape.num_nodes * 400);
+}
+
+}  // namespace
+}  // namespace sluice
