@@ -7,6 +7,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+# `sluice train` starts itself again with OMP_WAIT_POLICY=passive unless the environment names a
+# policy (train/sluice_main.cc); naming it here runs the tests under the same policy without
+# loading libtorch twice per run (test_run_lifecycle.py checks the restart itself).
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 
 @pytest.fixture(scope="session")
 def sluice_bin() -> pathlib.Path:

@@ -697,6 +697,9 @@ Status Runner::Finish() {
   sum.Set("threads", "cores", plan_.cores), sum.Set("threads", "total", plan_.total);
   sum.Set("threads", "compute", plan_.compute_threads), sum.Set("threads", "blas", plan_.blas_threads);
   sum.Set("threads", "tbb", plan_.tbb_threads);
+  // How libtorch's OpenMP workers wait (the executable makes them sleep unless told otherwise).
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  sum.Set("threads", "omp_wait_policy", std::string(policy != nullptr ? policy : "unset (spin, then sleep)"));
   std::printf("%s", sum.Text().c_str());
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/summary.txt", sum.Text()));
   SLUICE_RETURN_IF_ERROR(WriteFileAtomic(s_.run_dir + "/summary.json", sum.Json()));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -279,7 +280,29 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace sluice
 
+namespace {
+
+// libtorch's OpenMP workers spin after every parallel region by default (libgomp's
+// OMP_WAIT_POLICY unset), on the cores the pipeline's sampler and io threads need: on 2 cores a
+// node-classification step took 0.859 s out of core and 0.683 s in memory spinning, 0.771 s and
+// 0.589 s with the workers sleeping (docs/benchmarks.md, 2026-12-03), link prediction and DLRM
+// the same within noise. libgomp reads the policy once, when it is loaded, before main: so the
+// executable sets it and starts itself again, for `train` only (loading libtorch twice costs
+// about half a second). A policy in the environment wins; an exec that fails leaves the run
+// spinning, nothing worse.
+void SleepingOpenMpWorkers(int argc, char** argv) {
+  int command = 1;  // the first argument that is not an option
+  while (command < argc && argv[command][0] == '-') ++command;
+  if (command >= argc || std::strcmp(argv[command], "train") != 0) return;
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  SleepingOpenMpWorkers(argc, argv);
   try {
     return sluice::Main(argc, argv);
   } catch (const std::exception& e) {

@@ -26,6 +26,10 @@
 // heap instead of being mapped, zeroed and unmapped each time (8% of a DLRM run), and limits
 // glibc to one malloc arena unless MALLOC_ARENA_MAX is set, so the resident set does not creep
 // up epoch by epoch. Train hands the heap's free pages back to the system after every epoch.
+// libtorch's OpenMP workers spin after each parallel region unless OMP_WAIT_POLICY says
+// otherwise, and libgomp reads it only when it is loaded: a program linking sluice should start
+// with OMP_WAIT_POLICY=passive in its environment (`sluice train` restarts itself with it; on 2
+// cores a node-classification step was 10-14% faster, docs/benchmarks.md).
 //
 // Ownership: a Run owns its task, its storage and the model; it is movable, not copyable.
 // Thread safety: one thread uses a Run at a time; Train runs its pipeline on threads of its own

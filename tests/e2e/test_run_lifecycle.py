@@ -316,6 +316,26 @@ def test_summary_json_holds_every_field_the_benchmarks_read(sluice_bin, datasets
     assert (tmp_path / "r/summary.txt").read_text() in out.stdout
 
 
+def test_train_makes_the_openmp_workers_sleep_unless_the_environment_says(sluice_bin, datasets, tmp_path):
+    # `sluice train` starts itself again with OMP_WAIT_POLICY=passive (libgomp reads it only when
+    # loaded); a policy the environment names is kept; the same model either way.
+    ds, _ = datasets["lp"]
+    tables = {}
+    for policy in (None, "active"):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        run_dir = tmp_path / f"r-{policy}"
+        cfg = write_config("lp", tmp_path / f"{policy}.yaml", ds, run_dir, epochs=1)
+        out = subprocess.run([str(sluice_bin), "train", str(cfg)], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["threads"]["omp_wait_policy"] == (policy or "passive")
+        tables[policy] = (run_dir / "tables/nodes.bin").read_bytes()
+    assert tables[None] == tables["active"]
+
+
 def test_a_non_finite_dense_feature_is_one_line_naming_the_record(sluice_bin, datasets, tmp_path):
     """One NaN among the dense features used to train on with loss nan, exit 0, and then hang
     evaluation (AUC looped on NaN scores)."""
