@@ -131,9 +131,9 @@ void RowCache::MaybeErase(Entry* e) {
   if (e->slot == kNoSlot && e->pending == 0) Erase(e);
 }
 
-bool RowCache::Pinned(const Entry& e) const {
+bool RowCache::PinnedKey(const RowKey& k) const {
   const std::vector<uint64_t>* p = options_.pinned;
-  return p != nullptr && e.table == 0 && e.id / 64 < p->size() && ((*p)[e.id / 64] >> (e.id % 64) & 1);
+  return p != nullptr && k.table == 0 && k.id / 64 < p->size() && ((*p)[k.id / 64] >> (k.id % 64) & 1);
 }
 
 bool RowCache::Kept(const Entry& e) const {
@@ -180,9 +180,14 @@ void RowCache::CompactHeap() {
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
+  // static: pinned rows never become candidates; their bits answer without a probe of the index.
+  const bool skip_pinned = options_.kind == PlannerKind::kStatic && pinning_ && options_.pinned != nullptr;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (i + kPrefetchAhead < rows.size()) __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
+    if (i + kPrefetchAhead < rows.size() && !(skip_pinned && PinnedKey(rows[i + kPrefetchAhead]))) {
+      __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
+    }
     const RowKey& k = rows[i];
+    if (skip_pinned && PinnedKey(k)) continue;
     Entry* e = Find(k);
     if (e != nullptr && e->slot != kNoSlot && e->last_step == static_cast<uint32_t>(step)) PushCandidate(*e);
   }
@@ -344,7 +349,9 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
     }
   }
   Status status = Status::Ok();
-  for (uint32_t i : missing) {
+  for (size_t j = 0; j < missing.size(); ++j) {
+    const uint32_t i = missing[j];
+    if (j + kPrefetchAhead < missing.size()) __builtin_prefetch(&table_[Home(rows[missing[j + kPrefetchAhead]])]);
     Result<uint32_t> slot = TakeSlot(out);
     if (!slot.ok()) {  // the step still ends below, so the window and protection stay in step
       status = slot.status();

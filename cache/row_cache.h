@@ -180,7 +180,8 @@ class RowCache {
   void Erase(Entry* e);
   void Grow();
   void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
-  bool Pinned(const Entry& e) const;
+  bool PinnedKey(const RowKey& k) const;
+  bool Pinned(const Entry& e) const { return PinnedKey(e.key()); }
   bool Kept(const Entry& e) const;
   void PushCandidate(const Entry& e);
   void CompactHeap();

@@ -1,6 +1,7 @@
 #include "common/thread_plan.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,12 @@
 #include "common/config.h"
 
 namespace sluice {
+
+void NameThisThread(const char* name) {
+  char cut[16] = {};
+  std::snprintf(cut, sizeof(cut), "%s", name);
+  pthread_setname_np(pthread_self(), cut);
+}
 
 int OnlineCores() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);

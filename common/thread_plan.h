@@ -38,6 +38,10 @@ struct ThreadPlan {
 ThreadPlan MakeThreadPlan(const ThreadConfig& config, int online_cores);
 int OnlineCores();
 
+// Names the calling thread for `top -H`, `perf report --sort comm` and debuggers ("sluice-io",
+// "sluice-sampler", ...); names are cut to the kernel's 15 characters.
+void NameThisThread(const char* name);
+
 // Applies the plan to the process: limits TBB's parallelism (held until the returned handle is
 // destroyed) and sets OpenBLAS's thread count when OpenBLAS is loaded. libtorch's intra-op count
 // is applied by train/ (common/ does not include libtorch).

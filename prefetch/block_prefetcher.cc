@@ -1,6 +1,7 @@
 #include "prefetch/block_prefetcher.h"
 
 #include "common/clock.h"
+#include "common/thread_plan.h"
 
 namespace sluice {
 
@@ -18,6 +19,7 @@ BlockPrefetcher::~BlockPrefetcher() {
 
 void BlockPrefetcher::Start() {
   thread_ = std::thread([this] {
+    NameThisThread("sluice-blocks");
     // A ring belongs to the thread that submits to it (io_uring's single-issuer rule).
     auto session = IoSession::Create(options_.io);
     status_ = session.ok() ? Status::Ok() : session.status();

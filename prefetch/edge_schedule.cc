@@ -5,6 +5,7 @@
 
 #include "cache/partition_order.h"
 #include "common/check.h"
+#include "common/thread_plan.h"
 #include "common/clock.h"
 #include "sampler/batch_order.h"
 
@@ -270,7 +271,10 @@ uint32_t EffectiveRunAhead(const std::vector<EdgeStep>& steps, const std::vector
 
 EdgeReader::EdgeReader(const EdgeSchedule* schedule, uint64_t epoch)
     : schedule_(schedule), epoch_(epoch) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("sluice-edges");
+    Run();
+  });
 }
 
 EdgeReader::~EdgeReader() {

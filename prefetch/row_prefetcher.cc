@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/thread_plan.h"
 #include "common/crash_point.h"
 #include "storage/row_file.h"
 
@@ -137,6 +138,7 @@ RowPrefetcher::~RowPrefetcher() {
 
 void RowPrefetcher::Start() {
   thread_ = std::thread([this] {
+    NameThisThread("sluice-rows");
     if (cache_ != nullptr) {
       // A ring belongs to the thread that submits to it (io_uring's single-issuer rule).
       auto session = IoSession::Create(options_.io);

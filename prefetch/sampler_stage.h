@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_plan.h"
 #include "common/status.h"
 #include "prefetch/run_ahead_ring.h"
 
@@ -55,7 +56,10 @@ class SamplerStage {
 
   void Start() {
     if (mode_ == StageMode::kThread) {
-      thread_ = std::thread([this] { RunThread(); });
+      thread_ = std::thread([this] {
+        NameThisThread("sluice-sampler");
+        RunThread();
+      });
     } else {
       Kick();
     }

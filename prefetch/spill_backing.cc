@@ -65,9 +65,10 @@ SpillBacking::~SpillBacking() = default;
 
 uint64_t SpillBacking::MemoryBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
   const uint64_t pool = (uint64_t{o.horizon_steps} + 2 + o.write_batch) * o.chunk_bytes;
-  const uint64_t lists = (uint64_t{o.horizon_steps} + 2) * rows_per_step * 4;
-  // A region pass's pairs (about one step's rows), a step's serve list and its listing.
-  const uint64_t scratch = rows_per_step * (8 + 16 + 8);
+  const uint64_t lists = (uint64_t{o.horizon_steps} + 2 + o.resident_steps + 1) * rows_per_step * 4;
+  // A region pass's pairs (about one step's rows), a step's serve list, its keys in row order
+  // and its listing.
+  const uint64_t scratch = rows_per_step * (8 + 16 + 8 + 8);
   return pool + uint64_t{o.sweep_rows} * (row_bytes + 8) + lists + scratch;
 }
 
@@ -108,6 +109,7 @@ void SpillBacking::Reset() {
   for (const IoRequest& r : writes_) free_chunks_.push_back(r.buffer);
   writes_.clear();
   packs_.clear();
+  recent_.clear();
   active_ = started_ = source_done_ = in_next_ = false;
   offset_ = next_ = listed_ = ring_cursor_ = 0;
   next_offset_ = kUnknown;
@@ -138,6 +140,7 @@ Status SpillBacking::List(uint64_t up_to) {
       SLUICE_ASSIGN_OR_RETURN(bool more, step_rows_(listed_ - offset_, list_scratch_));
       if (!more) {  // the pass ends here; the next pass's steps follow
         next_offset_ = listed_;
+        recent_.clear();  // its first steps find nothing resident that this pass protected
         in_next_ = next_rows_ != nullptr;
         source_done_ = !in_next_;
         continue;
@@ -161,12 +164,35 @@ Status SpillBacking::List(uint64_t up_to) {
       }
       if (!skip_ || !skip_(row)) p.rows.push_back(static_cast<uint32_t>(row));
     }
+    if (options_.resident_steps > 0) LeaveOutResident(p.rows);
     const uint64_t first = RegionBegin(p.step % options_.horizon_steps);
     p.rotate = static_cast<size_t>(std::lower_bound(p.rows.begin(), p.rows.end(), first) - p.rows.begin());
     Place(p);
   }
   stats_.list_s += SecondsSince(start);
   return Status::Ok();
+}
+
+// Removes from `rows` (sorted, distinct) those of the last resident_steps listed steps and
+// remembers `rows` as they came.
+void SpillBacking::LeaveOutResident(std::vector<uint32_t>& rows) {
+  spare_.assign(rows.begin(), rows.end());
+  for (const std::vector<uint32_t>& q : recent_) {
+    size_t out = 0, j = 0;
+    for (const uint32_t r : rows) {
+      while (j < q.size() && q[j] < r) ++j;
+      if (j < q.size() && q[j] == r) continue;
+      rows[out++] = r;
+    }
+    stats_.rows_resident += rows.size() - out;
+    rows.resize(out);
+  }
+  recent_.push_back(std::move(spare_));
+  spare_.clear();
+  if (recent_.size() > options_.resident_steps) {
+    spare_ = std::move(recent_.front());
+    recent_.pop_front();
+  }
 }
 
 // The pack's chunks go after the newest pack in the ring, wrapping to the start; a pack that
@@ -300,18 +326,35 @@ Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, st
   serve_.clear();
   direct_keys_.clear();
   direct_rows_.clear();
+  // The keys in row order merged with the pack's rows (sorted): a search per key and a sort of
+  // what it finds by pack position cost more than one sort here. What the pack holds goes to
+  // serve_ in pack order (positions from `rotate` on come first: the pack starts there).
+  by_id_.clear();
   for (size_t i = 0; i < keys.size(); ++i) {
     if (p != nullptr && keys[i].id < file_->num_rows()) {
-      auto it = std::lower_bound(p->rows.begin(), p->rows.end(), keys[i].id);
-      if (it != p->rows.end() && *it == keys[i].id) {
-        const auto index = static_cast<size_t>(it - p->rows.begin());
-        const size_t n = p->rows.size();
-        serve_.emplace_back(index >= p->rotate ? index - p->rotate : index + n - p->rotate, rows[i]);
-        continue;
+      by_id_.push_back(keys[i].id << 32 | i);  // rows and keys fewer than 2^32
+    } else {
+      direct_keys_.push_back(keys[i]);
+      direct_rows_.push_back(rows[i]);
+    }
+  }
+  std::sort(by_id_.begin(), by_id_.end());
+  if (p != nullptr) {
+    const size_t n = p->rows.size();
+    size_t at = 0, wrapped = 0;  // serve_[0, wrapped): positions below rotate, moved last below
+    for (const uint64_t both : by_id_) {
+      const uint64_t id = both >> 32;
+      const auto i = static_cast<uint32_t>(both);
+      while (at < n && p->rows[at] < id) ++at;
+      if (at < n && p->rows[at] == id) {
+        serve_.emplace_back(at >= p->rotate ? at - p->rotate : at + n - p->rotate, rows[i]);
+        if (at < p->rotate) ++wrapped;
+      } else {
+        direct_keys_.push_back(keys[i]);
+        direct_rows_.push_back(rows[i]);
       }
     }
-    direct_keys_.push_back(keys[i]);
-    direct_rows_.push_back(rows[i]);
+    std::rotate(serve_.begin(), serve_.begin() + static_cast<std::ptrdiff_t>(wrapped), serve_.end());
   }
   if (!serve_.empty()) SLUICE_RETURN_IF_ERROR(ServeFromPack(io, *p));
   stats_.serve_s += SecondsSince(start);
@@ -320,10 +363,9 @@ Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, st
   return source_->ReadScatter(io, direct_keys_, direct_rows_, row_bytes, gap_bytes);
 }
 
-// Reads the pack's chunks that hold a wanted row, in order, at the session's depth, and copies
+// Reads the pack's chunks that hold a wanted row (serve_, in pack order), in order, at the session's depth, and copies
 // each wanted row to its destination.
 Status SpillBacking::ServeFromPack(IoSession& io, const Pack& p) {
-  std::sort(serve_.begin(), serve_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   auto& chunks = serve_chunks_;
   chunks.clear();
   for (size_t i = 0; i < serve_.size(); ++i) {

@@ -27,6 +27,10 @@
 // the first pass of such a chain (regions and pack rotations follow that number), so the
 // continued pass's step t is the chain's step offset + t.
 //
+// Rows the cache holds anyway: with resident_steps d, a step's pack leaves out the rows its d
+// previous steps of the same pass list, which a RowCache planning with d protected steps keeps
+// resident while the step loads (on the scale graph about a tenth of a step's listed rows).
+//
 // Exact: the source is never written, so a pack holds the file's bytes; a row a step's loads
 // ask for that its pack lacks (skipped, or no pack) is read from the source. Loads must come a
 // step at a time (io groups of one step): a load is served from the pack of the step after the
@@ -58,6 +62,11 @@ struct SpillOptions {
   uint32_t sweep_rows = 1 << 14;      // distinct rows a sweep reads at a time
   uint32_t chunk_bytes = 128 * 1024;  // a pack's unit of io (a multiple of 4 KiB)
   uint32_t write_batch = 64;          // full chunks written together
+  // Rows a step's previous `resident_steps` steps of the same pass list are left out of its
+  // pack: the cache keeps them resident while it loads (a RowCache's protected steps, the
+  // run-ahead), so its loads never ask for them. 0: every listed row is packed. Wrong (larger
+  // than the cache's protection) is still exact: such a row is read from the source.
+  uint32_t resident_steps = 0;
 };
 
 struct SpillStats {
@@ -68,6 +77,7 @@ struct SpillStats {
   uint64_t rows_served = 0;    // loads served from packs
   uint64_t rows_direct = 0;    // loads read from the source (not in their step's pack)
   uint64_t packs_dropped = 0;  // steps that found no room in the ring
+  uint64_t rows_resident = 0;  // listed rows left out as the previous steps' (resident_steps)
   uint64_t full_sweeps = 0;    // passes that started with a sweep of the whole file
   uint64_t passes_continued = 0;  // passes whose first packs the pass before filled
   double list_s = 0, sweep_s = 0, serve_s = 0;
@@ -137,6 +147,7 @@ class SpillBacking : public RowBacking {
   void Reset();
   Status EnsureStarted(IoSession& io);
   Status List(uint64_t up_to);
+  void LeaveOutResident(std::vector<uint32_t>& rows);
   void Place(Pack& p);
   // Reads region `region`'s rows wanted by the listed steps [first, last] into their packs.
   Status RegionPass(IoSession& io, uint64_t region, uint64_t first, uint64_t last);
@@ -176,9 +187,14 @@ class SpillBacking : public RowBacking {
 
   // Scratch.
   std::vector<uint64_t> list_scratch_;
+  // The last resident_steps listed steps' rows of the pass being listed (skip removed, before
+  // their own previous steps' were), oldest first; spare holds a retired list's memory.
+  std::deque<std::vector<uint32_t>> recent_;
+  std::vector<uint32_t> spare_;
   std::vector<std::pair<uint32_t, uint32_t>> pairs_;  // (row, pack index)
   std::vector<uint64_t> sweep_ids_;
   std::vector<std::pair<uint64_t, std::byte*>> serve_;  // (pack position, destination)
+  std::vector<uint64_t> by_id_;  // row << 32 | its index in the keys
   std::vector<std::pair<uint64_t, size_t>> serve_chunks_;  // (chunk, its first serve_ entry)
   std::vector<RowKey> direct_keys_;
   std::vector<std::byte*> direct_rows_;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <exception>
 #include <memory>
@@ -296,13 +297,30 @@ void SleepingOpenMpWorkers(int argc, char** argv) {
   if (command >= argc || std::strcmp(argv[command], "train") != 0) return;
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  // By the binary's own path, so the process keeps its name in ps, top and perf (started through
+  // /proc/self/exe it would be "exe"); that link when the path is gone (a rebuilt binary).
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    ::execv(self, argv);
+  }
   ::execv("/proc/self/exe", argv);
+}
+
+// Started through /proc/self/exe (its path gone) the process is called "exe": the threads
+// started from here on inherit "sluice" instead (those the libraries start while loading keep
+// "exe").
+void KeepOurName() {
+  char name[16] = {};
+  if (::prctl(PR_GET_NAME, name) == 0 && std::strcmp(name, "exe") == 0) ::prctl(PR_SET_NAME, "sluice");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   SleepingOpenMpWorkers(argc, argv);
+  KeepOurName();
   try {
     return sluice::Main(argc, argv);
   } catch (const std::exception& e) {

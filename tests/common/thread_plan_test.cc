@@ -1,6 +1,10 @@
 #include "common/thread_plan.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <string>
+#include <thread>
 
 namespace sluice {
 namespace {
@@ -27,6 +31,23 @@ TEST(ThreadPlanTest, OneSettingDecidesTheRest) {
   EXPECT_EQ(plan.blas_threads, 1);
   EXPECT_EQ(plan.tbb_threads, 1);
   EXPECT_NE(plan.ToString().find("TBB 1"), std::string::npos);
+}
+
+// Pipeline threads carry their role's name (top -H, perf --sort comm), cut to the kernel's 15
+// characters.
+TEST(ThreadPlanTest, ThreadsTakeTheirNames) {
+  std::string name, cut;
+  std::thread([&] {
+    char buf[32] = {};
+    NameThisThread("sluice-rows");
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    name = buf;
+    NameThisThread("sluice-a-name-far-too-long");
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    cut = buf;
+  }).join();
+  EXPECT_EQ(name, "sluice-rows");
+  EXPECT_EQ(cut, "sluice-a-name-f");
 }
 
 }  // namespace

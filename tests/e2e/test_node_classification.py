@@ -126,10 +126,11 @@ def test_static_planner_makes_room_for_larger_evaluation_steps(sluice_bin, gen, 
 
 def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
     """With storage.spill_steps the loads of training come from the steps' packs (the pinned rows
-    never spilled), and the spill file is gone once the run ends; each epoch after the first
-    starts with the packs the epoch before filled for it (one sweep of the whole file in the run,
-    validation between the epochs), the same model as in memory bit for bit; more than io groups
-    of one step allow is refused in one line."""
+    never spilled; nor the rows the steps in flight keep resident), and the spill file is gone
+    once the run ends; each epoch after the first starts with the packs the epoch before filled
+    for it (one sweep of the whole file in the run, validation between the epochs), the same
+    model as in memory bit for bit; more than io groups of one step allow is refused in one
+    line."""
     cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, PLANNERS["static_spill"], epochs=3)
     out = train(sluice_bin, cfg)
     train(sluice_bin, write_config(tmp_path / "mem.yaml", gen, tmp_path / "mem", SAGE, MEM, epochs=3))
@@ -141,6 +142,8 @@ def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
     summary = json.loads((tmp_path / "s/summary.json").read_text())
     assert spill["rows_served"] > 20000 and spill["rows_direct"] < summary["cache"]["capacity_rows"], spill
     assert spill["bytes_written"] >= spill["rows_packed"] * 256 > 0, spill
+    # A step's pack leaves out the rows of the run-ahead's previous step, which the cache holds.
+    assert spill["resident_steps"] == 1 and spill["rows_resident"] > 0, spill
     assert "spill: every 4 steps" in out.stdout + out.stderr
     assert not (tmp_path / "s/features.spill").exists()
     bad = write_config(tmp_path / "b.yaml", gen, tmp_path / "b", SAGE,

@@ -62,8 +62,10 @@ class SpillBackingTest : public ::testing::TestWithParam<Param> {
 
   // Loads each step's distinct rows (in a shuffled order) through the backing and checks them:
   // `steps` of the pass of steps_[first, first + count), naming `next` as the pass after it.
+  // With `resident` d, a step loads only the rows its d previous steps of the pass did not use,
+  // as a RowCache with d protected steps asks for them.
   void RunPass(SpillBacking& b, uint64_t steps, uint64_t first = 0, uint64_t count = ~uint64_t{0},
-               SpillBacking::StepRows next = nullptr, bool continues = false) {
+               SpillBacking::StepRows next = nullptr, bool continues = false, uint32_t resident = 0) {
     const uint32_t rb = GetParam().row_bytes;
     b.StartPass(StepRows(first, count), [](uint64_t row) { return row < kHot; }, next, continues);
     std::mt19937_64 rng(9);
@@ -71,6 +73,10 @@ class SpillBackingTest : public ::testing::TestWithParam<Param> {
       std::vector<uint64_t> ids = steps_[first + t];
       std::sort(ids.begin(), ids.end());
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (uint64_t back = 1; back <= resident && back <= t; ++back) {
+        const std::vector<uint64_t>& before = steps_[first + t - back];
+        std::erase_if(ids, [&](uint64_t id) { return std::find(before.begin(), before.end(), id) != before.end(); });
+      }
       std::shuffle(ids.begin(), ids.end(), rng);
       std::vector<RowKey> keys;
       for (uint64_t id : ids) keys.push_back(RowKey{id, 0});
@@ -158,6 +164,47 @@ TEST_P(SpillBackingTest, AChainedPassKeepsThePacksThePassBeforeFilled) {
     EXPECT_EQ(st.rows_direct, hot_loads_) << "K " << k;  // every other load from its pack
     EXPECT_EQ(st.rows_served, loads_ - hot_loads_) << "K " << k;
     EXPECT_EQ(st.passes, k + steps_.size());  // as one pass of 40 steps
+  }
+}
+
+// Rows the previous steps' (resident, as the cache keeps them) are packed no more: every packed
+// row is then served, and no load goes to the source that the packs would have served, across
+// a chain of passes too (a pass's first steps find nothing resident from the pass before).
+TEST_P(SpillBackingTest, RowsOfThePreviousStepsAreLeftOutOfPacks) {
+  // Steps that share many rows: half of the others from 600 warm rows.
+  std::mt19937_64 rng(11);
+  for (auto& step : steps_) {
+    for (size_t i = 0; i < step.size(); ++i) {
+      if (i % 3 != 0 && i % 2 == 0) step[i] = kHot + rng() % 600;
+    }
+  }
+  for (uint32_t d : {0u, 1u, 2u}) {
+    SpillOptions o;
+    o.horizon_steps = 4;
+    o.chunk_bytes = 4096;
+    o.sweep_rows = 97;
+    o.resident_steps = d;
+    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+    auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    loads_ = hot_loads_ = 0;
+    RunPass(**b, 20, 0, 20, StepRows(20, 20), false, /*resident=*/2);
+    RunPass(**b, 20, 20, 20, nullptr, /*continues=*/true, /*resident=*/2);
+    EXPECT_TRUE((*b)->continued());
+    const SpillStats& st = (*b)->stats();
+    EXPECT_EQ(st.packs_dropped, 0u) << "d " << d;
+    EXPECT_EQ(st.rows_direct, hot_loads_) << "d " << d;
+    EXPECT_EQ(st.rows_served, loads_ - hot_loads_) << "d " << d;
+    if (d == 2) {
+      EXPECT_EQ(st.rows_packed, st.rows_served);  // nothing packed in vain
+    } else {
+      EXPECT_GT(st.rows_packed, st.rows_served + 400) << "d " << d;
+    }
+    if (d == 0) {
+      EXPECT_EQ(st.rows_resident, 0u);
+    } else {
+      EXPECT_GT(st.rows_resident, 0u);
+    }
   }
 }
 

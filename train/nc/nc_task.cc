@@ -531,6 +531,9 @@ SpillOptions NcTask::SpillOpts() const {
   SpillOptions o;
   o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps);
   o.sweep_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
+  // A training step's loads find its run-ahead's previous steps' rows resident (protected in
+  // the cache): they need no place in its pack. (Before the plan: the configured run-ahead.)
+  o.resident_steps = run_ahead_ > 0 ? run_ahead_ : static_cast<uint32_t>(cfg_.storage.run_ahead);
   return o;
 }
 
@@ -748,7 +751,15 @@ Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::
   float* o = out.data_ptr<float>();
   const bool half = source.half;
   const bool normalize = source.features && cfg_.features.normalize == FeatureNormalize::kRow;
+  // The rows lie anywhere in the cache's arena (or the table): each is a run of cache misses,
+  // so the rows a few uses ahead are asked for while this one is copied.
+  constexpr int64_t kAhead = 6;
+  const size_t row_bytes = static_cast<size_t>(d) * (half ? 2 : 4);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const auto* next = reinterpret_cast<const char*>(rows.rows[rows.row_of(static_cast<size_t>(i + kAhead))]);
+      for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(next + at);
+    }
     const std::byte* row = rows.rows[rows.row_of(static_cast<size_t>(i))];
     float* dst = o + i * d;
     if (half) {

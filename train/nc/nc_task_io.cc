@@ -138,7 +138,9 @@ void NcTask::SummarizeSpill(RunSummary& s, double steps) const {
     << FormatCount(static_cast<double>(st.rows_swept) / steps) << " rows swept, "
     << FormatBytes(static_cast<uint64_t>(static_cast<double>(st.bytes_written) / steps)) << " of packs written, "
     << FormatCount(static_cast<double>(st.rows_served) / steps) << " loads served from packs and "
-    << FormatCount(static_cast<double>(st.rows_direct) / steps) << " from the dataset per step; " << st.packs_dropped
+    << FormatCount(static_cast<double>(st.rows_direct) / steps) << " from the dataset per step ("
+    << FormatCount(static_cast<double>(st.rows_resident) / steps) << " left out of packs as the previous "
+    << spill_->options().resident_steps << " steps' rows, resident); " << st.packs_dropped
     << " packs found no room; " << st.full_sweeps << " whole-file sweeps at a pass's start, "
     << st.passes_continued << " passes began with packs the pass before filled; listing " << st.list_s << " s, sweeps " << st.sweep_s << " s, pack reads " << st.serve_s
     << " s";
@@ -147,6 +149,8 @@ void NcTask::SummarizeSpill(RunSummary& s, double steps) const {
   s.Set("spill", "rows_swept", st.rows_swept), s.Set("spill", "rows_packed", st.rows_packed);
   s.Set("spill", "bytes_written", st.bytes_written), s.Set("spill", "rows_served", st.rows_served);
   s.Set("spill", "rows_direct", st.rows_direct), s.Set("spill", "packs_dropped", st.packs_dropped);
+  s.Set("spill", "rows_resident", st.rows_resident);
+  s.Set("spill", "resident_steps", uint64_t{spill_->options().resident_steps});
   s.Set("spill", "full_sweeps", st.full_sweeps), s.Set("spill", "passes_continued", st.passes_continued);
   s.Set("spill", "list_s", st.list_s), s.Set("spill", "sweep_s", st.sweep_s), s.Set("spill", "serve_s", st.serve_s);
 }
