@@ -27,17 +27,23 @@ constexpr size_t kPrefetchAhead = 16;
 uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
 }  // namespace
 
-bool RowCacheUsesDenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
-  return total_rows != 0 && total_rows <= 2 * IndexSlots(capacity_rows + window_rows);
+// Bytes of a dense index's entry: the oracle ranks rows by uses and pending steps (32-byte
+// entries); the others need only a slot and a last step (8 bytes).
+static uint64_t DenseEntryBytes(PlannerKind kind) { return kind == PlannerKind::kOracle ? 32 : 8; }
+
+bool RowCacheUsesDenseIndex(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
+  constexpr uint64_t kEntryBytes = 32;  // the hashed index's (RowCache::Entry, asserted beside it)
+  return total_rows != 0 &&
+         total_rows * DenseEntryBytes(kind) <= 2 * IndexSlots(capacity_rows + window_rows) * kEntryBytes;
 }
 
-uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
+uint64_t RowCacheIndexBytes(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
   constexpr uint64_t kEntryBytes = 32, kCandidateBytes = 24;
-  // (RowCache::Entry is 32 bytes: asserted beside it.)
-  const uint64_t index = RowCacheUsesDenseIndex(capacity_rows, window_rows, total_rows) ? total_rows
-                                                                            : IndexSlots(capacity_rows + window_rows);
+  const uint64_t index = RowCacheUsesDenseIndex(kind, capacity_rows, window_rows, total_rows)
+                             ? total_rows * DenseEntryBytes(kind)
+                             : IndexSlots(capacity_rows + window_rows) * kEntryBytes;
   const bool fits = total_rows != 0 && capacity_rows >= total_rows;
-  return index * kEntryBytes + (fits ? 0 : (2 * capacity_rows + 4096) * kCandidateBytes) + capacity_rows * 4;
+  return index + (fits ? 0 : (2 * capacity_rows + 4096) * kCandidateBytes) + capacity_rows * 4;
 }
 
 void RowStepPlan::Clear() {
@@ -52,10 +58,15 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   SLUICE_CHECK(options.kind != PlannerKind::kStatic || options.pinned != nullptr,
                "the static row cache needs its pinned rows");
   if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
-  dense_ = RowCacheUsesDenseIndex(options_.capacity_rows, options_.window_rows, options_.total_rows);
+  dense_ = RowCacheUsesDenseIndex(options_.kind, options_.capacity_rows, options_.window_rows, options_.total_rows);
   fits_ = options_.total_rows != 0 && options_.capacity_rows >= options_.total_rows;
   fifo_ = options_.kind != PlannerKind::kOracle;
-  table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));
+  slim_index_ = dense_ && options_.kind != PlannerKind::kOracle;
+  if (slim_index_) {
+    slim_.resize(options_.total_rows);
+  } else {
+    table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));
+  }
   if (!fits_) candidates_.resize(2 * options_.capacity_rows + 4096);
   free_slots_.reserve(options_.capacity_rows);
   for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
@@ -69,32 +80,57 @@ uint64_t RowCache::Hash(const RowKey& k) {
   return x;
 }
 
-RowCache::Entry* RowCache::Find(const RowKey& k) {
-  for (uint64_t i = Home(k);; i = Next(i)) {
-    Entry& e = table_[i];
-    if (!e.used) return nullptr;
-    if (e.Is(k)) return &e;
+template <class E>
+void RowCache::Prefetch(const RowKey& k) {
+  __builtin_prefetch(&Table<E>()[std::is_same_v<E, Slim> ? k.id : Home(k)]);
+}
+
+template <class E>
+E* RowCache::Find(const RowKey& k) {
+  if constexpr (std::is_same_v<E, Slim>) {
+    return &slim_[k.id];  // (keys come from planned steps: checked when they were inserted)
+  } else {
+    for (uint64_t i = Home(k);; i = Next(i)) {
+      Entry& e = table_[i];
+      if (!e.used) return nullptr;
+      if (e.Is(k)) return &e;
+    }
   }
 }
 
-RowCache::Entry& RowCache::FindOrInsert(const RowKey& k) {
+template <class E>
+E& RowCache::FindOrInsert(const RowKey& k) {
   if (dense_) {
-    SLUICE_CHECK(k.table == 0 && k.id < table_.size(), "row cache: key %llu of table %u beyond the %zu rows",
-                 static_cast<unsigned long long>(k.id), k.table, table_.size());
+    SLUICE_CHECK(k.table == 0 && k.id < options_.total_rows, "row cache: key %llu of table %u beyond the %llu rows",
+                 static_cast<unsigned long long>(k.id), k.table,
+                 static_cast<unsigned long long>(options_.total_rows));
   } else if (4 * (size_ + 1) > 3 * table_.size()) {
     Grow();  // load factor at most 3/4
   }
-  for (uint64_t i = Home(k);; i = Next(i)) {
-    Entry& e = table_[i];
-    if (!e.used) {
-      e = Entry{};
-      e.id = k.id;
-      e.table = k.table;
-      e.used = 1;
-      ++size_;
-      return e;
+  if constexpr (std::is_same_v<E, Slim>) {
+    return slim_[k.id];
+  } else {
+    for (uint64_t i = Home(k);; i = Next(i)) {
+      Entry& e = table_[i];
+      if (!e.used) {
+        e = Entry{};
+        e.id = k.id;
+        e.table = k.table;
+        e.used = 1;
+        ++size_;
+        return e;
+      }
+      if (e.Is(k)) return e;
     }
-    if (e.Is(k)) return e;
+  }
+}
+
+template <class E>
+RowKey RowCache::KeyOf(const E& e) const {
+  if constexpr (std::is_same_v<E, Slim>) {
+    return RowKey{static_cast<uint64_t>(&e - slim_.data()), 0};
+  } else {
+    return e.key();
   }
 }
 
@@ -127,8 +163,11 @@ void RowCache::Erase(Entry* e) {
   }
 }
 
-void RowCache::MaybeErase(Entry* e) {
-  if (e->slot == kNoSlot && e->pending == 0) Erase(e);
+template <class E>
+void RowCache::MaybeErase(E* e) {
+  if constexpr (std::is_same_v<E, Entry>) {
+    if (e->slot == kNoSlot && e->pending == 0) Erase(e);
+  }  // (a slim entry stays: its slot says the row is not resident)
 }
 
 bool RowCache::PinnedKey(const RowKey& k) const {
@@ -136,34 +175,45 @@ bool RowCache::PinnedKey(const RowKey& k) const {
   return p != nullptr && k.table == 0 && k.id / 64 < p->size() && ((*p)[k.id / 64] >> (k.id % 64) & 1);
 }
 
-bool RowCache::Kept(const Entry& e) const {
+bool RowCache::Kept(const RowKey& key) const {
   const std::vector<uint64_t>* k = options_.keep;
-  if (k == nullptr || e.table >= options_.keep_offsets->size()) return false;
-  const uint64_t row = (*options_.keep_offsets)[e.table] + e.id;
+  if (k == nullptr || key.table >= options_.keep_offsets->size()) return false;
+  const uint64_t row = (*options_.keep_offsets)[key.table] + key.id;
   return row / 64 < k->size() && ((*k)[row / 64] >> (row % 64) & 1);
 }
 
-void RowCache::PushCandidate(const Entry& e) {
-  if (fits_) return;                                                 // nothing is ever evicted
-  if (options_.kind == PlannerKind::kStatic && pinning_ && Pinned(e)) return;  // never evicted
-  uint64_t priority = e.last_step;
-  if (options_.kind == PlannerKind::kOracle) {
-    // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
-    priority = (uint64_t{Kept(e)} << 63) | (uint64_t{std::min<uint32_t>(e.uses, 0x7FFFFFFF)} << 32) | e.last_step;
+template <class E>
+void RowCache::PushCandidate(const E& e) {
+  if (fits_) return;  // nothing is ever evicted
+  const RowKey k = KeyOf(e);
+  if (options_.kind == PlannerKind::kStatic && pinning_ && PinnedKey(k)) return;  // never evicted
+  uint64_t priority = e.Last();
+  if constexpr (std::is_same_v<E, Entry>) {
+    if (options_.kind == PlannerKind::kOracle) {
+      // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
+      priority = (uint64_t{Kept(k)} << 63) | (uint64_t{std::min<uint32_t>(e.uses, 0x7FFFFFFF)} << 32) | e.last_step;
+    }
   }
   // Stale candidates (rows used again since) pile up when evictions are rare: drop them. (At
   // most one candidate per resident row is live, so this always makes room.)
   if (heap_n_ + window_n_ == candidates_.size()) CompactHeap();
   SLUICE_CHECK(heap_n_ + window_n_ < candidates_.size(), "row cache: eviction candidates overflow");
-  candidates_[heap_n_++] = Candidate{priority, e.id, e.table, e.last_step};
+  candidates_[heap_n_++] = Candidate{priority, k.id, k.table, e.Last()};
   if (!fifo_) std::push_heap(heap_begin(), heap_end());
 }
 
-void RowCache::CompactHeap() {
-  auto stale = [this](const Candidate& c) {
-    const Entry* e = Find(RowKey{c.id, c.table});
-    return e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step;
-  };
+// A candidate whose row was evicted or used again since it was pushed.
+template <class E>
+bool RowCache::Stale(const Candidate& c) {
+  const E* e = Find<E>(RowKey{c.id, c.table});
+  return e == nullptr || e->slot == kNoSlot || e->Last() != c.last_step;
+}
+
+void RowCache::CompactHeap() { slim_index_ ? CompactHeapIn<Slim>() : CompactHeapIn<Entry>(); }
+
+template <class E>
+void RowCache::CompactHeapIn() {
+  auto stale = [this](const Candidate& c) { return Stale<E>(c); };
   if (fifo_) {  // the live candidates of the queue, in order, to the front (no window heap)
     size_t out = 0;
     for (size_t i = fifo_head_; i < heap_n_; ++i) {
@@ -180,30 +230,35 @@ void RowCache::CompactHeap() {
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
+  slim_index_ ? ReleaseStepIn<Slim>(rows, step) : ReleaseStepIn<Entry>(rows, step);
+}
+
+template <class E>
+void RowCache::ReleaseStepIn(const std::vector<RowKey>& rows, uint64_t step) {
   // static: pinned rows never become candidates; their bits answer without a probe of the index.
   const bool skip_pinned = options_.kind == PlannerKind::kStatic && pinning_ && options_.pinned != nullptr;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i + kPrefetchAhead < rows.size() && !(skip_pinned && PinnedKey(rows[i + kPrefetchAhead]))) {
-      __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
+      Prefetch<E>(rows[i + kPrefetchAhead]);
     }
     const RowKey& k = rows[i];
     if (skip_pinned && PinnedKey(k)) continue;
-    Entry* e = Find(k);
-    if (e != nullptr && e->slot != kNoSlot && e->last_step == static_cast<uint32_t>(step)) PushCandidate(*e);
+    E* e = Find<E>(k);
+    if (e != nullptr && e->slot != kNoSlot && e->Last() == E::Stamp(step)) PushCandidate(*e);
   }
 }
 
 void RowCache::Append(std::span<const RowKey> rows) {
   if (options_.kind != PlannerKind::kOracle) return;
   SLUICE_CHECK(window_.size() < 0xFFFF, "row cache: window too long");
-  for (const RowKey& k : rows) ++FindOrInsert(k).pending;
+  for (const RowKey& k : rows) ++FindOrInsert<Entry>(k).pending;
   window_.emplace_back(rows.begin(), rows.end());
 }
 
 void RowCache::DropWindow() {
   for (const auto& rows : window_) {
     for (const RowKey& k : rows) {
-      Entry* e = Find(k);
+      Entry* e = Find<Entry>(k);  // (only the oracle appends: its entries are Entry)
       SLUICE_CHECK(e != nullptr && e->pending > 0, "row cache: window out of sync");
       if (--e->pending == 0) {
         if (e->slot != kNoSlot) {
@@ -241,21 +296,29 @@ void RowCache::SetPinning(bool on) {
   if (on) {  // the pinned rows' candidates leave the queue (static's is a queue: fifo_)
     size_t out = 0;
     for (size_t i = fifo_head_; i < heap_n_; ++i) {
-      const Entry* e = Find(RowKey{candidates_[i].id, candidates_[i].table});
-      if (e == nullptr || !Pinned(*e)) candidates_[out++] = candidates_[i];
+      if (!PinnedKey(RowKey{candidates_[i].id, candidates_[i].table})) candidates_[out++] = candidates_[i];
     }
     heap_n_ = out;
     fifo_head_ = 0;
     return;
   }
-  std::vector<const Entry*> pinned;
-  for (const Entry& e : table_) {
-    if (e.used && e.slot != kNoSlot && Pinned(e)) pinned.push_back(&e);
-  }
-  std::stable_sort(pinned.begin(), pinned.end(), [](const Entry* a, const Entry* b) { return a->last_step < b->last_step; });
-  for (const Entry* e : pinned) PushCandidate(*e);
+  slim_index_ ? PushPinned<Slim>() : PushPinned<Entry>();
 }
 
+// The resident pinned rows become candidates, oldest last use first.
+template <class E>
+void RowCache::PushPinned() {
+  std::vector<const E*> pinned;
+  for (const E& e : Table<E>()) {
+    bool used = true;
+    if constexpr (std::is_same_v<E, Entry>) used = e.used != 0;
+    if (used && e.slot != kNoSlot && PinnedKey(KeyOf(e))) pinned.push_back(&e);
+  }
+  std::stable_sort(pinned.begin(), pinned.end(), [](const E* a, const E* b) { return a->Last() < b->Last(); });
+  for (const E* e : pinned) PushCandidate(*e);
+}
+
+template <class E>
 Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
   if (!free_slots_.empty()) {
     const uint32_t s = free_slots_.back();
@@ -275,7 +338,7 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
     } else if (fifo_) {
       if (fifo_head_ + kPrefetchAhead < heap_n_) {
         const Candidate& ahead = candidates_[fifo_head_ + kPrefetchAhead];
-        __builtin_prefetch(&table_[Home(RowKey{ahead.id, ahead.table})]);
+        Prefetch<E>(RowKey{ahead.id, ahead.table});
       }
       c = candidates_[fifo_head_++];
       if (fifo_head_ == heap_n_) fifo_head_ = heap_n_ = 0;
@@ -284,24 +347,26 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
       c = *(heap_end() - 1);
       --heap_n_;
     }
-    Entry* e = Find(RowKey{c.id, c.table});
-    if (e == nullptr || e->slot == kNoSlot || e->last_step != c.last_step) continue;  // stale
-    if (options_.kind == PlannerKind::kOracle && e->pending > 0 && !fallback) {
-      *window_end() = c;  // (the slot the main heap just gave up, or free space between them)
-      ++window_n_;
-      std::push_heap(window_begin(), window_end());
-      continue;
+    E* e = Find<E>(RowKey{c.id, c.table});
+    if (e == nullptr || e->slot == kNoSlot || e->Last() != c.last_step) continue;  // stale
+    if constexpr (std::is_same_v<E, Entry>) {
+      if (options_.kind == PlannerKind::kOracle && e->pending > 0 && !fallback) {
+        *window_end() = c;  // (the slot the main heap just gave up, or free space between them)
+        ++window_n_;
+        std::push_heap(window_begin(), window_end());
+        continue;
+      }
+      if (e->pending > 0) ++stats_.window_evictions;
     }
-    if (e->pending > 0) ++stats_.window_evictions;
     slot = e->slot;
     ++stats_.evictions;
-    if (e->dirty) {
-      out.write_keys.push_back(e->key());
+    if (e->Dirty()) {
+      out.write_keys.push_back(RowKey{c.id, c.table});
       out.write_slots.push_back(slot);
       ++stats_.write_backs;
     }
     e->slot = kNoSlot;
-    e->dirty = 0;
+    e->SetDirty(false);
     --resident_;
     MaybeErase(e);
     break;
@@ -316,6 +381,11 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
 }
 
 Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
+  return slim_index_ ? PlanIn<Slim>(rows, writes, out) : PlanIn<Entry>(rows, writes, out);
+}
+
+template <class E>
+Status RowCache::PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
   out.Clear();
   const bool oracle = options_.kind == PlannerKind::kOracle;
   if (oracle) {
@@ -335,12 +405,14 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   std::vector<uint32_t>& missing = missing_;
   missing.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (i + kPrefetchAhead < rows.size()) __builtin_prefetch(&table_[Home(rows[i + kPrefetchAhead])]);
-    Entry& e = FindOrInsert(rows[i]);
-    if (oracle) --e.pending;
-    e.last_step = static_cast<uint32_t>(t);
-    ++e.uses;
-    if (writes) e.dirty = 1;
+    if (i + kPrefetchAhead < rows.size()) Prefetch<E>(rows[i + kPrefetchAhead]);
+    E& e = FindOrInsert<E>(rows[i]);
+    if constexpr (std::is_same_v<E, Entry>) {
+      if (oracle) --e.pending;
+      ++e.uses;
+    }
+    e.SetLast(t);
+    if (writes) e.SetDirty(true);
     if (e.slot != kNoSlot) {
       out.slots[i] = e.slot;
       ++stats_.hits;
@@ -351,13 +423,13 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
   Status status = Status::Ok();
   for (size_t j = 0; j < missing.size(); ++j) {
     const uint32_t i = missing[j];
-    if (j + kPrefetchAhead < missing.size()) __builtin_prefetch(&table_[Home(rows[missing[j + kPrefetchAhead]])]);
-    Result<uint32_t> slot = TakeSlot(out);
+    if (j + kPrefetchAhead < missing.size()) Prefetch<E>(rows[missing[j + kPrefetchAhead]]);
+    Result<uint32_t> slot = TakeSlot<E>(out);
     if (!slot.ok()) {  // the step still ends below, so the window and protection stay in step
       status = slot.status();
       break;
     }
-    Entry* e = Find(rows[i]);  // TakeSlot may have moved entries
+    E* e = Find<E>(rows[i]);  // TakeSlot may have moved entries
     e->slot = *slot;
     ++resident_;
     out.slots[i] = *slot;
@@ -377,6 +449,16 @@ bool RowCache::DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& k
                          std::vector<uint32_t>& slots) const {
   keys.clear();
   slots.clear();
+  if (slim_index_) {
+    for (; cursor < slim_.size() && keys.size() < max_rows; ++cursor) {
+      const Slim& e = slim_[cursor];
+      if (e.slot != kNoSlot && e.Dirty()) {
+        keys.push_back(RowKey{cursor, 0});
+        slots.push_back(e.slot);
+      }
+    }
+    return !keys.empty();
+  }
   for (; cursor < table_.size() && keys.size() < max_rows; ++cursor) {
     const Entry& e = table_[cursor];
     if (e.used && e.slot != kNoSlot && e.dirty) {
@@ -388,6 +470,7 @@ bool RowCache::DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& k
 }
 
 void RowCache::MarkAllClean() {
+  for (Slim& e : slim_) e.SetDirty(false);
   for (Entry& e : table_) {
     if (e.used) e.dirty = 0;
   }

@@ -29,6 +29,7 @@
 #include <deque>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cache/planner.h"
@@ -60,8 +61,9 @@ struct RowCacheOptions {
   const std::vector<uint64_t>* keep = nullptr;
   const std::vector<uint64_t>* keep_offsets = nullptr;
   // Keys are table 0's ids below total_rows (0: any keys). The index is then an array by id
-  // when that takes at most twice the hashed index's memory, and with capacity_rows >=
-  // total_rows no row is ever evicted, so the cache keeps no eviction candidates.
+  // when that takes at most twice the hashed index's memory (its entries are 8 bytes without
+  // the oracle, 32 with it), and with capacity_rows >= total_rows no row is ever evicted, so the
+  // cache keeps no eviction candidates.
   uint64_t total_rows = 0;
 };
 
@@ -84,10 +86,10 @@ PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahea
 // eviction candidates (compacted at twice the capacity) and its free-slot list.
 // The index's bytes; with total_rows (RowCacheOptions::total_rows) the dense index's when the
 // cache would use one.
-uint64_t RowCacheIndexBytes(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows = 0);
-// Whether the cache indexes rows by id (total_rows entries): when that takes at most twice the
-// hashed index's slots.
-bool RowCacheUsesDenseIndex(uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows);
+uint64_t RowCacheIndexBytes(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows = 0);
+// Whether the cache indexes rows by id (total_rows entries of 32 bytes for the oracle, 8 for the
+// others): when that takes at most twice the hashed index's bytes.
+bool RowCacheUsesDenseIndex(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows);
 
 struct RowStepPlan {
   std::vector<uint32_t> slots;       // per row of the step (in the caller's order): its slot
@@ -140,7 +142,8 @@ class RowCache {
   bool DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys, std::vector<uint32_t>& slots) const;
   void MarkAllClean();
   uint64_t resident_rows() const { return resident_; }
-  uint64_t index_slots() const { return table_.size(); }
+  uint64_t index_slots() const { return slim_index_ ? slim_.size() : table_.size(); }
+  uint64_t index_bytes() const { return table_.size() * sizeof(Entry) + slim_.size() * sizeof(Slim); }
   uint64_t next_step() const { return step_; }
   const RowCacheStats& stats() const { return stats_; }
   // The key's hash: its top 32 bits place it in the index; its low bits are free for others
@@ -149,7 +152,8 @@ class RowCache {
 
  private:
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
-  // 32 bytes: the key's parts unpadded, steps relative to the cache's first (32 bits).
+  // 32 bytes: the hashed index's entry (and the oracle's dense one): the key's parts unpadded,
+  // steps relative to the cache's first (32 bits).
   struct Entry {
     uint64_t id = 0;
     uint32_t table = 0;
@@ -161,8 +165,26 @@ class RowCache {
     uint8_t dirty = 0;
     RowKey key() const { return RowKey{id, table}; }
     bool Is(const RowKey& k) const { return id == k.id && table == k.table; }
+    static uint32_t Stamp(uint64_t step) { return static_cast<uint32_t>(step); }
+    uint32_t Last() const { return last_step; }
+    void SetLast(uint64_t step) { last_step = Stamp(step); }
+    bool Dirty() const { return dirty != 0; }
+    void SetDirty(bool d) { dirty = d ? 1 : 0; }
   };
   static_assert(sizeof(Entry) == 32);
+  // 8 bytes: the dense index's entry without the oracle (lru, static). Its key is its position;
+  // no uses or pending steps (only the oracle ranks by them); the last step (31 bits) beside the
+  // dirty bit. A row that is not resident keeps its entry (kNoSlot).
+  struct Slim {
+    uint32_t slot = kNoSlot;
+    uint32_t stamp = 0;  // last_step << 1 | dirty
+    static uint32_t Stamp(uint64_t step) { return static_cast<uint32_t>(step) & 0x7FFFFFFFu; }
+    uint32_t Last() const { return stamp >> 1; }
+    void SetLast(uint64_t step) { stamp = Stamp(step) << 1 | (stamp & 1u); }
+    bool Dirty() const { return (stamp & 1u) != 0; }
+    void SetDirty(bool d) { stamp = (stamp & ~1u) | (d ? 1u : 0u); }
+  };
+  static_assert(sizeof(Slim) == 8);
   struct Candidate {
     uint64_t priority;  // smaller = evict first
     uint64_t id;
@@ -171,28 +193,57 @@ class RowCache {
     bool operator<(const Candidate& o) const { return priority > o.priority; }  // min-heap
   };
 
+  // The index of either layout; the planning code is written once for both (row_cache.cc).
+  template <class E>
+  std::vector<E>& Table() {
+    if constexpr (std::is_same_v<E, Slim>) {
+      return slim_;
+    } else {
+      return table_;
+    }
+  }
   // A key's home in the index (any size below 2^32: the hash's top bits scaled), the next slot.
   // Dense: the key's id.
   uint64_t Home(const RowKey& k) const { return dense_ ? k.id : (Hash(k) >> 32) * table_.size() >> 32; }
   uint64_t Next(uint64_t i) const { return i + 1 == table_.size() ? 0 : i + 1; }
-  Entry* Find(const RowKey& k);
-  Entry& FindOrInsert(const RowKey& k);
+  template <class E>
+  void Prefetch(const RowKey& k);
+  template <class E>
+  E* Find(const RowKey& k);
+  template <class E>
+  E& FindOrInsert(const RowKey& k);
+  template <class E>
+  RowKey KeyOf(const E& e) const;
   void Erase(Entry* e);
   void Grow();
-  void MaybeErase(Entry* e);  // drops an entry that is neither resident nor pending
+  template <class E>
+  void MaybeErase(E* e);  // drops an entry that is neither resident nor pending
   bool PinnedKey(const RowKey& k) const;
-  bool Pinned(const Entry& e) const { return PinnedKey(e.key()); }
-  bool Kept(const Entry& e) const;
-  void PushCandidate(const Entry& e);
+  bool Kept(const RowKey& k) const;
+  template <class E>
+  void PushCandidate(const E& e);
+  template <class E>
+  bool Stale(const Candidate& c);
   void CompactHeap();
+  template <class E>
+  void CompactHeapIn();
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
+  template <class E>
+  void ReleaseStepIn(const std::vector<RowKey>& rows, uint64_t step);
+  template <class E>
+  void PushPinned();
+  template <class E>
   Result<uint32_t> TakeSlot(RowStepPlan& out);
+  template <class E>
+  Status PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& out);
 
   RowCacheOptions options_;
-  bool dense_ = false;  // table_ is indexed by id (total_rows entries, never grown)
+  bool dense_ = false;  // the index is by id (total_rows entries, never grown)
+  bool slim_index_ = false;  // ... in slim_ (lru, static); otherwise in table_
   bool fits_ = false;   // every row fits: no candidates, no protected steps
   bool pinning_ = true;  // static: pinned rows are never evicted (SetPinning)
   std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full (or dense)
+  std::vector<Slim> slim_;    // by id
   uint64_t size_ = 0;
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
   std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps

@@ -31,7 +31,7 @@ ShardedRowCache::ShardedRowCache(const RowCacheOptions& options, uint32_t shards
 uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps,
                                  uint64_t max_rows, uint64_t total_rows, uint32_t threads) {
   if (kind == PlannerKind::kOracle || kind == PlannerKind::kStatic || max_rows == 0 ||
-      RowCacheUsesDenseIndex(capacity_rows, 0, total_rows)) {
+      RowCacheUsesDenseIndex(kind, capacity_rows, 0, total_rows)) {
     return 1;
   }
   const uint64_t steps = uint64_t{protect_steps} + 1;
@@ -42,11 +42,11 @@ uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint3
   return 1;
 }
 
-uint64_t ShardedRowCache::IndexBytes(uint64_t capacity_rows, uint32_t shards, uint64_t total_rows) {
+uint64_t ShardedRowCache::IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows) {
   uint64_t bytes = 0;
   for (uint32_t s = 0; s < shards; ++s) {
     const uint64_t rows = capacity_rows / shards + (s < capacity_rows % shards ? 1 : 0);
-    bytes += RowCacheIndexBytes(rows, 0, total_rows);
+    bytes += RowCacheIndexBytes(kind, rows, 0, total_rows);
   }
   return bytes;
 }

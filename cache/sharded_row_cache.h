@@ -38,7 +38,7 @@ class ShardedRowCache {
   static uint32_t Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps, uint64_t max_rows,
                          uint64_t total_rows, uint32_t threads);
   // The bookkeeping's RAM (RowCacheIndexBytes for each shard).
-  static uint64_t IndexBytes(uint64_t capacity_rows, uint32_t shards, uint64_t total_rows);
+  static uint64_t IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows);
 
   // RowCache::Plan for a step's distinct rows: out.slots (in the rows' order) in [0, capacity);
   // loads and write-backs shard by shard. A shard that cannot place its rows fails the step.

@@ -101,7 +101,8 @@ uint64_t IoBytes(const RowPlanInput& in) {
 
 // The bytes of a cache of `rows` rows, its index sized for `window_rows` other rows.
 uint64_t CacheBytes(const RowPlanInput& in, uint64_t rows, uint64_t window_rows) {
-  return rows * in.row_bytes + RowCacheIndexBytes(rows, window_rows);
+  return rows * in.row_bytes +
+         RowCacheIndexBytes(in.oracle ? PlannerKind::kOracle : PlannerKind::kLru, rows, window_rows, in.index_rows);
 }
 
 // The most rows a cache of `bytes` holds (its index grows in steps: searched).
@@ -168,6 +169,7 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   p.io_bytes = IoBytes(in);
   p.kv_bytes = in.rocksdb ? in.kv_bytes : 0;
   p.run_ahead = in.run_ahead;
+  p.index_rows = in.index_rows;
   const uint64_t per_step = PerStepBytes(in);
   const uint64_t fixed = in.runtime_bytes + in.model_bytes + in.step_bytes + p.io_bytes + p.kv_bytes;
   const uint32_t d = in.run_ahead;
@@ -215,6 +217,7 @@ RowCacheOptions RowCacheOptionsFor(const RowMemoryPlan& plan, PlannerKind planne
   co.window_steps = plan.window;
   co.protect_steps = plan.run_ahead;
   co.window_rows = plan.window_rows;
+  co.total_rows = plan.index_rows;
   return co;
 }
 

@@ -66,6 +66,9 @@ struct RowPlanInput {
   bool raw_ids = false;
   bool rocksdb = false;
   bool oracle = true;
+  // Keys are one table's ids below this (node classification's rows): the cache may index rows
+  // by id (RowCacheUsesDenseIndex). 0: keys of several tables, or raw ids.
+  uint64_t index_rows = 0;
   uint32_t window = 16;         // the oracle's lookahead (configured)
   uint32_t run_ahead = 2;
   uint64_t io_queue_depth = 32;
@@ -95,6 +98,7 @@ struct RowMemoryPlan {
   uint32_t window = 0, run_ahead = 0;
   uint64_t step_rows = 0;       // distinct rows per step assumed (with a margin)
   uint64_t window_rows = 0;     // rows the index may hold for the window
+  uint64_t index_rows = 0;      // RowPlanInput::index_rows (the cache's total_rows)
   uint64_t min_rows = 0;        // rows of the steps in flight
   uint64_t cache_rows = 0, cache_bytes = 0;     // with its index
   uint64_t staging_rows = 0, staging_bytes = 0;  // the write-back buffer

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/clock.h"
+#include "common/radix_sort.h"
 
 namespace sluice {
 
@@ -66,9 +67,9 @@ SpillBacking::~SpillBacking() = default;
 uint64_t SpillBacking::MemoryBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
   const uint64_t pool = (uint64_t{o.horizon_steps} + 2 + o.write_batch) * o.chunk_bytes;
   const uint64_t lists = (uint64_t{o.horizon_steps} + 2 + o.resident_steps + 1) * rows_per_step * 4;
-  // A region pass's pairs (about one step's rows), a step's serve list, its keys in row order
-  // and its listing.
-  const uint64_t scratch = rows_per_step * (8 + 16 + 8 + 8);
+  // A region pass's pairs (about one step's rows), a step's serve list, its keys in row order,
+  // its listing and the sorts' scratch.
+  const uint64_t scratch = rows_per_step * (8 + 16 + 8 + 8 + 8);
   return pool + uint64_t{o.sweep_rows} * (row_bytes + 8) + lists + scratch;
 }
 
@@ -154,7 +155,7 @@ Status SpillBacking::List(uint64_t up_to) {
     }
     Pack& p = packs_.emplace_back();
     p.step = listed_++;
-    std::sort(list_scratch_.begin(), list_scratch_.end());
+    RadixSortBy(list_scratch_, sort_scratch_);
     list_scratch_.erase(std::unique(list_scratch_.begin(), list_scratch_.end()), list_scratch_.end());
     p.rows.reserve(list_scratch_.size());
     for (uint64_t row : list_scratch_) {
@@ -225,9 +226,9 @@ Status SpillBacking::RegionPass(IoSession& io, uint64_t region, uint64_t first, 
     if (p.step < first || p.step > last || !p.has_file) continue;
     auto b = std::lower_bound(p.rows.begin(), p.rows.end(), lo);
     auto e = std::lower_bound(b, p.rows.end(), hi);
-    for (auto it = b; it != e; ++it) pairs_.emplace_back(*it, static_cast<uint32_t>(i));
+    for (auto it = b; it != e; ++it) pairs_.push_back(uint64_t{*it} << 32 | i);
   }
-  std::sort(pairs_.begin(), pairs_.end());
+  RadixSortBy(pairs_, sort_scratch_, 32);  // by row, then pack (pushed in pack order)
   ++stats_.passes;
   size_t at = 0;
   while (at < pairs_.size()) {
@@ -235,9 +236,9 @@ Status SpillBacking::RegionPass(IoSession& io, uint64_t region, uint64_t first, 
     sweep_ids_.clear();
     size_t end = at;
     while (end < pairs_.size()) {
-      if (sweep_ids_.empty() || sweep_ids_.back() != pairs_[end].first) {
+      if (sweep_ids_.empty() || sweep_ids_.back() != pairs_[end] >> 32) {
         if (sweep_ids_.size() == options_.sweep_rows) break;
-        sweep_ids_.push_back(pairs_[end].first);
+        sweep_ids_.push_back(pairs_[end] >> 32);
       }
       ++end;
     }
@@ -245,8 +246,9 @@ Status SpillBacking::RegionPass(IoSession& io, uint64_t region, uint64_t first, 
     stats_.rows_swept += sweep_ids_.size();
     size_t row = 0;
     for (size_t i = at; i < end; ++i) {
-      if (i > at && pairs_[i].first != pairs_[i - 1].first) ++row;
-      SLUICE_RETURN_IF_ERROR(Append(io, packs_[pairs_[i].second], sweep_buffer_.data() + row * row_bytes_));
+      if (i > at && pairs_[i] >> 32 != pairs_[i - 1] >> 32) ++row;
+      Pack& pack = packs_[static_cast<uint32_t>(pairs_[i])];
+      SLUICE_RETURN_IF_ERROR(Append(io, pack, sweep_buffer_.data() + row * row_bytes_));
     }
     at = end;
   }
@@ -338,7 +340,7 @@ Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, st
       direct_rows_.push_back(rows[i]);
     }
   }
-  std::sort(by_id_.begin(), by_id_.end());
+  RadixSortBy(by_id_, sort_scratch_, 32);  // by row, then key index (pushed in order)
   if (p != nullptr) {
     const size_t n = p->rows.size();
     size_t at = 0, wrapped = 0;  // serve_[0, wrapped): positions below rotate, moved last below

@@ -191,7 +191,8 @@ class SpillBacking : public RowBacking {
   // their own previous steps' were), oldest first; spare holds a retired list's memory.
   std::deque<std::vector<uint32_t>> recent_;
   std::vector<uint32_t> spare_;
-  std::vector<std::pair<uint32_t, uint32_t>> pairs_;  // (row, pack index)
+  std::vector<uint64_t> pairs_;  // row << 32 | pack index
+  std::vector<uint64_t> sort_scratch_;  // RadixSortBy's, for the listing, pairs_ and by_id_
   std::vector<uint64_t> sweep_ids_;
   std::vector<std::pair<uint64_t, std::byte*>> serve_;  // (pack position, destination)
   std::vector<uint64_t> by_id_;  // row << 32 | its index in the keys

@@ -117,7 +117,8 @@ Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions opti
                           DeviceCapacityRows(config, options, shape.uses, shape.rows, shape.extra_bytes));
   plan.options = options;
   plan.host_bytes = DeviceStagingHostBytes(options, shape.uses, shape.rows, shape.extra_bytes) +
-                    ShardedRowCache::IndexBytes(options.capacity_rows, DeviceCacheShards(options), options.total_rows);
+                    ShardedRowCache::IndexBytes(options.planner, options.capacity_rows, DeviceCacheShards(options),
+                                                options.total_rows);
   if (device_is_host) {
     plan.host_bytes += DeviceRowsBytes(options, shape.uses, shape.rows, shape.extra_bytes) + model_step_bytes;
   }

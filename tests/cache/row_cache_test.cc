@@ -217,33 +217,38 @@ TEST(RowCache, StaticPinsYieldToALargerPassAndComeBack) {
     for (const RowKey& k : plan.load_keys) n += k.id < 40;
     return n;
   };
-  {
+  // With the hashed index and with the slim index by id (ids below 1000).
+  for (uint64_t total : {uint64_t{0}, uint64_t{1000}}) {
+    SCOPED_TRACE("total_rows " + std::to_string(total));
+    o.total_rows = total;
+    {
+      RowCache cache(o);
+      ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+      ASSERT_TRUE(cache.Plan(b, false, plan).ok());
+      const Status full = cache.Plan(c, false, plan);  // 40 pinned + 90 > 100
+      ASSERT_FALSE(full.ok());
+      EXPECT_NE(full.ToString().find("is full"), std::string::npos) << full.ToString();
+    }
     RowCache cache(o);
     ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+    EXPECT_EQ(pinned_loads(), 40u);
     ASSERT_TRUE(cache.Plan(b, false, plan).ok());
-    const Status full = cache.Plan(c, false, plan);  // 40 pinned + 90 > 100
-    ASSERT_FALSE(full.ok());
-    EXPECT_NE(full.ToString().find("is full"), std::string::npos) << full.ToString();
+    cache.ReleaseProtected();
+    cache.SetPinning(false);
+    ASSERT_TRUE(cache.Plan(c, false, plan).ok());
+    EXPECT_EQ(plan.load_keys.size(), 90u);
+    cache.ReleaseProtected();
+    cache.SetPinning(true);
+    ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+    const uint64_t reloaded = pinned_loads();
+    EXPECT_GT(reloaded, 0u);  // evicted by the larger pass, loaded again
+    EXPECT_LT(reloaded, 40u);  // the oldest went first: some stayed
+    ASSERT_TRUE(cache.Plan(d, false, plan).ok());
+    ASSERT_TRUE(cache.Plan(e, false, plan).ok());
+    ASSERT_TRUE(cache.Plan(a, false, plan).ok());
+    EXPECT_EQ(pinned_loads(), 0u);  // pinned again: 120 other rows passed through without evicting one
+    EXPECT_EQ(plan.load_keys.size(), 20u);
   }
-  RowCache cache(o);
-  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
-  EXPECT_EQ(pinned_loads(), 40u);
-  ASSERT_TRUE(cache.Plan(b, false, plan).ok());
-  cache.ReleaseProtected();
-  cache.SetPinning(false);
-  ASSERT_TRUE(cache.Plan(c, false, plan).ok());
-  EXPECT_EQ(plan.load_keys.size(), 90u);
-  cache.ReleaseProtected();
-  cache.SetPinning(true);
-  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
-  const uint64_t reloaded = pinned_loads();
-  EXPECT_GT(reloaded, 0u);  // evicted by the larger pass, loaded again
-  EXPECT_LT(reloaded, 40u);  // the oldest went first: some stayed
-  ASSERT_TRUE(cache.Plan(d, false, plan).ok());
-  ASSERT_TRUE(cache.Plan(e, false, plan).ok());
-  ASSERT_TRUE(cache.Plan(a, false, plan).ok());
-  EXPECT_EQ(pinned_loads(), 0u);  // pinned again: 120 other rows passed through without evicting one
-  EXPECT_EQ(plan.load_keys.size(), 20u);
 }
 
 TEST(RowCache, LruReplayMatchesModel) {
@@ -278,7 +283,63 @@ TEST(RowCache, DenseIndexAndEveryRowFittingReplayTheModel) {
     EXPECT_EQ(all.stats.loads, distinct.size());
   }
   // The memory plan's figure: no eviction candidates when every row fits.
-  EXPECT_LT(RowCacheIndexBytes(vocab, 0, vocab), RowCacheIndexBytes(vocab, 0));
+  EXPECT_LT(RowCacheIndexBytes(PlannerKind::kLru, vocab, 0, vocab), RowCacheIndexBytes(PlannerKind::kLru, vocab, 0));
+}
+
+// Without the oracle an index by id takes 8 bytes a row, so it serves tables 4 times larger
+// than the 32-byte entries allow; lru and static plan exactly what the hashed index plans (the
+// same slots, loads and write-backs, step by step), and the oracle keeps its hashed index there.
+TEST(RowCache, SlimIndexByIdPlansAsTheHashedIndex) {
+  const uint64_t vocab = 3000;
+  const Steps steps = ZipfSteps(400, 60, 1, vocab, 9);
+  const uint64_t capacity = MinCapacityRows(0, 2, 60) + 11;  // 1024 hashed slots
+  std::vector<uint64_t> pinned(vocab / 64 + 1, 0);
+  for (uint64_t id = 0; id < 40; ++id) pinned[id * 13 / 64] |= uint64_t{1} << (id * 13 % 64);
+  EXPECT_TRUE(RowCacheUsesDenseIndex(PlannerKind::kLru, capacity, 0, vocab));
+  EXPECT_FALSE(RowCacheUsesDenseIndex(PlannerKind::kOracle, capacity, 0, vocab));
+  for (PlannerKind kind : {PlannerKind::kLru, PlannerKind::kStatic}) {
+    RowCacheOptions o;
+    o.kind = kind;
+    o.capacity_rows = capacity;
+    o.protect_steps = 2;
+    o.pinned = kind == PlannerKind::kStatic ? &pinned : nullptr;
+    RowCache hashed(o);
+    o.total_rows = vocab;
+    RowCache slim(o);
+    EXPECT_EQ(slim.index_bytes(), vocab * 8);
+    EXPECT_EQ(RowCacheIndexBytes(kind, capacity, 0, vocab) - RowCacheIndexBytes(kind, capacity, 0),
+              vocab * 8 - hashed.index_bytes());
+    RowStepPlan a, b;
+    for (size_t t = 0; t < steps.size(); ++t) {
+      const bool writes = t % 3 != 2;
+      ASSERT_TRUE(hashed.Plan(steps[t], writes, a).ok());
+      ASSERT_TRUE(slim.Plan(steps[t], writes, b).ok());
+      ASSERT_EQ(a.slots, b.slots) << "step " << t;
+      ASSERT_EQ(a.load_keys, b.load_keys) << "step " << t;
+      ASSERT_EQ(a.load_slots, b.load_slots) << "step " << t;
+      ASSERT_EQ(a.write_keys, b.write_keys) << "step " << t;
+      ASSERT_EQ(a.write_slots, b.write_slots) << "step " << t;
+    }
+    EXPECT_GT(slim.stats().write_backs, 0u);
+    // The flush finds the same dirty rows (in id order against the hash's order).
+    auto dirty = [](const RowCache& c) {
+      std::map<uint64_t, uint32_t> rows;
+      std::vector<RowKey> keys;
+      std::vector<uint32_t> slots;
+      size_t cursor = 0;
+      while (c.DirtyRows(cursor, 5, keys, slots)) {
+        for (size_t i = 0; i < keys.size(); ++i) rows[keys[i].id] = slots[i];
+      }
+      return rows;
+    };
+    EXPECT_FALSE(dirty(slim).empty());
+    EXPECT_EQ(dirty(slim), dirty(hashed));
+    slim.MarkAllClean();
+    EXPECT_TRUE(dirty(slim).empty());
+  }
+  // The model replay (values, protection, write-backs) through the slim index.
+  RunModel(steps, PlannerKind::kLru, 0, 2, capacity, nullptr, vocab);
+  RunModel(steps, PlannerKind::kStatic, 0, 2, capacity, &pinned, vocab);
 }
 
 TEST(RowCache, OracleLoadsFewerRowsThanLru) {

@@ -116,8 +116,8 @@ TEST(ShardedRowCacheTest, ShardsLeaveEachARoomySliceOrThereIsOne) {
   EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kLru, 8'000'000, 1, 0, 0, 16), 1u);
   // Every row fits an index by id: one cache (faster than shards).
   EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kLru, 8'000'000, 1, 500'000, 9'000'000, 16), 1u);
-  EXPECT_EQ(ShardedRowCache::IndexBytes(8000, 1, 0), RowCacheIndexBytes(8000, 0, 0));
-  EXPECT_GE(ShardedRowCache::IndexBytes(8000, 4, 0), RowCacheIndexBytes(8000, 0, 0));
+  EXPECT_EQ(ShardedRowCache::IndexBytes(PlannerKind::kLru, 8000, 1, 0), RowCacheIndexBytes(PlannerKind::kLru, 8000, 0, 0));
+  EXPECT_GE(ShardedRowCache::IndexBytes(PlannerKind::kLru, 8000, 4, 0), RowCacheIndexBytes(PlannerKind::kLru, 8000, 0, 0));
 }
 
 TEST(ShardedRowCacheTest, AShardThatCannotPlaceItsRowsFailsTheStep) {

@@ -440,6 +440,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.step_record_bytes = edges * 8 + most * 8 * 2;  // a ring slot's subgraph
   in.row_bytes = row_bytes_;
   in.total_rows = num_nodes_;
+  in.index_rows = num_nodes_;  // keys are table 0's node ids
   in.max_rows = own_end_ > own_begin_ ? own_end_ - own_begin_ : num_nodes_;  // sharded: this rank's rows
   in.oracle = cfg_.storage.planner == PlannerKind::kOracle;
   in.window = static_cast<uint32_t>(cfg_.storage.window);
@@ -514,7 +515,10 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
   // none: read-through, a cache only as large as the steps in flight (training's or
   // evaluation's, whichever samples more, with a margin).
   const uint64_t in_flight = (uint64_t{plan_.run_ahead} + 2) * std::max(probe_nodes_, probe_eval_nodes_) * 5 / 4;
-  if (planner == PlannerKind::kNone) co.capacity_rows = std::min(plan_.cache_rows, in_flight);
+  if (planner == PlannerKind::kNone) {
+    co.capacity_rows = std::min(plan_.cache_rows, in_flight);
+    co.total_rows = 0;  // (a hashed index: an index by id could outgrow the plan's for this capacity)
+  }
   if (planner == PlannerKind::kStatic) {
     PinHottest(co.capacity_rows > plan_.min_rows ? co.capacity_rows - plan_.min_rows : 0);
     co.pinned = &pinned_;
