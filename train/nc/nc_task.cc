@@ -422,7 +422,8 @@ Result<RowPlanInput> NcTask::PlanInput() {
   in.budget_bytes = cfg_.storage.budget.value;
   in.runtime_bytes = kRuntimeBytes + GraphBytes();
   if (Spilling()) {  // and the next epoch's order of the training nodes
-    in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_) + Split("train").size() * 8;
+    in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_) + Split("train").size() * 8 +
+                        KHopNodeSet::ScratchBytes(num_nodes_) + SpillStepRows() * 16;
   }
   in.model_bytes = net_->StateBytes();
   in.step_bytes = net_->StepBytes();
@@ -558,6 +559,7 @@ Status NcTask::OpenSpill() {
   o.file_bytes = SpillBacking::RingBytes(o, SpillStepRows(), row_bytes_);
   SLUICE_ASSIGN_OR_RETURN(spill_, SpillBacking::Create(features_.get(), &features_->file(),
                                                        cfg_.run_dir + "/features.spill", o));
+  spill_nodes_ = std::make_unique<KHopNodeSet>(graph_);
   return Status::Ok();
 }
 
@@ -675,15 +677,14 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
   po.group_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   RowBacking* backing = source.backing;
   if (pass.spill && spill_ != nullptr) {
-    // The spill lists step t's rows K steps ahead of its loads: the same sample, drawn again;
+    // The spill lists step t's rows K steps ahead of its loads: the same sample's nodes, drawn
+    // on the io thread without its blocks (the sampler draws the whole sample again later);
     // past the pass's end, the next pass's.
-    auto rows_of = [](const Pass& p) {
-      return [p](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
+    auto rows_of = [nodes = spill_nodes_.get()](const Pass& p) {
+      return [p, nodes](uint64_t t, std::vector<uint64_t>& out) -> Result<bool> {
         const std::span<const int64_t> seeds = p.UnitSeeds(t);
         if (seeds.empty()) return false;
-        std::lock_guard<std::mutex> lock(*p.sample_mutex);
-        const SampledSubgraph sub = p.sampler->Sample(seeds, p.UnitKey(t), *p.options);
-        for (int64_t v : sub.nodes()) out.push_back(static_cast<uint64_t>(v));
+        nodes->Sample(seeds, p.UnitKey(t), *p.options, out);
         return true;
       };
     };
@@ -706,9 +707,6 @@ std::unique_ptr<NcTask::Pipeline> NcTask::MakePipeline(const Pass& pass, const R
     const SampleKey key = pass.UnitKey(t);
     if (pass.sample_on_device) {
       SLUICE_ASSIGN_OR_RETURN(b.sub, pass.sample_on_device(seeds, key));
-    } else if (pass.sample_mutex != nullptr) {
-      std::lock_guard<std::mutex> lock(*pass.sample_mutex);
-      b.sub = pass.sampler->Sample(seeds, key, *pass.options);
     } else {
       b.sub = pass.sampler->Sample(seeds, key, *pass.options);
     }
@@ -862,7 +860,6 @@ void NcTask::SetLearningRateScale(double scale) {
 void NcTask::SpillPasses(Pass& pass, Pass& next) {
   const std::vector<int64_t>& train = Split("train");
   pass.spill = true;
-  pass.sample_mutex = &sample_mutex_;
   pass.spill_continues = pass.first_step == 0 && spill_next_epoch_ == pass.epoch;
   spill_next_epoch_ = ~uint64_t{0};
   if (pass.epoch + 1 >= static_cast<uint64_t>(cfg_.train.epochs)) return;

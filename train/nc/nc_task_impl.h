@@ -21,6 +21,7 @@
 #include "prefetch/row_pipeline.h"
 #include "prefetch/spill_backing.h"
 #include "sampler/csr_graph.h"
+#include "sampler/khop_nodes.h"
 #include "sampler/khop_sampler.h"
 #include "storage/dataset.h"
 #include "train/accelerator.h"
@@ -112,7 +113,6 @@ class NcTask : public Task {
     // steps) and whether this pass is the one the pass before named so.
     const Pass* spill_next = nullptr;
     bool spill_continues = false;
-    std::mutex* sample_mutex = nullptr;  // set when another thread samples too (the spill's listing)
     // Training in virtual shards (train.virtual_shards): the pipeline's units are this rank's
     // shards of each step that hold seeds, (step, shard) in order from first_step; else a unit
     // is a step.
@@ -281,7 +281,7 @@ class NcTask : public Task {
   // Storage of the feature rows.
   std::unique_ptr<ArrayBacking> features_;
   std::unique_ptr<SpillBacking> spill_;  // storage.spill_steps: training's feature reads
-  std::mutex sample_mutex_;
+  std::unique_ptr<KHopNodeSet> spill_nodes_;  // the spill's listing: the steps' node sets
   // Learnable node embeddings (model.embedding_dim > 0) instead of features: a row file in
   // tables/ (out of core) or RAM, each row the embedding then its optimizer state.
   bool embeddings_ = false;
