@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/radix_sort.h"
+#include "common/thread_plan.h"
 
 namespace sluice {
 
@@ -62,7 +63,15 @@ SpillBacking::SpillBacking(RowBacking* source, const RowFile* file, File spill, 
   sweep_buffer_ = AlignedBuffer(uint64_t{options_.sweep_rows} * row_bytes_, kDirectAlignBytes);
 }
 
-SpillBacking::~SpillBacking() = default;
+SpillBacking::~SpillBacking() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    stop_writer_ = true;
+  }
+  write_cv_.notify_all();
+  writer_.join();  // after the chunks handed to it are written: they are the pool's
+}
 
 uint64_t SpillBacking::MemoryBytes(const SpillOptions& o, uint64_t rows_per_step, uint32_t row_bytes) {
   const uint64_t pool = (uint64_t{o.horizon_steps} + 2 + o.write_batch) * o.chunk_bytes;
@@ -104,6 +113,12 @@ void SpillBacking::StartPass(StepRows rows, Skip skip, StepRows next, bool conti
 }
 
 void SpillBacking::Reset() {
+  // Chunks handed to the writer come back to the pool once written.
+  std::unique_lock<std::mutex> lock(write_mutex_, std::defer_lock);
+  if (writer_.joinable()) {
+    lock.lock();
+    write_cv_.wait(lock, [this] { return written_count_ == handed_count_; });
+  }
   for (Pack& p : packs_) {
     if (p.chunk != nullptr) free_chunks_.push_back(p.chunk);
   }
@@ -155,7 +170,8 @@ Status SpillBacking::List(uint64_t up_to) {
     }
     Pack& p = packs_.emplace_back();
     p.step = listed_++;
-    RadixSortBy(list_scratch_, sort_scratch_);
+    // A listing may give its rows sorted already (a sample's node set does).
+    if (!std::is_sorted(list_scratch_.begin(), list_scratch_.end())) RadixSortBy(list_scratch_, sort_scratch_);
     list_scratch_.erase(std::unique(list_scratch_.begin(), list_scratch_.end()), list_scratch_.end());
     p.rows.reserve(list_scratch_.size());
     for (uint64_t row : list_scratch_) {
@@ -257,11 +273,7 @@ Status SpillBacking::RegionPass(IoSession& io, uint64_t region, uint64_t first, 
 }
 
 Status SpillBacking::Append(IoSession& io, Pack& p, const std::byte* row) {
-  if (p.chunk == nullptr) {
-    if (free_chunks_.empty()) SLUICE_RETURN_IF_ERROR(WriteChunks(io));
-    p.chunk = free_chunks_.back();
-    free_chunks_.pop_back();
-  }
+  if (p.chunk == nullptr) SLUICE_RETURN_IF_ERROR(TakeChunk(io, p.chunk));
   std::memcpy(p.chunk + (p.written % chunk_rows_) * row_bytes_, row, row_bytes_);
   ++p.written;
   ++stats_.rows_packed;
@@ -282,7 +294,95 @@ void SpillBacking::QueueChunk(Pack& p) {
   p.chunk = nullptr;
 }
 
+// A few chunks at a time go to the writer: its writes start while the sweep goes on.
+constexpr size_t kHandOffChunks = 8;
+
+Status SpillBacking::TakeChunk(IoSession& io, std::byte*& chunk) {
+  if (!options_.async_writes) {
+    if (free_chunks_.empty()) SLUICE_RETURN_IF_ERROR(WriteChunks(io));
+    chunk = free_chunks_.back();
+    free_chunks_.pop_back();
+    return Status::Ok();
+  }
+  if (writes_.size() >= kHandOffChunks) HandOff();
+  std::unique_lock<std::mutex> lock(write_mutex_);
+  if (free_chunks_.empty()) {
+    lock.unlock();
+    HandOff();  // the queued chunks are what will free one
+    lock.lock();
+    write_cv_.wait(lock, [this] { return !free_chunks_.empty() || !write_error_.ok(); });
+  }
+  if (!write_error_.ok()) return write_error_;
+  chunk = free_chunks_.back();
+  free_chunks_.pop_back();
+  return Status::Ok();
+}
+
+void SpillBacking::HandOff() {
+  if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+  if (writes_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    handed_.insert(handed_.end(), writes_.begin(), writes_.end());
+    handed_count_ += writes_.size();
+  }
+  writes_.clear();
+  write_cv_.notify_all();
+}
+
+void SpillBacking::WriterLoop() {
+  NameThisThread("sluice-spill");
+  // The queue is made here: an io_uring ring may be set up for the one thread that submits.
+  std::unique_ptr<IoExecutor> executor;
+  {
+    Result<std::unique_ptr<IoBackend>> backend = MakeProcessBackend(options_.write_backend, options_.write_depth);
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    if (backend.ok()) {
+      executor = std::make_unique<IoExecutor>(std::move(backend).value());
+    } else {
+      write_error_ = IoError("the feature spill file " + spill_.path() + ": no io queue for its writes: " +
+                             backend.status().message());
+    }
+  }
+  std::vector<IoRequest> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(write_mutex_);
+      write_cv_.wait(lock, [this] { return stop_writer_ || !handed_.empty(); });
+      if (handed_.empty()) return;  // stopping, and nothing left to write
+      batch.swap(handed_);
+    }
+    // After a failure the rest is not written (the io thread reports the first error).
+    Status s = Status::Ok();
+    {
+      std::lock_guard<std::mutex> lock(write_mutex_);
+      s = write_error_;
+    }
+    if (s.ok()) s = executor->Execute(batch);
+    {
+      std::lock_guard<std::mutex> lock(write_mutex_);
+      for (const IoRequest& r : batch) {
+        free_chunks_.push_back(r.buffer);
+        if (s.ok()) written_bytes_ += r.length_bytes;
+      }
+      written_count_ += batch.size();
+      if (!s.ok() && write_error_.ok()) {
+        write_error_ = IoError("the feature spill file " + spill_.path() + ": " + s.message());
+      }
+    }
+    write_cv_.notify_all();
+    batch.clear();
+  }
+}
+
 Status SpillBacking::WriteChunks(IoSession& io) {
+  if (options_.async_writes) {
+    HandOff();
+    std::unique_lock<std::mutex> lock(write_mutex_);
+    write_cv_.wait(lock, [this] { return written_count_ == handed_count_; });
+    stats_.bytes_written = written_bytes_;
+    return write_error_;
+  }
   if (writes_.empty()) return Status::Ok();
   Status s = io.executor().Execute(writes_);
   for (const IoRequest& r : writes_) {

@@ -36,14 +36,18 @@
 // step at a time (io groups of one step): a load is served from the pack of the step after the
 // last Advance.
 //
-// One thread (the row prefetcher's io thread) calls it.
+// One thread (the row prefetcher's io thread) calls it; with async_writes a second thread of
+// its own writes the packs (a step's pack is written whole before its loads read it).
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -51,6 +55,7 @@
 #include "prefetch/row_prefetcher.h"
 #include "prefetch/row_preloader.h"
 #include "storage/file.h"
+#include "storage/io_backend.h"
 #include "storage/row_file.h"
 
 namespace sluice {
@@ -61,7 +66,14 @@ struct SpillOptions {
   uint32_t sweep_gap_bytes = 64 * 1024;  // wanted rows less than this apart: one extent
   uint32_t sweep_rows = 1 << 14;      // distinct rows a sweep reads at a time
   uint32_t chunk_bytes = 128 * 1024;  // a pack's unit of io (a multiple of 4 KiB)
-  uint32_t write_batch = 64;          // full chunks written together
+  uint32_t write_batch = 64;          // full chunks written together (at most)
+  // Packs written by a thread of their own (`sluice-spill`, its own io queue of write_depth):
+  // full chunks go to it a few at a time and come back to the pool when written, so a sweep's
+  // reads and copies go on while its packs are written. false: written on the caller's thread
+  // when the pool runs out and at each step's completion.
+  bool async_writes = true;
+  uint32_t write_depth = 16;
+  BackendKind write_backend = BackendKind::kAuto;
   // Rows a step's previous `resident_steps` steps of the same pass list are left out of its
   // pack: the cache keeps them resident while it loads (a RowCache's protected steps, the
   // run-ahead), so its loads never ask for them. 0: every listed row is packed. Wrong (larger
@@ -153,7 +165,13 @@ class SpillBacking : public RowBacking {
   Status RegionPass(IoSession& io, uint64_t region, uint64_t first, uint64_t last);
   Status Append(IoSession& io, Pack& p, const std::byte* row);
   void QueueChunk(Pack& p);
+  // A free chunk of the pool: with async_writes it waits for the writer when none is free.
+  Status TakeChunk(IoSession& io, std::byte*& chunk);
+  // Every queued chunk written (and its buffer back in the pool) when it returns.
   Status WriteChunks(IoSession& io);
+  // async_writes: hands the queued chunks to the writer thread (started on first use).
+  void HandOff();
+  void WriterLoop();
   Status Complete(IoSession& io, uint64_t step);
   Pack* Find(uint64_t step);
   Status ServeFromPack(IoSession& io, const Pack& p);
@@ -180,8 +198,17 @@ class SpillBacking : public RowBacking {
   uint64_t ring_cursor_ = 0;
 
   AlignedBuffer pool_;
-  std::vector<std::byte*> free_chunks_;
-  std::vector<IoRequest> writes_;  // full chunks waiting
+  std::vector<std::byte*> free_chunks_;  // guarded by write_mutex_ once the writer runs
+  std::vector<IoRequest> writes_;  // full chunks queued, not handed to the writer yet
+  // The writer thread (async_writes) and what it shares with the io thread.
+  std::mutex write_mutex_;
+  std::condition_variable write_cv_;
+  std::vector<IoRequest> handed_;           // waiting for the writer
+  uint64_t handed_count_ = 0, written_count_ = 0;  // chunks handed over, and written since
+  uint64_t written_bytes_ = 0;
+  Status write_error_;  // the writer's first failure
+  bool stop_writer_ = false;
+  std::thread writer_;
   AlignedBuffer sweep_buffer_;
   SpillStats stats_;
 

@@ -6,15 +6,19 @@
 
 namespace sluice {
 
-Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
-  const BackendKind kind = config.backend;
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                          MakeBackend(kind, static_cast<uint32_t>(config.EffectiveQueueDepth())));
+Result<std::unique_ptr<IoBackend>> MakeProcessBackend(BackendKind kind, uint32_t queue_depth) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, MakeBackend(kind, queue_depth));
   if (ProcessFaults* faults = ProcessFaults::Get()) {  // SLUICE_FAULT: the fault-matrix tests
     auto wrapped = std::make_unique<FaultBackend>(std::move(backend));
     wrapped->SetProcessFaults(faults);
     backend = std::move(wrapped);
   }
+  return backend;
+}
+
+Result<std::unique_ptr<IoSession>> IoSession::Create(const IoConfig& config) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
+                          MakeProcessBackend(config.backend, static_cast<uint32_t>(config.EffectiveQueueDepth())));
   return std::make_unique<IoSession>(std::move(backend),
                                      static_cast<uint32_t>(config.merge_max.value));
 }

@@ -41,6 +41,10 @@ struct IoConfig {
   }
 };
 
+// A backend of `kind` for the calling thread, with the process's SLUICE_FAULT faults applied
+// when it names any (as every session's): for a thread of io that needs no session's slots.
+Result<std::unique_ptr<IoBackend>> MakeProcessBackend(BackendKind kind, uint32_t queue_depth);
+
 class IoSession {
  public:
   // Creates the backend named in config.backend with config.queue_depth entries and slots of

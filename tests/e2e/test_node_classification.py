@@ -152,6 +152,18 @@ def test_spill_serves_loads_from_packs(sluice_bin, gen, tmp_path):
     assert out.returncode != 0 and "storage.io_group: 1" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+def test_a_full_disk_under_the_spills_writes_fails_in_one_line(sluice_bin, gen, tmp_path):
+    """The spill's packs are written by a thread of their own: a write that fails there (the
+    disk full at the fifth chunk on) stops the run with one line naming the spill file, at once,
+    not a hang and not a model trained on rows that were never written."""
+    cfg = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", SAGE, PLANNERS["static_spill"], epochs=1)
+    env = {**os.environ, "SLUICE_FAULT": f"write:enospc:{tmp_path / 's'}/features.spill:4:all"}
+    out = subprocess.run([str(sluice_bin), "train", str(cfg)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode != 0, out.stdout
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and "feature spill file" in err[0] and "No space left" in err[0], out.stderr
+
+
 def test_grouped_io_reads_fewer_larger_requests(sluice_bin, gen, tmp_path):
     """A group's loads in one sorted pass with a gap: far fewer requests than per-step reads."""
     stats = {}

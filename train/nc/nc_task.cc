@@ -536,6 +536,7 @@ SpillOptions NcTask::SpillOpts() const {
   SpillOptions o;
   o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps);
   o.sweep_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
+  o.write_backend = cfg_.io.backend;
   // A training step's loads find its run-ahead's previous steps' rows resident (protected in
   // the cache): they need no place in its pack. (Before the plan: the configured run-ahead.)
   o.resident_steps = run_ahead_ > 0 ? run_ahead_ : static_cast<uint32_t>(cfg_.storage.run_ahead);
