@@ -346,16 +346,12 @@ void SpillBacking::WriterLoop() {
   }
   std::vector<IoRequest> batch;
   for (;;) {
+    Status s;  // after a failure the rest is not written (the io thread reports the first error)
     {
       std::unique_lock<std::mutex> lock(write_mutex_);
       write_cv_.wait(lock, [this] { return stop_writer_ || !handed_.empty(); });
       if (handed_.empty()) return;  // stopping, and nothing left to write
       batch.swap(handed_);
-    }
-    // After a failure the rest is not written (the io thread reports the first error).
-    Status s = Status::Ok();
-    {
-      std::lock_guard<std::mutex> lock(write_mutex_);
       s = write_error_;
     }
     if (s.ok()) s = executor->Execute(batch);
