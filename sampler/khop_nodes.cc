@@ -4,6 +4,7 @@
 #include <array>
 
 #include "common/check.h"
+#include "common/prefetch.h"
 #include "common/radix_sort.h"
 #include "sampler/khop_draw.h"
 
@@ -44,8 +45,7 @@ void KHopNodeSet::ExpandHop(std::span<const Neighbor> all, uint64_t begin, uint6
     s.count = khop::SampleSize(degree, fanout, replace);
     s.all = fanout < 0 || (!replace && degree <= static_cast<uint64_t>(fanout));
     if (s.all) {
-      const uint64_t lines = std::min(kPrefetchLines, (s.count * sizeof(Neighbor) + 63) / 64);
-      for (uint64_t l = 0; l < lines; ++l) __builtin_prefetch(&all[first] + l * (64 / sizeof(Neighbor)));
+      PrefetchForRead(&all[first], std::min(kPrefetchLines * 64, s.count * sizeof(Neighbor)));
       return;
     }
     int64_t* p = positions_.data() + (i % kAhead) * width;

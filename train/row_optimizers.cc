@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/prefetch.h"
+
 namespace sluice {
 namespace {
 
@@ -12,8 +14,7 @@ namespace {
 constexpr int64_t kAhead = 8;
 inline void PrefetchRow(float* const* rows, int64_t i, int64_t end, int64_t floats) {
   if (i + kAhead >= end) return;
-  const char* p = reinterpret_cast<const char*>(rows[i + kAhead]);
-  for (int64_t b = 0; b < floats * 4; b += 64) __builtin_prefetch(p + b, 1);
+  PrefetchForWrite(rows[i + kAhead], static_cast<size_t>(floats) * 4);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/prefetch.h"
 #include "sampler/random.h"
 #include "train/model_step.h"
 
@@ -87,10 +88,7 @@ torch::Tensor SumNeighbours(const torch::Tensor& h, const BlockInput& b) {
     for (int64_t v = begin; v < end; ++v) {
       float* row = o + v * d;
       for (int64_t e = off[v]; e < off[v + 1]; ++e) {
-        if (e + kAhead < last_edge) {
-          const auto* next = reinterpret_cast<const char*>(x + nb[e + kAhead] * d);
-          for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(next + at);
-        }
+        if (e + kAhead < last_edge) PrefetchForRead(x + nb[e + kAhead] * d, row_bytes);
         const float* s = x + nb[e] * d;
         for (int64_t k = 0; k < d; ++k) row[k] += s[k];
       }

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/clock.h"
+#include "common/prefetch.h"
 #include "common/units.h"
 #include "sampler/batch_order.h"
 #include "sampler/random.h"
@@ -759,10 +760,7 @@ Status NcTask::GatherRows(const RowBatch& rows, const RowSource& source, torch::
   constexpr int64_t kAhead = 6;
   const size_t row_bytes = static_cast<size_t>(d) * (half ? 2 : 4);
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const auto* next = reinterpret_cast<const char*>(rows.rows[rows.row_of(static_cast<size_t>(i + kAhead))]);
-      for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(next + at);
-    }
+    if (i + kAhead < n) PrefetchForRead(rows.rows[rows.row_of(static_cast<size_t>(i + kAhead))], row_bytes);
     const std::byte* row = rows.rows[rows.row_of(static_cast<size_t>(i))];
     float* dst = o + i * d;
     if (half) {
