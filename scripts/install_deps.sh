@@ -11,6 +11,7 @@ lean=(
   build-essential cmake ninja-build ccache pkg-config git universal-ctags
   libtorch-dev liburing-dev librocksdb-dev libtbb-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread zlib1g-dev libgloo-dev
+  libjemalloc-dev  # the executable's malloc (train/allocator.h)
   python3 python3-numpy python3-scipy python3-pytest
   python3-torch  # the node-classification tests' dense reference
 )

@@ -1,8 +1,6 @@
 // The public Run (sluice/run.h) over the training core: tasks are dispatched through one table
 // (kTasks), trained by the runner (train/runner.h) and read through OpenTrained.
 
-#include <malloc.h>
-
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "sluice/dataset.h"
 #include "sluice/run.h"
 #include "storage/dataset.h"
+#include "train/allocator.h"
 #include "train/dlrm/dlrm_task.h"
 #include "train/lp/lp_task.h"
 #include "train/nc/nc_task.h"
@@ -90,22 +89,6 @@ auto Guard(const std::string& what, F&& f) -> decltype(f()) {
   } catch (...) {
     return IoError(what + ": an exception that is not a std::exception");
   }
-}
-
-// Training allocates and frees the same multi-megabyte tensors every step. glibc would map and
-// unmap each one (page faults and zeroing: a fifth of a DLRM step, 8% of a whole run measured
-// through the library before this moved here from the executable); keep them in the heap.
-// One arena: the pipeline's threads start afresh each epoch and, with an arena per thread, the
-// free memory each arena keeps made the resident set step up by 2-4% over a 30-epoch soak with
-// no live memory behind it; with one it stays within 0.1% at the same epoch times (2 cores).
-// MALLOC_ARENA_MAX in the environment wins.
-void TuneAllocator() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 512 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
-  });
 }
 
 }  // namespace

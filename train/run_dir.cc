@@ -1,7 +1,6 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -50,7 +49,6 @@ uint64_t StatusField(const char* field) {
 
 uint64_t PeakRssBytes() { return StatusField("VmHWM"); }
 uint64_t CurrentRssBytes() { return StatusField("VmRSS"); }
-void ReleaseFreeHeap() { malloc_trim(0); }
 
 Status AppendLine(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "a");

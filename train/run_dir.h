@@ -17,11 +17,6 @@ std::string FormatSeconds(double s);
 uint64_t PeakRssBytes();
 // The process's current resident set (VmRSS), in bytes; 0 when unknown.
 uint64_t CurrentRssBytes();
-// Hands the heap's free pages back to the system (malloc_trim), in every arena. The allocator
-// keeps freed memory (the trim threshold is raised for speed, and each new pipeline thread of an
-// epoch may take an arena of its own), so without this the resident set steps up for a few
-// epochs without any live memory behind it.
-void ReleaseFreeHeap();
 // Appends one line to `path` (metrics.jsonl), flushed.
 Status AppendLine(const std::string& path, const std::string& line);
 

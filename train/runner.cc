@@ -21,6 +21,7 @@
 #include "train/fingerprint.h"
 #include "train/interrupt.h"
 #include "train/progress.h"
+#include "train/allocator.h"
 #include "train/run_dir.h"
 #include "train/torch_runtime.h"
 
@@ -683,8 +684,8 @@ Status Runner::Finish() {
   sum.Line(plan_.ToString());
   const uint64_t predicted = task_.PredictedPeakBytes();
   sum.Line("memory: " + task_.MemorySummary() + ", peak RSS " + FormatBytes(PeakRssBytes()) +
-           (predicted ? " (the plan predicted " + FormatBytes(predicted) + ")" : ""));
-  sum.Set("", "predicted_peak_bytes", predicted);
+           (predicted ? " (the plan predicted " + FormatBytes(predicted) + ")" : "") + "; malloc " + AllocatorName());
+  sum.Set("", "predicted_peak_bytes", predicted), sum.Set("", "allocator", AllocatorName());
   sum.Set("", "task", s_.task), sum.Set("", "run_dir", s_.run_dir), sum.Set("", "unit", unit);
   sum.Set("", "units_trained", units_), sum.Set("", "epochs_trained", epochs_trained_);
   sum.Set("", "train_s", train_s_), sum.Set("", "units_per_s", rate);

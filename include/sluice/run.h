@@ -21,11 +21,14 @@
 // on disk. Ctrl-C during Train finishes the step, writes a checkpoint and returns Aborted
 // (InterruptExitCode() is the exit status the executable uses).
 //
-// Process-wide: the first FromConfig or Open raises glibc's mmap threshold to 512 MiB and its
-// trim threshold to 1 GiB (mallopt), so the multi-megabyte tensors of every step stay in the
-// heap instead of being mapped, zeroed and unmapped each time (8% of a DLRM run), and limits
-// glibc to one malloc arena unless MALLOC_ARENA_MAX is set, so the resident set does not creep
-// up epoch by epoch. Train hands the heap's free pages back to the system after every epoch.
+// Process-wide: the first FromConfig or Open tunes the malloc the process runs on
+// (train/allocator.h). On jemalloc (linked, as `sluice` is, or preloaded) free pages stay with
+// the process between steps unless MALLOC_CONF is set. On glibc it raises the mmap threshold to
+// 512 MiB and the trim threshold to 1 GiB (mallopt), so the multi-megabyte tensors of every step
+// stay in the heap instead of being mapped, zeroed and unmapped each time (8% of a DLRM run),
+// and limits glibc to one malloc arena, so the resident set does not creep up epoch by epoch;
+// glibc's MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and MALLOC_ARENA_MAX in the
+// environment win. Train hands the allocator's free pages back to the system after every epoch.
 // libtorch's OpenMP workers spin after each parallel region unless OMP_WAIT_POLICY says
 // otherwise, and libgomp reads it only when it is loaded: a program linking sluice should start
 // with OMP_WAIT_POLICY=passive in its environment (`sluice train` restarts itself with it; on 2

@@ -336,6 +336,23 @@ def test_train_makes_the_openmp_workers_sleep_unless_the_environment_says(sluice
     assert tables[None] == tables["active"]
 
 
+def test_the_summary_names_the_malloc_the_run_trained_on(sluice_bin, datasets, tmp_path):
+    # The executable links jemalloc when the build finds libjemalloc-dev (not under sanitizers,
+    # which bring their own malloc); the run finds it at run time and says so (train/allocator.h).
+    needed = subprocess.run(["readelf", "-d", str(sluice_bin)], capture_output=True, text=True).stdout
+    linked = "libjemalloc" in needed
+    dev = any(pathlib.Path(d, "libjemalloc.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/local/lib"))
+    if dev and "libasan" not in needed and "libtsan" not in needed:
+        assert linked, "libjemalloc-dev is installed but the sluice executable does not link it"
+    expected = "jemalloc" if linked or "jemalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
+    ds, _ = datasets["lp"]
+    cfg = write_config("lp", tmp_path / "c.yaml", ds, tmp_path / "r", epochs=1)
+    out = run(sluice_bin, "train", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "r/summary.json").read_text())["allocator"] == expected
+    assert f"; malloc {expected}" in out.stdout
+
+
 def test_a_non_finite_dense_feature_is_one_line_naming_the_record(sluice_bin, datasets, tmp_path):
     """One NaN among the dense features used to train on with loss nan, exit 0, and then hang
     evaluation (AUC looped on NaN scores)."""
