@@ -16,12 +16,12 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "storage/file.h"
+#include "train/allocator.h"
 #include "train/data_parallel.h"
 #include "train/dist.h"
 #include "train/fingerprint.h"
 #include "train/interrupt.h"
 #include "train/progress.h"
-#include "train/allocator.h"
 #include "train/run_dir.h"
 #include "train/torch_runtime.h"
 

@@ -60,6 +60,12 @@ class SpillBackingTest : public ::testing::TestWithParam<Param> {
     };
   }
 
+  // A spill over the source with `o`, its file sized for steps of 500 rows.
+  Result<std::unique_ptr<SpillBacking>> OpenSpill(SpillOptions o) {
+    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
+    return SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  }
+
   // Loads each step's distinct rows (in a shuffled order) through the backing and checks them:
   // `steps` of the pass of steps_[first, first + count), naming `next` as the pass after it.
   // With `resident` d, a step loads only the rows its d previous steps of the pass did not use,
@@ -116,8 +122,7 @@ TEST_P(SpillBackingTest, LoadsComeFromPacksAndEqualTheFile) {
       o.sweep_rows = 97;     // sweeps in several pieces
       o.write_batch = 3;
       o.async_writes = async;
-      o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
-      auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+      auto b = OpenSpill(o);
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       loads_ = hot_loads_ = 0;
       RunPass(**b, steps_.size());
@@ -142,8 +147,7 @@ TEST_P(SpillBackingTest, PassesRepeatAndStopEarly) {
   SpillOptions o;
   o.horizon_steps = 5;
   o.chunk_bytes = 8192;
-  o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
-  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  auto b = OpenSpill(o);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   RunPass(**b, 7);  // stops long before the listed steps
   RunPass(**b, steps_.size());
@@ -158,8 +162,7 @@ TEST_P(SpillBackingTest, AChainedPassKeepsThePacksThePassBeforeFilled) {
     o.horizon_steps = k;
     o.chunk_bytes = 4096;
     o.sweep_rows = 97;
-    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
-    auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+    auto b = OpenSpill(o);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     loads_ = hot_loads_ = 0;
     // Three passes of 15, 13 and 12 steps, each naming the next.
@@ -196,8 +199,7 @@ TEST_P(SpillBackingTest, RowsOfThePreviousStepsAreLeftOutOfPacks) {
     o.chunk_bytes = 4096;
     o.sweep_rows = 97;
     o.resident_steps = d;
-    o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
-    auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+    auto b = OpenSpill(o);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     loads_ = hot_loads_ = 0;
     RunPass(**b, 20, 0, 20, StepRows(20, 20), false, /*resident=*/2);
@@ -224,8 +226,7 @@ TEST_P(SpillBackingTest, APassThatCannotContinueStartsAfreshAndStaysExact) {
   SpillOptions o;
   o.horizon_steps = 6;
   o.chunk_bytes = 4096;
-  o.file_bytes = SpillBacking::RingBytes(o, 500, GetParam().row_bytes);
-  auto b = SpillBacking::Create(source_.get(), file_, dir_.File("spill"), o);
+  auto b = OpenSpill(o);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   RunPass(**b, 10, 0, 15, StepRows(15, 13));  // stopped before its last step
   RunPass(**b, 13, 15, 13, nullptr, /*continues=*/true);
