@@ -61,7 +61,8 @@ DEVICE_TESTS=(tests/e2e/test_device.py "tests/e2e/test_distributed.py::test_nccl
 debs=(liburing-dev liburing2 librocksdb-dev librocksdb7.8 libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
       libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libgtest-dev libgmock-dev libbenchmark-dev
       libbenchmark1debian zlib1g-dev zlib1g libgflags2.2 libgflags-dev libsnappy1v5 libsnappy-dev
-      libbz2-dev libbz2-1.0 liblz4-dev liblz4-1 libzstd-dev libzstd1 pkgconf libpkgconf3 pkgconf-bin)
+      libbz2-dev libbz2-1.0 liblz4-dev liblz4-1 libzstd-dev libzstd1 pkgconf libpkgconf3 pkgconf-bin
+      libjemalloc-dev libjemalloc2)
 
 torch_python() {
   local py

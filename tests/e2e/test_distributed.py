@@ -537,6 +537,45 @@ def test_node_classification_trains_bitwise_the_same_model_at_world_sizes_1_2_an
     assert nc_model(base / "two-mem") == reference
 
 
+def test_node_classification_through_the_spill_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(
+        sluice_bin, nc_config, gloo):
+    """storage.spill_steps in virtual shards: each rank's spill lists, sweeps and packs its own
+    units (a step's shards of this rank), the next epoch's first units during this epoch's last,
+    and the model is the one without the spill (the packs hold the file's bytes)."""
+    base = nc_config.parent
+    spill = ["--set", "storage.cache_rows=2200", "--set", "storage.planner=static", "--set", "storage.run_ahead=1",
+             "--set", "storage.spill_steps=3", "--set", "train.epochs=3"]
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'spill-ref'}", "--set", "train.epochs=3")
+    assert out.returncode == 0, out.stderr
+    spilled = {}
+    for n in (1, 2, 3):
+        run_dir = base / f"spill-{n}"
+        out = (run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={run_dir}", *spill) if n == 1
+               else launch(nc_config, n, run_dir, *spill))
+        assert out.returncode == 0, out.stderr
+        assert "spill: every 3 steps" in out.stdout, out.stdout
+        assert nc_model(run_dir) == nc_model(base / "spill-ref"), f"{n} ranks through the spill trained another model"
+        # Rank 0's spill (rank R's summary is in its own run directory): its units' loads came
+        # from packs, and epochs 2 and 3 began with the packs the epoch before filled.
+        s = json.loads((run_dir / "summary.json").read_text())["spill"]
+        assert s["rows_served"] > 0 and s["packs_dropped"] == 0, s
+        assert s["full_sweeps"] == 1 and s["passes_continued"] == 2, s
+        assert not (run_dir / "features.spill").exists()
+        spilled[n] = s
+    # Stopped after step 5 on two ranks, resumed on three: the resumed epoch's units start at
+    # step 6, the next epoch's listing at step 0 of its own units.
+    stop_two_ranks(sluice_bin, nc_config, base / "spill-split", 5, *spill)
+    out = launch(nc_config, 3, base / "spill-split", *spill, "--resume")
+    assert out.returncode == 0, out.stderr
+    assert nc_model(base / "spill-split")["dense.pt"] == nc_model(base / "spill-ref")["dense.pt"]
+    s = json.loads((base / "spill-split/summary.json").read_text())["spill"]
+    assert s["full_sweeps"] == 1 and s["passes_continued"] == 2, s
+    # Its loads are a part of the uninterrupted run's (from step 5 on, its cache cold at the
+    # start, where every row is in the first unit's pack), so no more of them miss their packs:
+    # epoch 2's first units listed from the units after step 5 would.
+    assert s["rows_direct"] <= spilled[3]["rows_direct"], (s, spilled[3])
+
+
 def test_node_classification_stopped_on_one_rank_resumes_at_another_world_size_bitwise(sluice_bin, nc_config, gloo):
     base = nc_config.parent
     reference = base / "nc-ref-resume"

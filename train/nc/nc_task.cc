@@ -535,13 +535,20 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
 
 SpillOptions NcTask::SpillOpts() const {
   SpillOptions o;
-  o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps);
+  o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps) * SpillUnitsPerStep();
   o.sweep_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   o.write_backend = cfg_.io.backend;
   // A training step's loads find its run-ahead's previous steps' rows resident (protected in
   // the cache): they need no place in its pack. (Before the plan: the configured run-ahead.)
   o.resident_steps = run_ahead_ > 0 ? run_ahead_ : static_cast<uint32_t>(cfg_.storage.run_ahead);
   return o;
+}
+
+// The spill's steps are the pipeline's units: in virtual shards this rank's shards of a step,
+// so that a sweep of the file still comes every storage.spill_steps steps.
+uint32_t NcTask::SpillUnitsPerStep() const {
+  if (dp_ == nullptr || sharded_ != nullptr) return 1;
+  return static_cast<uint32_t>(dp_->end_shard() - dp_->first_shard());
 }
 
 // Training out of core on the CPU with storage.spill_steps (evaluating a run never spills).
@@ -869,6 +876,10 @@ void NcTask::SpillPasses(Pass& pass, Pass& next) {
   next.nodes = &next_epoch_nodes_;
   next.epoch = pass.epoch + 1, next.first_step = 0;
   next.spill_next = nullptr;
+  if (next.units != nullptr) {  // in virtual shards: this rank's units of the next epoch
+    next_units_ = ShardUnits(next);
+    next.units = &next_units_;
+  }
   pass.spill_next = &next;
   spill_next_epoch_ = pass.epoch + 1;
 }
@@ -883,8 +894,6 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   pass.writes = embeddings_;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);
-  Pass next_pass = pass;
-  if (spill_ != nullptr && device_rows_ == nullptr) SpillPasses(pass, next_pass);
   if (sample_on_device_) {
     auto* cuda = cuda_sampler_.get();
     pass.sample_on_device = [cuda](std::span<const int64_t> seeds, const SampleKey& key) {
@@ -900,6 +909,8 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
     units_ = ShardUnits(pass);
     pass.units = &units_;
   }
+  Pass next_pass = pass;
+  if (spill_ != nullptr) SpillPasses(pass, next_pass);
   const bool per_step = dp_ == nullptr || pass.whole_steps;  // else a unit is a shard
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());

@@ -17,13 +17,12 @@ Status NcTask::SetUpDataParallel() {
   SLUICE_ASSIGN_OR_RETURN(const bool sharded, TrainsInShards(purpose_ == Purpose::kTrain, cfg_.train.virtual_shards,
                                                               group_, cfg_.train.batch, "training nodes", cfg_.device));
   if (!sharded) return Status::Ok();
-  if (cfg_.storage.spill_steps > 0 && cfg_.storage.mode == StorageMode::kOutOfCore) {
-    return InvalidArgument("train.virtual_shards with storage.spill_steps: the spill lists whole steps; "
-                           "set storage.spill_steps: 0");
-  }
   dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
   dp_->set_dense_floats(DenseFloats(net_->parameters()));
-  if (!embeddings_) return Status::Ok();
+  if (!embeddings_) {
+    ProbeShardUnits();
+    return Status::Ok();
+  }
   const int world = dp_->world_size();
   std::vector<uint64_t> bounds;
   for (int r = 0; r <= world; ++r) bounds.push_back(DataParallel::RowRange(r, world, num_nodes_).first);
@@ -91,6 +90,31 @@ void NcTask::ProbeWholeSteps() {
     for (const RowKey& k : b.rows.keys) rows.push_back(static_cast<int64_t>(k.id));
   }
   ProbeUnions(own);
+}
+
+// Features in virtual shards: the pipeline's units are this rank's shards, each a sample of a
+// shard's seeds, so the plans (a unit's rows, the units in flight, the spill's packs) are
+// measured on epoch 0's first units rather than on whole steps (V / N times theirs).
+void NcTask::ProbeShardUnits() {
+  const std::vector<int64_t>& train = Split("train");
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
+  std::vector<int64_t> nodes(train.size());
+  for (size_t i = 0; i < order.size(); ++i) nodes[i] = train[static_cast<size_t>(order[i])];
+  Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  pass.shards = dp_->shards();
+  const std::vector<std::pair<uint64_t, int>> units = ShardUnits(pass);
+  pass.units = &units;
+  std::vector<std::vector<int64_t>> probed;
+  probe_nodes_ = probe_slot_words_ = 0;
+  for (uint64_t t = 0; t < kProbeSteps && t < units.size(); ++t) {
+    SampledSubgraph s = sampler_->Sample(pass.UnitSeeds(t), pass.UnitKey(t), train_options_);
+    uint64_t words = 0;
+    for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
+    probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
+    probe_slot_words_ = std::max(probe_slot_words_, words);
+    probed.push_back(std::move(s.layers.back()));
+  }
+  ProbeUnions(probed);
 }
 
 std::vector<std::pair<uint64_t, int>> NcTask::ShardUnits(const Pass& pass) const {

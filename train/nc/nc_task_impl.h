@@ -177,6 +177,7 @@ class NcTask : public Task {
   bool Spilling() const;
   SpillOptions SpillOpts() const;
   uint64_t SpillStepRows() const;
+  uint32_t SpillUnitsPerStep() const;
   Status OpenSpill();
   Status OpenEmbeddingFile(bool fresh, const std::string& rows_from);
   Status LoadFeaturesInMemory();
@@ -218,6 +219,7 @@ class NcTask : public Task {
   Result<ModelInput> FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step);
   // The plans' probe (BuildModel's) again for whole steps: this rank's rows a step.
   void ProbeWholeSteps();
+  void ProbeShardUnits();
   // The sample's blocks, node ids and seeds' labels.
   void AddSample(const SampledSubgraph& s, ModelInput& in) const;
   bool across_processes() const { return dp_ != nullptr && dp_->group() != nullptr; }
@@ -338,6 +340,7 @@ class NcTask : public Task {
   DistGroup* group_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
   std::vector<std::pair<uint64_t, int>> units_;  // the sharded pass's (step, shard) units
+  std::vector<std::pair<uint64_t, int>> next_units_;  // spilling in shards: the next epoch's units
   // Learnable embeddings: sharded by row range, this rank owning [own_begin_, own_end_).
   std::unique_ptr<ShardedRows> sharded_;
   uint64_t own_begin_ = 0, own_end_ = 0;

@@ -134,7 +134,9 @@ void NcTask::Summarize(RunSummary& s) const {
 void NcTask::SummarizeSpill(RunSummary& s, double steps) const {
   const SpillStats& st = spill_->stats();
   std::ostringstream l;
-  l << "spill: every " << spill_->options().horizon_steps << " steps a sweep of the features; "
+  l << "spill: every " << cfg_.storage.spill_steps << " steps a sweep of the features";
+  if (SpillUnitsPerStep() > 1) l << " (" << spill_->options().horizon_steps << " units, this rank's shards)";
+  l << "; "
     << FormatCount(static_cast<double>(st.rows_swept) / steps) << " rows swept, "
     << FormatBytes(static_cast<uint64_t>(static_cast<double>(st.bytes_written) / steps)) << " of packs written, "
     << FormatCount(static_cast<double>(st.rows_served) / steps) << " loads served from packs and "
