@@ -21,6 +21,9 @@ Adagrad), sharded by row range: the formula is the recommendation one with U, th
 uses (every shard's sampled nodes, from the run), in place of B S; --storage both (the default)
 runs them in memory and out of core (a row cache of --cache-share of each rank's rows).
 
+With --nc-spill K (features) each world size also trains through the spill (storage.spill_steps:
+K; each rank sweeps its own copy of the features once every K steps into its units' packs).
+
 --task lp: link prediction (DistMult, reciprocal relations, the global shuffle) on a generated
 single-relation community graph; the formula is the recommendation one with the step's row uses
 U = 2 Q + V ceil(chunks / V) negatives in place of B S (Q = 2 B queries). --storage both (the
@@ -29,7 +32,8 @@ through a row cache of --cache-share of its rows (storage.cache_rows), in the sa
 
   /usr/bin/python3 bench/dist_bench.py [--task dlrm|nc|lp] [--data DIR] [--ranks 1,2,4] [--rounds 3]
                                        [--storage in_memory|out_of_core|both] [--cache-share 0.25]
-                                       [--max-steps 500] [--nc-embeddings 0]
+                                       [--max-steps 500] [--nc-embeddings 0] [--nc-spill 0]
+                                       [--nc-budget 320MiB]
 """
 import argparse
 import json
@@ -78,6 +82,9 @@ def make_nc_data(path: pathlib.Path) -> None:
         sys.exit(f"dist_bench: gen-nc failed: {out.stderr.strip()}")
 
 
+NC_BUDGET = "320MiB"  # --nc-budget
+
+
 def nc_config(tmp: pathlib.Path, data: pathlib.Path, embeddings: int = 0) -> pathlib.Path:
     cfg = tmp / "dist-nc.yaml"
     emb = f", embedding_dim: {embeddings}" if embeddings else ""
@@ -87,7 +94,7 @@ def nc_config(tmp: pathlib.Path, data: pathlib.Path, embeddings: int = 0) -> pat
                    f"model: {{kind: graphsage, layers: 2, hidden: {NC_HIDDEN}, fanouts: [10, 5]{emb}}}\n"
                    f"train: {{epochs: 1, batch: {NC_B}, lr: 0.01, seed: 1, virtual_shards: {V}{row_opt}}}\n"
                    "eval: {every: 0}\n"
-                   "storage: {mode: out_of_core, budget: 320MiB}\n"
+                   f"storage: {{mode: out_of_core, budget: {NC_BUDGET}}}\n"
                    "dist: {interface: lo}\n")
     return cfg
 
@@ -142,7 +149,10 @@ def figures(s: dict, predicted: float, compute_s: float, wait_s: float) -> dict:
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
             "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
             "ahead_pct": 100 * dp.get("rows_ahead", 0) / max(1, dp.get("remote_rows", 0)),
-            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"])}
+            "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"]),
+            # The row pipeline's reads (a spill's pack reads included) and the spill's pack writes.
+            "read_mb": s.get("io", {}).get("bytes", 0) / steps / 1e6,
+            "written_mb": s.get("spill", {}).get("bytes_written", 0) / steps / 1e6}
 
 
 def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int, *sets: str) -> dict:
@@ -185,22 +195,29 @@ def main() -> None:
                    help="--task lp: steps of each run (0: the whole epoch)")
     p.add_argument("--nc-embeddings", type=int, default=0,
                    help="--task nc: learnable node embeddings of this width instead of the features (0: features)")
+    p.add_argument("--nc-spill", type=int, default=0,
+                   help="--task nc with features: also run each world size through the spill "
+                   "(storage.spill_steps of this many steps, the static planner, io_group_gap 16KiB)")
+    p.add_argument("--nc-budget", default="320MiB", help="--task nc: storage.budget of each rank")
     p.add_argument("--prefetch-rows", choices=["auto", "on", "off", "both"], default="auto",
                    help="dist.prefetch_rows across processes (on: the next step's rows that a step does not use "
                    "travel while it computes; off: at their step; both: each, interleaved). The ranks here share "
                    "one machine, where auto, the default, is off")
     a = p.parse_args()
-    global EMB_DIM
+    global EMB_DIM, NC_BUDGET
     EMB_DIM = a.nc_embeddings if a.task == "nc" else 0
+    NC_BUDGET = a.nc_budget
     ranks = [int(r) for r in a.ranks.split(",")]
     modes = ["in_memory", "out_of_core"] if a.storage == "both" else [a.storage]
     if a.task != "lp" and not EMB_DIM:
-        modes = [""]
+        modes = [""] + ([f"spill {a.nc_spill}"] if a.task == "nc" and a.nc_spill else [])
     table_rows = lp_rows() if a.task == "lp" else NC_NODES
 
     def sets(n: int, mode: str) -> list:
         if not mode:
             return []
+        if mode.startswith("spill"):
+            return [f"storage.spill_steps={a.nc_spill}", "storage.planner=static", "storage.io_group_gap=16KiB"]
         out = [f"storage.mode={mode}"] + ([f"train.max_steps={a.max_steps}"] if a.task == "lp" else [])
         if mode == "out_of_core":
             out.append(f"storage.cache_rows={math.ceil(a.cache_share * table_rows / n)}")
@@ -218,7 +235,7 @@ def main() -> None:
         runs = {k: [] for k in keys}
         for _ in range(a.rounds):
             for n, m, f in keys:
-                runs[(n, m, f)].append(train(a.bin, cfg, tmp / f"run{n}{m}{f}", n, *sets(n, m),
+                runs[(n, m, f)].append(train(a.bin, cfg, tmp / f"run{n}{m.replace(' ', '')}{f}", n, *sets(n, m),
                                              f"dist.prefetch_rows={f}"))
     med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in runs[k][0]} for k in keys}
     base = med[keys[0]]["samples_s"]
@@ -234,13 +251,15 @@ def main() -> None:
     else:
         print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
     print("| ranks | storage | rows ahead | units/s | vs first | compute ms | local io ms | communication ms | "
-          "received KiB/step | formula KiB/step | remote rows sent ahead % | rows owned | peak RSS MiB | checkpoint s |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "received KiB/step | formula KiB/step | remote rows sent ahead % | rows owned | peak RSS MiB | checkpoint s | "
+          "MB read/step | MB spilled/step |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, mode, f in keys:
         m = med[(n, mode, f)]
         print(f"| {n} | {mode or '-'} | {f if n > 1 else '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | "
               f"{m['compute_ms']:.1f} | {m['io_ms']:.1f} | {m['comm_ms']:.1f} | {m['received_kb']:.1f} | "
-              f"{m['predicted_kb']:.1f} | {m['ahead_pct']:.1f} | {m['rows_owned']:,.0f} | {m['rss_mb']:.0f} | {m['ckpt_s']:.2f} |")
+              f"{m['predicted_kb']:.1f} | {m['ahead_pct']:.1f} | {m['rows_owned']:,.0f} | {m['rss_mb']:.0f} | {m['ckpt_s']:.2f} | "
+              f"{m['read_mb']:.1f} | {m['written_mb']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -464,31 +464,38 @@ Status SpillBacking::ReadScatter(IoSession& io, std::span<const RowKey> keys, st
 // Reads the pack's chunks that hold a wanted row (serve_, in pack order), in order, at the session's depth, and copies
 // each wanted row to its destination.
 Status SpillBacking::ServeFromPack(IoSession& io, const Pack& p) {
-  auto& chunks = serve_chunks_;
-  chunks.clear();
+  // Reads of read_bytes: aligned runs of the pack's chunks (contiguous in the spill file).
+  const uint64_t per_read = std::max<uint64_t>(1, options_.read_bytes / options_.chunk_bytes);
+  const uint64_t read_bytes = per_read * options_.chunk_bytes;
+  auto& reads = serve_chunks_;
+  reads.clear();
   for (size_t i = 0; i < serve_.size(); ++i) {
-    const uint64_t c = serve_[i].first / chunk_rows_;
-    if (chunks.empty() || chunks.back().first != c) chunks.emplace_back(c, i);
+    const uint64_t g = serve_[i].first / chunk_rows_ / per_read;
+    if (reads.empty() || reads.back().first != g) reads.emplace_back(g, i);
   }
-  io.EnsureSlotBytes(options_.chunk_bytes);
+  io.EnsureSlotBytes(read_bytes);
   auto prepare = [&](size_t index, uint32_t slot) {
     IoRequest& r = io.slot_request(slot);
     r = IoRequest{};
     r.kind = IoKind::kRead;
     r.file = &spill_;
-    r.offset_bytes = p.base + chunks[index].first * options_.chunk_bytes;
-    r.length_bytes = options_.chunk_bytes;
+    const uint64_t at = reads[index].first * read_bytes;
+    r.offset_bytes = p.base + at;
+    r.length_bytes = static_cast<uint32_t>(std::min(read_bytes, p.bytes - at));
     r.buffer = io.slot_buffer(slot);
     return &r;
   };
   auto complete = [&](size_t index, uint32_t, IoRequest& r) {
-    const size_t end = index + 1 < chunks.size() ? chunks[index + 1].second : serve_.size();
-    for (size_t i = chunks[index].second; i < end; ++i) {
-      std::memcpy(serve_[i].second, r.buffer + (serve_[i].first % chunk_rows_) * row_bytes_, row_bytes_);
+    const size_t end = index + 1 < reads.size() ? reads[index + 1].second : serve_.size();
+    const uint64_t first_row = reads[index].first * per_read * chunk_rows_;
+    for (size_t i = reads[index].second; i < end; ++i) {
+      const uint64_t at = serve_[i].first - first_row;  // chunks may end in slack: by chunk, then row
+      std::memcpy(serve_[i].second, r.buffer + at / chunk_rows_ * options_.chunk_bytes + at % chunk_rows_ * row_bytes_,
+                  row_bytes_);
     }
     return IoNext::kDone;
   };
-  Status s = io.executor().Stream(chunks.size(), prepare, complete);
+  Status s = io.executor().Stream(reads.size(), prepare, complete);
   if (!s.ok()) return IoError("the feature spill file " + spill_.path() + ": " + s.message());
   stats_.rows_served += serve_.size();
   return Status::Ok();

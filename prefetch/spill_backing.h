@@ -66,6 +66,7 @@ struct SpillOptions {
   uint32_t sweep_gap_bytes = 64 * 1024;  // wanted rows less than this apart: one extent
   uint32_t sweep_rows = 1 << 14;      // distinct rows a sweep reads at a time
   uint32_t chunk_bytes = 128 * 1024;  // a pack's unit of io (a multiple of 4 KiB)
+  uint32_t read_bytes = 128 * 1024;   // a pack's loads read aligned runs of chunks this long (or one chunk)
   uint32_t write_batch = 64;          // full chunks written together (at most)
   // Packs written by a thread of their own (`sluice-spill`, its own io queue of write_depth):
   // full chunks go to it a few at a time and come back to the pool when written, so a sweep's
@@ -223,7 +224,7 @@ class SpillBacking : public RowBacking {
   std::vector<uint64_t> sweep_ids_;
   std::vector<std::pair<uint64_t, std::byte*>> serve_;  // (pack position, destination)
   std::vector<uint64_t> by_id_;  // row << 32 | its index in the keys
-  std::vector<std::pair<uint64_t, size_t>> serve_chunks_;  // (chunk, its first serve_ entry)
+  std::vector<std::pair<uint64_t, size_t>> serve_chunks_;  // (run of read_bytes, its first serve_ entry)
   std::vector<RowKey> direct_keys_;
   std::vector<std::byte*> direct_rows_;
 };

@@ -109,6 +109,24 @@ class SpillBackingTest : public ::testing::TestWithParam<Param> {
   uint64_t loads_ = 0, hot_loads_ = 0;
 };
 
+// A pack's loads read it a chunk at a time, in runs of 3 chunks (the last run of a pack
+// shorter) or of a whole 128 KiB: rows at a chunk's slack-shifted offsets, the same bytes.
+TEST_P(SpillBackingTest, PackReadsOfSeveralChunksServeTheSameRows) {
+  for (const uint32_t read : {4096u, 3 * 4096u, 128u << 10}) {
+    SCOPED_TRACE("reads of " + std::to_string(read) + " bytes");
+    SpillOptions o;
+    o.horizon_steps = 3;
+    o.chunk_bytes = 4096;  // 72-byte rows leave 64 bytes of slack at each chunk's end
+    o.read_bytes = read;
+    auto b = OpenSpill(o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    loads_ = hot_loads_ = 0;
+    RunPass(**b, steps_.size());
+    EXPECT_EQ((*b)->stats().rows_served, loads_ - hot_loads_);
+    EXPECT_EQ((*b)->stats().rows_direct, hot_loads_);
+  }
+}
+
 // Packs written on the io thread and by the writer thread (a pool of a few chunks: the sweep
 // waits for the writer often) hold the same rows: the same loads, bytes and passes.
 TEST_P(SpillBackingTest, LoadsComeFromPacksAndEqualTheFile) {

@@ -156,17 +156,35 @@ Status NcTask::MakeModel(const GnnShape& shape) {
   return Status::Ok();
 }
 
-// For w = 1, 2, ...: the most distinct nodes of w consecutive probe steps (what the steps in
-// flight hold in the cache; hubs appear in many steps, so it is well below w times a step's).
+// The training nodes in epoch `epoch`'s order (a pass's `nodes`).
+void NcTask::EpochTrainNodes(uint64_t epoch, std::vector<int64_t>& out) const {
+  const std::vector<int64_t>& train = Split("train");
+  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, epoch);
+  out.resize(train.size());
+  for (size_t i = 0; i < order.size(); ++i) out[i] = train[static_cast<size_t>(order[i])];
+}
+
+// A sample's words in a ring slot: its blocks' edges and offsets.
+uint64_t NcTask::SlotWords(const SampledSubgraph& s) {
+  uint64_t words = 0;
+  for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
+  return words;
+}
+
+// For w = 1, 2, ... kProbeSteps: the most distinct nodes of w consecutive probe steps (what the
+// steps in flight hold in the cache; hubs appear in many steps, so it is well below w times a
+// step's).
 void NcTask::ProbeUnions(const std::vector<std::vector<int64_t>>& steps) {
-  probe_union_.assign(steps.size() + 1, 0);
-  std::vector<uint8_t> stamp(num_nodes_, 0);
+  const size_t widest = std::min<size_t>(steps.size(), kProbeSteps);
+  probe_union_.assign(widest + 1, 0);
+  std::vector<uint32_t> stamp(num_nodes_, 0);
   for (size_t first = 0; first < steps.size(); ++first) {
     uint64_t distinct = 0;
-    for (size_t t = first; t < steps.size(); ++t) {
+    const auto mark = static_cast<uint32_t>(first + 1);
+    for (size_t t = first; t < std::min(steps.size(), first + widest); ++t) {
       for (int64_t v : steps[t]) {
-        uint8_t& st = stamp[static_cast<size_t>(v)];
-        if (st != first + 1) st = static_cast<uint8_t>(first + 1), ++distinct;
+        uint32_t& st = stamp[static_cast<size_t>(v)];
+        if (st != mark) st = mark, ++distinct;
       }
       probe_union_[t - first + 1] = std::max(probe_union_[t - first + 1], distinct);
     }
@@ -201,21 +219,15 @@ Status NcTask::BuildModel() {
   // with a margin; PlanInput reuses the unscaled figures.
   // The first steps of epoch 1 as training draws them (a split in id order would over-weight
   // one end of a degree-ordered graph).
-  const std::vector<int64_t>& train = Split("train");
-  const auto batch = static_cast<uint64_t>(cfg_.train.batch);
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
-  std::vector<int64_t> seeds;
+  std::vector<int64_t> order;
+  EpochTrainNodes(0, order);
+  const Pass pass{&order, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
   std::vector<std::vector<int64_t>> probe_steps;
   probe_nodes_ = probe_slot_words_ = 0;
-  for (uint64_t t = 0; t < kProbeSteps && t * batch < train.size(); ++t) {
-    const uint64_t n = std::min(batch, train.size() - t * batch);
-    seeds.clear();
-    for (uint64_t i = 0; i < n; ++i) seeds.push_back(train[static_cast<size_t>(order[t * batch + i])]);
-    SampledSubgraph s = sampler_->Sample(seeds, {cfg_.train.seed, 0, t}, train_options_);
-    uint64_t words = 0;
-    for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
+  for (uint64_t t = 0; t < kProbeSteps && t < pass.steps(); ++t) {
+    SampledSubgraph s = sampler_->Sample(pass.Seeds(t), pass.UnitKey(t), train_options_);
     probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
-    probe_slot_words_ = std::max(probe_slot_words_, words);
+    probe_slot_words_ = std::max(probe_slot_words_, SlotWords(s));
     AddToShape(s, shape, /*training=*/true);
     probe_steps.push_back(s.layers.back());
   }
@@ -535,7 +547,14 @@ Status NcTask::SetUpStorage(bool fresh, const std::string& rows_from) {
 
 SpillOptions NcTask::SpillOpts() const {
   SpillOptions o;
-  o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps) * SpillUnitsPerStep();
+  const uint32_t units = SpillUnitsPerStep();
+  o.horizon_steps = static_cast<uint32_t>(cfg_.storage.spill_steps) * units;
+  if (units > 1) {
+    // A unit's pack is a shard's rows: smaller chunks keep the pool (a chunk for every pack being
+    // filled, K x units of them) near whole steps' size and the packs' last chunks fuller.
+    const uint32_t row_pages = (row_bytes_ + 4095) / 4096 * 4096;
+    o.chunk_bytes = std::max({row_pages, uint32_t{32} << 10, o.chunk_bytes / units / 4096 * 4096});
+  }
   o.sweep_gap_bytes = static_cast<uint32_t>(cfg_.storage.io_group_gap.value);
   o.write_backend = cfg_.io.backend;
   // A training step's loads find its run-ahead's previous steps' rows resident (protected in
@@ -864,14 +883,11 @@ void NcTask::SetLearningRateScale(double scale) {
 // epoch's last ones (`next`, its order of the training nodes drawn now), so its packs are ready
 // when it starts, with no sweep of the whole file.
 void NcTask::SpillPasses(Pass& pass, Pass& next) {
-  const std::vector<int64_t>& train = Split("train");
   pass.spill = true;
   pass.spill_continues = pass.first_step == 0 && spill_next_epoch_ == pass.epoch;
   spill_next_epoch_ = ~uint64_t{0};
   if (pass.epoch + 1 >= static_cast<uint64_t>(cfg_.train.epochs)) return;
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, pass.epoch + 1);
-  next_epoch_nodes_.resize(train.size());
-  for (size_t i = 0; i < order.size(); ++i) next_epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
+  EpochTrainNodes(pass.epoch + 1, next_epoch_nodes_);
   next = pass;
   next.nodes = &next_epoch_nodes_;
   next.epoch = pass.epoch + 1, next.first_step = 0;
@@ -885,10 +901,7 @@ void NcTask::SpillPasses(Pass& pass, Pass& next) {
 }
 
 Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {
-  const std::vector<int64_t>& train = Split("train");
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, epoch);
-  epoch_nodes_.resize(train.size());
-  for (size_t i = 0; i < order.size(); ++i) epoch_nodes_[i] = train[static_cast<size_t>(order[i])];
+  EpochTrainNodes(epoch, epoch_nodes_);
   Pass pass{&epoch_nodes_, sampler_.get(), &train_options_, cfg_.train.seed, epoch, first,
             static_cast<uint64_t>(cfg_.train.batch)};
   pass.writes = embeddings_;
@@ -915,7 +928,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   const uint64_t steps = pass.steps();
   auto p = MakePipeline(pass, FeatureSource());
   p->Start();
-  sink.EpochStart(std::min<uint64_t>(first * pass.batch, train.size()));
+  sink.EpochStart(std::min<uint64_t>(first * pass.batch, epoch_nodes_.size()));
   uint64_t unit = 0;  // a sharded pass's next unit
   // Learnable embeddings across processes: the next step's rows start travelling while a step
   // computes.

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "sampler/batch_order.h"
 #ifdef SLUICE_HAVE_CUDA
 #include "sampler/cuda/khop_cuda.h"
 #endif
@@ -251,15 +250,13 @@ Result<std::pair<double, double>> TimeSampler(const std::vector<std::vector<int6
 
 Status NcTask::CalibrateSampler() {
   constexpr uint64_t kSteps = 8;
-  const std::vector<int64_t>& train = Split("train");
-  const auto batch = static_cast<uint64_t>(cfg_.train.batch);
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
+  std::vector<int64_t> nodes;
+  EpochTrainNodes(0, nodes);
+  const Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
   std::vector<std::vector<int64_t>> steps;
-  for (uint64_t t = 0; t < kSteps && t * batch < train.size(); ++t) {
-    steps.emplace_back();
-    for (uint64_t i = t * batch; i < std::min<uint64_t>(train.size(), (t + 1) * batch); ++i) {
-      steps.back().push_back(train[static_cast<size_t>(order[i])]);
-    }
+  for (uint64_t t = 0; t < kSteps && t < pass.steps(); ++t) {
+    const std::span<const int64_t> seeds = pass.Seeds(t);
+    steps.emplace_back(seeds.begin(), seeds.end());
   }
   void* cuda = cuda_sampler_.get();
   auto on_cpu = [this](std::span<const int64_t> seeds, uint64_t t) -> Result<SampledSubgraph> {

@@ -7,7 +7,6 @@
 #include <unordered_map>
 
 #include "common/clock.h"
-#include "sampler/batch_order.h"
 #include "train/model_step.h"
 #include "train/nc/nc_task_impl.h"
 
@@ -67,10 +66,8 @@ void NcTask::SampleWholeStep(const Pass& pass, uint64_t step, Batch& b) {
 // Epoch 0's first steps sampled whole: this rank's rows a step and over consecutive steps (the
 // cache's plan), and a ring slot's words.
 void NcTask::ProbeWholeSteps() {
-  const std::vector<int64_t>& train = Split("train");
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
-  std::vector<int64_t> nodes(train.size());
-  for (size_t i = 0; i < order.size(); ++i) nodes[i] = train[static_cast<size_t>(order[i])];
+  std::vector<int64_t> nodes;
+  EpochTrainNodes(0, nodes);
   Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
   pass.whole_steps = true;
   pass.shards = dp_->shards();
@@ -81,9 +78,7 @@ void NcTask::ProbeWholeSteps() {
     Batch b;
     SampleWholeStep(pass, t, b);
     uint64_t words = 3 * b.uses.size() + b.step_rows.size();
-    for (const SampledSubgraph& s : b.parts) {
-      for (const SampledBlock& blk : s.blocks) words += blk.src_local.size() + blk.offsets.size();
-    }
+    for (const SampledSubgraph& s : b.parts) words += SlotWords(s);
     probe_nodes_ = std::max<uint64_t>(probe_nodes_, b.rows.keys.size());
     probe_slot_words_ = std::max(probe_slot_words_, words);
     auto& rows = own.emplace_back();
@@ -96,22 +91,20 @@ void NcTask::ProbeWholeSteps() {
 // shard's seeds, so the plans (a unit's rows, the units in flight, the spill's packs) are
 // measured on epoch 0's first units rather than on whole steps (V / N times theirs).
 void NcTask::ProbeShardUnits() {
-  const std::vector<int64_t>& train = Split("train");
-  const std::vector<int64_t> order = EpochPermutation(train.size(), cfg_.train.seed, 0);
-  std::vector<int64_t> nodes(train.size());
-  for (size_t i = 0; i < order.size(); ++i) nodes[i] = train[static_cast<size_t>(order[i])];
+  std::vector<int64_t> nodes;
+  EpochTrainNodes(0, nodes);
   Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
   pass.shards = dp_->shards();
   const std::vector<std::pair<uint64_t, int>> units = ShardUnits(pass);
   pass.units = &units;
   std::vector<std::vector<int64_t>> probed;
   probe_nodes_ = probe_slot_words_ = 0;
-  for (uint64_t t = 0; t < kProbeSteps && t < units.size(); ++t) {
+  // As many seeds as the whole steps' probe: a shard's few seeds vary more from unit to unit.
+  const uint64_t probe_units = kProbeSteps * static_cast<uint64_t>(dp_->end_shard() - dp_->first_shard());
+  for (uint64_t t = 0; t < probe_units && t < units.size(); ++t) {
     SampledSubgraph s = sampler_->Sample(pass.UnitSeeds(t), pass.UnitKey(t), train_options_);
-    uint64_t words = 0;
-    for (const SampledBlock& b : s.blocks) words += b.src_local.size() + b.offsets.size();
     probe_nodes_ = std::max<uint64_t>(probe_nodes_, s.nodes().size());
-    probe_slot_words_ = std::max(probe_slot_words_, words);
+    probe_slot_words_ = std::max(probe_slot_words_, SlotWords(s));
     probed.push_back(std::move(s.layers.back()));
   }
   ProbeUnions(probed);

@@ -185,6 +185,8 @@ class NcTask : public Task {
   void PinHottest(uint64_t rows);
   bool Layerwise() const;
   void AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const;
+  void EpochTrainNodes(uint64_t epoch, std::vector<int64_t>& out) const;
+  static uint64_t SlotWords(const SampledSubgraph& s);
   void ProbeUnions(const std::vector<std::vector<int64_t>>& steps);
   static constexpr uint64_t kProbeSteps = 16;  // training steps sampled at set-up for the plans
   uint64_t GraphBytes() const;
