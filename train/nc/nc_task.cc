@@ -164,6 +164,13 @@ void NcTask::EpochTrainNodes(uint64_t epoch, std::vector<int64_t>& out) const {
   for (size_t i = 0; i < order.size(); ++i) out[i] = train[static_cast<size_t>(order[i])];
 }
 
+// Epoch `epoch`'s training pass from step `first`, over `nodes` (filled in that epoch's order).
+NcTask::Pass NcTask::TrainPass(uint64_t epoch, uint64_t first, std::vector<int64_t>& nodes) const {
+  EpochTrainNodes(epoch, nodes);
+  return Pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, epoch, first,
+              static_cast<uint64_t>(cfg_.train.batch)};
+}
+
 // A sample's words in a ring slot: its blocks' edges and offsets.
 uint64_t NcTask::SlotWords(const SampledSubgraph& s) {
   uint64_t words = 0;
@@ -220,8 +227,7 @@ Status NcTask::BuildModel() {
   // The first steps of epoch 1 as training draws them (a split in id order would over-weight
   // one end of a degree-ordered graph).
   std::vector<int64_t> order;
-  EpochTrainNodes(0, order);
-  const Pass pass{&order, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  const Pass pass = TrainPass(0, 0, order);
   std::vector<std::vector<int64_t>> probe_steps;
   probe_nodes_ = probe_slot_words_ = 0;
   for (uint64_t t = 0; t < kProbeSteps && t < pass.steps(); ++t) {
@@ -901,9 +907,7 @@ void NcTask::SpillPasses(Pass& pass, Pass& next) {
 }
 
 Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink& sink) {
-  EpochTrainNodes(epoch, epoch_nodes_);
-  Pass pass{&epoch_nodes_, sampler_.get(), &train_options_, cfg_.train.seed, epoch, first,
-            static_cast<uint64_t>(cfg_.train.batch)};
+  Pass pass = TrainPass(epoch, first, epoch_nodes_);
   pass.writes = embeddings_;
   pass.run_ahead = run_ahead_;
   pass.group = static_cast<uint32_t>(cfg_.storage.io_group);

@@ -251,8 +251,7 @@ Result<std::pair<double, double>> TimeSampler(const std::vector<std::vector<int6
 Status NcTask::CalibrateSampler() {
   constexpr uint64_t kSteps = 8;
   std::vector<int64_t> nodes;
-  EpochTrainNodes(0, nodes);
-  const Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  const Pass pass = TrainPass(0, 0, nodes);
   std::vector<std::vector<int64_t>> steps;
   for (uint64_t t = 0; t < kSteps && t < pass.steps(); ++t) {
     const std::span<const int64_t> seeds = pass.Seeds(t);

@@ -67,8 +67,7 @@ void NcTask::SampleWholeStep(const Pass& pass, uint64_t step, Batch& b) {
 // cache's plan), and a ring slot's words.
 void NcTask::ProbeWholeSteps() {
   std::vector<int64_t> nodes;
-  EpochTrainNodes(0, nodes);
-  Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  Pass pass = TrainPass(0, 0, nodes);
   pass.whole_steps = true;
   pass.shards = dp_->shards();
   pass.own_begin = own_begin_, pass.own_end = own_end_;
@@ -92,8 +91,7 @@ void NcTask::ProbeWholeSteps() {
 // measured on epoch 0's first units rather than on whole steps (V / N times theirs).
 void NcTask::ProbeShardUnits() {
   std::vector<int64_t> nodes;
-  EpochTrainNodes(0, nodes);
-  Pass pass{&nodes, sampler_.get(), &train_options_, cfg_.train.seed, 0, 0, static_cast<uint64_t>(cfg_.train.batch)};
+  Pass pass = TrainPass(0, 0, nodes);
   pass.shards = dp_->shards();
   const std::vector<std::pair<uint64_t, int>> units = ShardUnits(pass);
   pass.units = &units;

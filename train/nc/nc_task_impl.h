@@ -186,6 +186,7 @@ class NcTask : public Task {
   bool Layerwise() const;
   void AddToShape(const SampledSubgraph& s, GnnShape& shape, bool training) const;
   void EpochTrainNodes(uint64_t epoch, std::vector<int64_t>& out) const;
+  Pass TrainPass(uint64_t epoch, uint64_t first, std::vector<int64_t>& nodes) const;
   static uint64_t SlotWords(const SampledSubgraph& s);
   void ProbeUnions(const std::vector<std::vector<int64_t>>& steps);
   static constexpr uint64_t kProbeSteps = 16;  // training steps sampled at set-up for the plans
