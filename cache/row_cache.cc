@@ -273,6 +273,7 @@ void RowCache::DropWindow() {
 }
 
 void RowCache::ReleaseProtected() {
+  unplaced_from_ = kNoneUnplaced;
   while (!protected_.empty()) {
     ReleaseStep(protected_.front(), protected_first_);
     protected_.pop_front();
@@ -319,7 +320,7 @@ void RowCache::PushPinned() {
 }
 
 template <class E>
-Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
+uint32_t RowCache::TakeSlot(RowStepPlan& out) {
   if (!free_slots_.empty()) {
     const uint32_t s = free_slots_.back();
     free_slots_.pop_back();
@@ -371,13 +372,23 @@ Result<uint32_t> RowCache::TakeSlot(RowStepPlan& out) {
     MaybeErase(e);
     break;
   }
-  if (slot != kNoSlot) return slot;
-  return FailedPrecondition(
-      "row cache of " + std::to_string(options_.capacity_rows) + " rows is full at step " +
-      std::to_string(step_) + ": every resident row is used within the window of " +
-      std::to_string(options_.window_steps) + " steps or by the " +
-      std::to_string(options_.protect_steps) +
-      " steps in flight; raise storage.budget or lower storage.window");
+  return slot;
+}
+
+Status RowCache::FullError(uint64_t step, size_t step_rows, bool drained, uint32_t kept) const {
+  const std::string head = "row cache of " + std::to_string(options_.capacity_rows) + " rows is full at step " +
+                           std::to_string(step);
+  if (drained) {
+    const bool pinned = options_.kind == PlannerKind::kStatic && pinning_;
+    const std::string beside = kept > 0 ? " beside the previous step's rows (compute may read a step ahead)"
+                                        : " with no other step in flight";
+    return FailedPrecondition(head + ": the step's own " + std::to_string(step_rows) + " rows do not fit" + beside +
+                              (pinned ? " and the pinned rows" : "") + "; raise storage.budget or storage.cache_rows");
+  }
+  return FailedPrecondition(head + ": every resident row is used within the window of " +
+                            std::to_string(options_.window_steps) + " steps or by the " +
+                            std::to_string(options_.protect_steps) +
+                            " steps in flight; raise storage.budget or lower storage.window");
 }
 
 Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
@@ -387,6 +398,8 @@ Status RowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& ou
 template <class E>
 Status RowCache::PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
   out.Clear();
+  SLUICE_CHECK(!step_unplaced(), "row cache: step %llu planned while step %llu is half placed",
+               static_cast<unsigned long long>(step_), static_cast<unsigned long long>(step_ - 1));
   const bool oracle = options_.kind == PlannerKind::kOracle;
   if (oracle) {
     if (window_.empty() || window_.front().size() != rows.size()) {
@@ -420,29 +433,57 @@ Status RowCache::PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& 
       missing.push_back(static_cast<uint32_t>(i));
     }
   }
-  Status status = Status::Ok();
-  for (size_t j = 0; j < missing.size(); ++j) {
-    const uint32_t i = missing[j];
-    if (j + kPrefetchAhead < missing.size()) Prefetch<E>(rows[missing[j + kPrefetchAhead]]);
-    Result<uint32_t> slot = TakeSlot<E>(out);
-    if (!slot.ok()) {  // the step still ends below, so the window and protection stay in step
-      status = slot.status();
-      break;
-    }
-    E* e = Find<E>(rows[i]);  // TakeSlot may have moved entries
-    e->slot = *slot;
-    ++resident_;
-    out.slots[i] = *slot;
-    out.load_keys.push_back(rows[i]);
-    out.load_slots.push_back(*slot);
-  }
-  stats_.loads += out.load_keys.size();
+  // The step ends whether or not its rows all find slots, so the window and protection stay in
+  // step (PlaceAfterDrain places the rest).
   stats_.accesses += rows.size();
   ++stats_.steps;
   if (oracle) window_.pop_front();
   if (!fits_) protected_.emplace_back(rows.begin(), rows.end());  // (fits: nothing to release)
+  const bool placed = PlaceMissing<E>(rows, 0, out);
   ++step_;
-  return status;
+  return placed ? Status::Ok() : FullError(t, rows.size(), false);
+}
+
+template <class E>
+bool RowCache::PlaceMissing(std::span<const RowKey> rows, size_t first, RowStepPlan& out) {
+  const std::vector<uint32_t>& missing = missing_;
+  const size_t loads_before = out.load_keys.size();
+  unplaced_from_ = kNoneUnplaced;
+  for (size_t j = first; j < missing.size(); ++j) {
+    const uint32_t i = missing[j];
+    if (j + kPrefetchAhead < missing.size()) Prefetch<E>(rows[missing[j + kPrefetchAhead]]);
+    const uint32_t slot = TakeSlot<E>(out);
+    if (slot == kNoSlot) {
+      unplaced_from_ = j;
+      break;
+    }
+    E* e = Find<E>(rows[i]);  // TakeSlot may have moved entries
+    e->slot = slot;
+    ++resident_;
+    out.slots[i] = slot;
+    out.load_keys.push_back(rows[i]);
+    out.load_slots.push_back(slot);
+  }
+  stats_.loads += out.load_keys.size() - loads_before;
+  return unplaced_from_ == kNoneUnplaced;
+}
+
+Status RowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_steps, RowStepPlan& out) {
+  SLUICE_CHECK(step_unplaced() && !protected_.empty() && protected_.back().size() == rows.size(),
+               "row cache: PlaceAfterDrain without a half-placed step (%zu rows)", rows.size());
+  // The steps before the half-placed one (protected_'s last) but the last keep_steps have
+  // computed: their rows go.
+  while (protected_.size() > size_t{1} + keep_steps) {
+    ReleaseStep(protected_.front(), protected_first_);
+    protected_.pop_front();
+    ++protected_first_;
+  }
+  ++stats_.drained_steps;
+  out.load_keys.clear(), out.load_slots.clear(), out.write_keys.clear(), out.write_slots.clear();
+  const size_t first = unplaced_from_;
+  if (slim_index_ ? PlaceMissing<Slim>(rows, first, out) : PlaceMissing<Entry>(rows, first, out)) return Status::Ok();
+  unplaced_from_ = kNoneUnplaced;  // for good
+  return FullError(step_ - 1, rows.size(), true, static_cast<uint32_t>(protected_.size() - 1));
 }
 
 bool RowCache::DirtyRows(size_t& cursor, size_t max_rows, std::vector<RowKey>& keys,

@@ -22,6 +22,11 @@
 //
 // Capacity: the arena must hold every row of the steps in flight (MinCapacityRows(0, d, m) for
 // steps of at most m rows); Plan fails (FailedPrecondition, naming the numbers) when it cannot.
+// A step larger than planned for then need not end the run: the step stays half placed, and
+// once compute has finished the earlier steps (all of them, or all but the last `keep`: a
+// consumer that reads a step ahead holds the previous one), PlaceAfterDrain releases their rows
+// and places the rest; that step's io runs with at most `keep` steps ahead of compute. Only a
+// step that does not fit beside those kept (and the static kind's pinned rows) fails for good.
 //
 // Thread safety: none (one planner thread).
 
@@ -108,6 +113,7 @@ struct RowCacheStats {
   uint64_t evictions = 0;
   uint64_t write_backs = 0;
   uint64_t window_evictions = 0;  // oracle: rows evicted although used within the window
+  uint64_t drained_steps = 0;     // steps placed only once the steps in flight had computed
 };
 
 class RowCache {
@@ -123,6 +129,14 @@ class RowCache {
   // Plans the next step: its distinct rows (as appended, when oracle; no row twice), whether it
   // writes them (training marks them dirty; evaluation only reads).
   Status Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out);
+  // After Plan failed for want of a slot (step_unplaced): the step's placed rows keep their slots,
+  // its other rows have none. Once compute has finished every step planned before it but the
+  // last keep_steps (at most the run-ahead), this releases those steps' rows and places the
+  // rest: out.slots (of the Plan call) is completed, and out's loads and write-backs are those
+  // of the rows placed now (the first call's stay with the caller). Fails when the step does not
+  // fit beside the kept steps.
+  bool step_unplaced() const { return unplaced_from_ != kNoneUnplaced; }
+  Status PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_steps, RowStepPlan& out);
   // Forgets appended steps that will not be planned (a pass stopped early).
   void DropWindow();
   // Every planned step has computed: protected rows become evictable.
@@ -233,9 +247,15 @@ class RowCache {
   template <class E>
   void PushPinned();
   template <class E>
-  Result<uint32_t> TakeSlot(RowStepPlan& out);
+  uint32_t TakeSlot(RowStepPlan& out);  // kNoSlot: nothing can be evicted
   template <class E>
   Status PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& out);
+  // Gives the step's missing rows from missing_[first] on their slots; on a full cache remembers
+  // where it stopped (unplaced_from_) and fails.
+  template <class E>
+  bool PlaceMissing(std::span<const RowKey> rows, size_t first, RowStepPlan& out);
+  // drained: after PlaceAfterDrain kept `kept` steps.
+  Status FullError(uint64_t step, size_t step_rows, bool drained, uint32_t kept = 0) const;
 
   RowCacheOptions options_;
   bool dense_ = false;  // the index is by id (total_rows entries, never grown)
@@ -262,7 +282,9 @@ class RowCache {
   auto window_begin() { return candidates_.rbegin(); }
   auto window_end() { return candidates_.rbegin() + static_cast<std::ptrdiff_t>(window_n_); }
   std::vector<uint32_t> free_slots_;
-  std::vector<uint32_t> missing_;  // scratch of Plan
+  std::vector<uint32_t> missing_;  // scratch of Plan: the step's rows without a slot
+  static constexpr size_t kNoneUnplaced = ~size_t{0};
+  size_t unplaced_from_ = kNoneUnplaced;  // missing_[unplaced_from_...] still need slots
   uint64_t resident_ = 0;
   uint64_t step_ = 0;
   RowCacheStats stats_;

@@ -198,10 +198,15 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   p.window_rows = (window + 1) * p.step_rows;  // the window's and the planned step's
   PlanPreload(in, rows_memory, p);
   PlanRows(in, rows_memory - p.preload_bytes, rows_memory, p);
-  if (p.min_rows > p.cache_rows) {
-    return InvalidArgument("storage.cache_rows " + std::to_string(p.cache_rows) +
-                           " cannot hold the " + std::to_string(p.min_rows) +
-                           " rows of the steps in flight");
+  // A cache set below the steps in flight still runs (a step that does not fit beside them waits
+  // for them: RowCache::PlaceAfterDrain), as long as it holds a step, and with run-ahead the
+  // previous one too (compute may read a step ahead while it holds the one before).
+  const uint64_t one_step = in.sampled_rows_per_step > 0 ? in.sampled_rows_per_step : in.keys_per_step;
+  const uint64_t floor = std::min(d > 0 ? 2 * one_step : one_step, p.min_rows);
+  if (floor > p.cache_rows) {
+    return InvalidArgument("storage.cache_rows " + std::to_string(p.cache_rows) + " cannot hold " +
+                           (d > 0 ? "two steps' " : "one step's ") + std::to_string(floor) + " rows" +
+                           (d > 0 ? " (with run-ahead compute may hold one step while it reads the next)" : ""));
   }
   // RocksDB's caches fill only as far as the data: at most the rows the tables can hold (each
   // with its key and block overhead), in the block cache and in the two memtables.

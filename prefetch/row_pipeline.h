@@ -33,7 +33,7 @@ class RowPipeline {
   // Out of core (see RowPrefetcher).
   RowPipeline(RowCache* cache, std::byte* arena, uint32_t row_bytes, RowBacking* backing,
               RowPrefetcherOptions options, Fill fill, BatchOf batch_of)
-      : next_ready_early_(options.run_ahead >= std::max<uint32_t>(1, options.group_steps)),
+      : next_ready_early_(NextStepReadyEarly(options)),
         ring_(cache->options().window_steps + options.run_ahead + 2, 2),
         sampler_(&ring_, Wrap(std::move(fill), batch_of)),
         prefetcher_(cache, arena, row_bytes, backing, options, &ring_, 1,

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/thread_plan.h"
 #include "common/crash_point.h"
+#include "common/log.h"
 #include "storage/row_file.h"
 
 namespace sluice {
@@ -222,9 +223,19 @@ Status RowPrefetcher::PlanStep(RowBatch& b) {
     return Status::Ok();
   }
   RowStepPlan& plan = plan_scratch_;
-  SLUICE_RETURN_IF_ERROR(cache_->Plan(b.unique, options_.writes, plan));
-  if (planned_++ < kPassHeadSteps) head_loads_ += plan.load_keys.size();
-  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  const Status s = cache_->Plan(b.unique, options_.writes, plan);
+  if (!s.ok() && !cache_->step_unplaced()) return s;
+  // A half-placed step's io so far joins the group too (the cache counts its evictions as done).
+  JoinGroup(plan, planned_++);
+  if (s.ok()) {
+    for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  }
+  plan_.busy_s += SecondsSince(start);
+  return s;
+}
+
+void RowPrefetcher::JoinGroup(const RowStepPlan& plan, uint64_t step) {
+  if (step < kPassHeadSteps) head_loads_ += plan.load_keys.size();
   // A later step of the group may evict a row an earlier one loads: the write-backs of the
   // group all happen before its loads, and a row loaded and evicted within the group is read
   // for the slot it ends in only (the cache never hands out a slot twice within a step, and
@@ -233,7 +244,54 @@ Status RowPrefetcher::PlanStep(RowBatch& b) {
   group_.write_slots.insert(group_.write_slots.end(), plan.write_slots.begin(), plan.write_slots.end());
   group_.load_keys.insert(group_.load_keys.end(), plan.load_keys.begin(), plan.load_keys.end());
   group_.load_slots.insert(group_.load_slots.end(), plan.load_slots.begin(), plan.load_slots.end());
+}
+
+// Step `step` did not fit beside the steps in flight (a step larger than the plan's probe saw):
+// the group's io so far runs (the step's placed rows included), the steps before it are
+// published, and once compute has finished them (all but the previous one when compute may ask
+// for a step before finishing the one before it: RowPipeline::NextReadyEarly) the cache places
+// the step's other rows in their slots. Its io then starts with at most one step in flight (the
+// pipeline drains once) instead of the run failing.
+Status RowPrefetcher::DrainFor(uint64_t first, uint64_t step, bool& stopped) {
+  SLUICE_RETURN_IF_ERROR(RunGroupIo(step + 1, stopped));
+  if (stopped) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(PublishSteps(first, step));
+  const uint32_t keep = NextStepReadyEarly(options_) && step > 0 ? 1 : 0;
+  auto start = SteadyClock::now();
+  const RingWait w = ring_->WaitComputed(step - keep);
+  io_.wait_s += SecondsSince(start);
+  if (w == RingWait::kAborted) return Aborted("pass aborted");
+  if (w == RingWait::kStopped) {
+    stopped = true;
+    return Status::Ok();
+  }
+  start = SteadyClock::now();
+  RowBatch& b = batch_of_(step);
+  RowStepPlan& plan = plan_scratch_;
+  SLUICE_RETURN_IF_ERROR(cache_->PlaceAfterDrain(b.unique, keep, plan));
+  JoinGroup(plan, step);
+  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  if (cache_->stats().drained_steps == 1) {
+    SLUICE_LOG(kWarning,
+               "row cache of %llu rows: step %llu of the pass (%zu rows) did not fit beside the %u steps in "
+               "flight; it waited for compute to finish all of them but the last %u (the run stays exact; a "
+               "larger cache, storage.budget or storage.cache_rows, keeps io ahead)",
+               static_cast<unsigned long long>(cache_->options().capacity_rows),
+               static_cast<unsigned long long>(step), b.unique.size(), options_.run_ahead, keep);
+  }
   plan_.busy_s += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status RowPrefetcher::PublishSteps(uint64_t first, uint64_t end) {
+  for (uint64_t s = first; s < end; ++s) {
+    ring_->Publish(stage_, s);
+    if (backing_ != nullptr) {  // the backing's own read-ahead, once step s is on its way
+      const auto start = SteadyClock::now();
+      SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, s));
+      io_.busy_s += SecondsSince(start);
+    }
+  }
   return Status::Ok();
 }
 
@@ -262,7 +320,7 @@ Status RowPrefetcher::RunSteps() {
   uint64_t appended = 0;
   for (uint64_t t = 0;;) {
     uint64_t end = t;
-    bool ended = false, interrupted = false;
+    bool ended = false, interrupted = false, stopped = false;
     group_.Clear();
     while (end < t + g) {
       // The window: the steps up to s + window are known to the planner before step s is planned.
@@ -275,24 +333,22 @@ Status RowPrefetcher::RunSteps() {
         ended = true;
         break;
       }
-      SLUICE_RETURN_IF_ERROR(PlanStep(batch_of_(end)));
+      Status s = PlanStep(batch_of_(end));
+      if (!s.ok() && memory_ == nullptr && cache_->step_unplaced()) {
+        s = DrainFor(t, end, stopped);
+        if (s.code() == StatusCode::kAborted || (s.ok() && stopped)) return Status::Ok();
+        t = end;  // the group starts again at this step
+      }
+      SLUICE_RETURN_IF_ERROR(s);
       ++end;
     }
-    bool stopped = false;
     if (end > t) {  // planned steps' io runs even when the pass stops (their evictions count)
       Status s = RunGroupIo(end, stopped);
       if (s.code() == StatusCode::kAborted) return Status::Ok();
       SLUICE_RETURN_IF_ERROR(s);
     }
     if (interrupted || stopped) return Status::Ok();
-    for (uint64_t s = t; s < end; ++s) {
-      ring_->Publish(stage_, s);
-      if (backing_ != nullptr) {  // the backing's own read-ahead, once step s is on its way
-        const auto start = SteadyClock::now();
-        SLUICE_RETURN_IF_ERROR(backing_->Advance(*io_session_, s));
-        io_.busy_s += SecondsSince(start);
-      }
-    }
+    SLUICE_RETURN_IF_ERROR(PublishSteps(t, end));
     if (ended) {
       ring_->End(stage_, end);
       return Status::Ok();

@@ -13,12 +13,16 @@
 // earlier, and its io is issued only once compute has finished those steps, so a write-back
 // carries final rows and a load never lands in a slot a step in flight uses. Within one step,
 // write-backs finish before loads start, and steps' io runs in order on one thread, so a row
-// written back is on disk before it can be read again.
+// written back is on disk before it can be read again. A step whose rows do not fit beside the
+// steps in flight (larger than the memory plan's probe saw) waits until compute has finished
+// every earlier step and takes their slots (RowCache::PlaceAfterDrain): the pipeline drains once
+// and the run goes on, exactly as before; only a step larger than the cache fails.
 //
 // In memory (no cache, no io) the same stage resolves rows to their place in RAM, so the two
 // modes feed compute the same batches in the same order. The ring's capacity bounds the steps
 // that exist at once (window + run_ahead + 2). Records busy and wait time.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -141,6 +145,13 @@ struct RowPrefetcherOptions {
   uint32_t group_gap_bytes = 0;
 };
 
+// Out of core, whether step t + 1 can be ready before compute has finished step t (its group's
+// io may start run_ahead steps early and run_ahead covers a group): compute may then hold step t
+// while it waits for step t + 1 (RowPipeline::NextReadyEarly).
+inline bool NextStepReadyEarly(const RowPrefetcherOptions& o) {
+  return o.run_ahead >= std::max<uint32_t>(1, o.group_steps);
+}
+
 class RowPrefetcher {
  public:
   // Step t's batch (its slot in the sampler stage).
@@ -179,8 +190,13 @@ class RowPrefetcher {
   RingWait AppendUntil(uint64_t until, uint64_t& appended);
   // Plans step t (its rows' slots into the batch; its io joins the group's).
   Status PlanStep(RowBatch& batch);
+  void JoinGroup(const RowStepPlan& plan, uint64_t step);
   // Runs the group's io (the steps planned, up to `end`) once the rows it evicts are final.
   Status RunGroupIo(uint64_t end, bool& stopped);
+  // Step `step` is half placed (the cache was full): runs the group's io, publishes steps
+  // [first, step), waits for compute to finish them, and places the rest of the step.
+  Status DrainFor(uint64_t first, uint64_t step, bool& stopped);
+  Status PublishSteps(uint64_t first, uint64_t end);
   Status WriteBacks(const RowStepPlan& plan);
   Status Loads(const RowStepPlan& plan);
 

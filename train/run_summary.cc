@@ -43,6 +43,14 @@ void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, ui
   s.Set("io", "requests", requests), s.Set("io", "bytes", bytes);
 }
 
+void SummarizeDrainedSteps(RunSummary& s, uint64_t drained_steps) {
+  s.Set("cache", "drained_steps", drained_steps);
+  if (drained_steps == 0) return;
+  s.Line("  " + std::to_string(drained_steps) +
+         " steps did not fit the row cache beside the steps in flight and waited for them to compute (their io "
+         "ran at most one step ahead of compute; a larger cache, storage.budget or storage.cache_rows, avoids it)");
+}
+
 void SummarizeQueueDepth(RunSummary& s, int depth, const DepthChoice* choice) {
   s.Set("io", "queue_depth", static_cast<uint64_t>(depth));
   s.Set("io", "queue_depth_chosen", choice != nullptr);

@@ -40,6 +40,10 @@ class RunSummary {
 // io.bytes, for any workload's prefetcher.
 void SummarizeDisk(RunSummary& s, const std::string& what, uint64_t requests, uint64_t bytes, double steps);
 
+// cache.drained_steps, and when there were any a line saying that so many steps did not fit the
+// row cache beside the steps in flight and waited for them (RowCache::PlaceAfterDrain).
+void SummarizeDrainedSteps(RunSummary& s, uint64_t drained_steps);
+
 // io.queue_depth as the run used it, and the start-up probe's choice when it made one.
 void SummarizeQueueDepth(RunSummary& s, int depth, const DepthChoice* choice);
 

@@ -455,6 +455,84 @@ TEST(RowCache, TooSmallForTheWindowFails) {
   EXPECT_EQ(plan.slots.size(), 2u);
 }
 
+// A step that does not fit beside the steps in flight is left half placed; once they have
+// computed, PlaceAfterDrain gives its other rows their slots (evicting those steps' rows, dirty
+// ones written back), and the next step plans as usual. With the hashed and the dense index.
+TEST(RowCache, HalfPlacedStepTakesTheComputedStepsSlots) {
+  auto ids = [](uint64_t first, uint64_t n) {
+    std::vector<RowKey> keys;
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(RowKey{first + i, 0});
+    return keys;
+  };
+  for (PlannerKind kind : {PlannerKind::kOracle, PlannerKind::kLru}) {
+    for (uint64_t total : {uint64_t{0}, uint64_t{1000}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + " total_rows " + std::to_string(total));
+      RowCacheOptions o;
+      o.kind = kind;
+      o.capacity_rows = 100;
+      o.protect_steps = 2;
+      o.total_rows = total;
+      o.window_rows = 200;
+      RowCache cache(o);
+      const std::vector<RowKey> a = ids(0, 40), b = ids(100, 40), c = ids(200, 70), d = ids(300, 10);
+      RowStepPlan plan;
+      for (const auto* step : {&a, &b, &c, &d}) cache.Append(*step);
+      ASSERT_TRUE(cache.Plan(a, true, plan).ok());
+      ASSERT_TRUE(cache.Plan(b, true, plan).ok());
+      const Status full = cache.Plan(c, true, plan);  // 40 + 40 + 70 > 100
+      ASSERT_FALSE(full.ok());
+      EXPECT_NE(full.message().find("is full at step 2"), std::string::npos) << full.message();
+      ASSERT_TRUE(cache.step_unplaced());
+      EXPECT_EQ(plan.load_keys.size(), 20u);  // the free slots
+      std::vector<uint32_t> slots(plan.slots.begin(), plan.slots.begin() + 20);
+      ASSERT_TRUE(cache.PlaceAfterDrain(c, /*keep_steps=*/0, plan).ok());
+      EXPECT_FALSE(cache.step_unplaced());
+      EXPECT_EQ(plan.load_keys.size(), 50u);
+      EXPECT_EQ(plan.write_keys.size(), 50u);  // a's and b's dirty rows, evicted
+      for (const RowKey& k : plan.write_keys) EXPECT_LT(k.id, 200u);
+      EXPECT_TRUE(std::equal(slots.begin(), slots.end(), plan.slots.begin()));
+      std::vector<uint32_t> all(plan.slots.begin(), plan.slots.end());
+      std::sort(all.begin(), all.end());
+      EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a slot given twice";
+      EXPECT_LT(all.back(), 100u);
+      EXPECT_EQ(cache.stats().drained_steps, 1u);
+      ASSERT_TRUE(cache.Plan(d, true, plan).ok());
+      EXPECT_EQ(cache.stats().loads, 40u + 40u + 70u + 10u);
+    }
+  }
+  // Keeping the previous step (compute may hold it while reading this one): 50 + 60 rows do not
+  // fit 100; releasing it they do. A step larger than the cache fails for good, saying so.
+  RowCacheOptions o;
+  o.kind = PlannerKind::kLru;
+  o.capacity_rows = 100;
+  o.protect_steps = 1;
+  for (const uint32_t keep : {1u, 0u}) {
+    RowCache cache(o);
+    RowStepPlan plan;
+    ASSERT_TRUE(cache.Plan(ids(0, 50), true, plan).ok());
+    ASSERT_FALSE(cache.Plan(ids(100, 60), true, plan).ok());
+    const Status s = cache.PlaceAfterDrain(ids(100, 60), keep, plan);
+    EXPECT_EQ(s.ok(), keep == 0) << s.message();
+    if (keep == 1) {
+      EXPECT_NE(s.message().find("the step's own 60 rows do not fit beside the previous step's rows"),
+                std::string::npos)
+          << s.message();
+    }
+    EXPECT_FALSE(cache.step_unplaced());
+  }
+  RowCache cache(o);
+  RowStepPlan plan;
+  ASSERT_TRUE(cache.Plan(ids(0, 50), true, plan).ok());
+  const std::vector<RowKey> big = ids(100, 120);
+  ASSERT_FALSE(cache.Plan(big, true, plan).ok());
+  const Status s = cache.PlaceAfterDrain(big, 0, plan);
+  EXPECT_NE(s.message().find("row cache of 100 rows is full at step 1: the step's own 120 rows do not fit with no "
+                             "other step in flight"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(cache.step_unplaced());
+}
+
 TEST(RowCache, ErasedEntriesKeepLookupsWorking) {
   // Many distinct rows through a small cache: entries are inserted and erased constantly, so
   // the open-addressing table's deletions must keep every probe run intact.

@@ -191,6 +191,40 @@ def test_evaluation_steps_larger_than_trainings_run_with_less_run_ahead(sluice_b
     assert lines["x"][0] and lines["x"] == lines["mem"], lines
 
 
+# Caches below the rows of the steps in flight (a step samples about 700 rows; run-ahead 2 or 3
+# keeps 3 or 4 steps' rows resident) but above two steps' (compute may hold step t while it reads
+# step t + 1 when the run-ahead covers a group; with groups of 3 and run-ahead 2 it does not).
+DRAINED = {
+    "oracle": (SAGE, "{mode: out_of_core, cache_rows: 1600, window: 1, run_ahead: 3}"),
+    "lru_grouped": (SAGE, "{mode: out_of_core, cache_rows: 1600, planner: lru, run_ahead: 2, io_group: 3}"),
+    "static_spill": (SAGE, "{mode: out_of_core, cache_rows: 1700, planner: static, run_ahead: 3, spill_steps: 4}"),
+    "embeddings": (EMB, "{mode: out_of_core, cache_rows: 1600, window: 2, run_ahead: 3}"),
+}
+
+
+@pytest.mark.parametrize("name", list(DRAINED), ids=list(DRAINED))
+def test_a_cache_below_the_steps_in_flight_drains_and_trains_the_in_memory_model(sluice_bin, gen, tmp_path, name):
+    """A step that does not fit beside the steps in flight (larger than the memory plan's probe
+    saw, or a cache set below them) waits until compute has finished them and takes their slots:
+    the run goes on, once warned, and trains the in-memory model bit for bit (learnable rows
+    written back included); the summary counts such steps. A cache below two steps is refused."""
+    model, storage = DRAINED[name]
+    out = train(sluice_bin, write_config(tmp_path / "x.yaml", gen, tmp_path / "x", model, storage, epochs=2))
+    train(sluice_bin, write_config(tmp_path / "mem.yaml", gen, tmp_path / "mem", model, MEM, epochs=2))
+    assert dense(tmp_path / "x") == dense(tmp_path / "mem")
+    if model == EMB:
+        assert checkpoint_file(tmp_path / "x", "nodes.bin") == checkpoint_file(tmp_path / "mem", "nodes.bin")
+    cache = json.loads((tmp_path / "x/summary.json").read_text())["cache"]
+    assert 0 < cache["drained_steps"] < cache["steps"], cache
+    assert out.stderr.count("did not fit beside the") == 1, out.stderr
+    assert f"{cache['drained_steps']} steps did not fit the row cache" in out.stdout
+    if name == "oracle":
+        small = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", model, storage.replace("1600", "1000"))
+        bad = run(sluice_bin, "train", str(small))
+        assert bad.returncode != 0 and "storage.cache_rows 1000 cannot hold two steps'" in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
 def test_mmap_needs_in_memory_features(sluice_bin, gen, tmp_path):
     cfg = write_config(tmp_path / "m.yaml", gen, tmp_path / "m", SAGE, "{mode: out_of_core, mmap: normal}")
     out = run(sluice_bin, "train", str(cfg))

@@ -218,6 +218,26 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
     assert "lookahead: oracle (configured)" in stdout["rowfile"]
 
 
+def test_a_cache_below_the_steps_in_flight_drains_and_trains_the_in_memory_model(sluice_bin, clicks, tmp_path):
+    """A cache set below the rows of the steps in flight (3 steps of about 1,000 distinct rows)
+    but above one step's: a step that does not fit beside them waits for them to compute, its
+    evictions written back first, and the tables and MLPs equal the in-memory run's bit for bit,
+    with the oracle and with LRU."""
+    runs = {}
+    for name, storage in {"mem": {"mode": "in_memory"},
+                          "oracle": dict(OOC, backend="rowfile", cache_rows=1600, write_back_rows=700),
+                          "lru": dict(OOC, backend="rowfile", cache_rows=1600, planner="lru", write_back_share=0)}.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", clicks, tmp_path / name, **storage)
+        out = run(sluice_bin, "train", str(cfg))
+        assert out.returncode == 0, out.stderr
+        runs[name] = (export(sluice_bin, tmp_path / name), dense_bytes(tmp_path / name), out)
+    for name in ("oracle", "lru"):
+        assert runs[name][0] == runs["mem"][0] and runs[name][1] == runs["mem"][1], name
+        cache = json.loads((tmp_path / name / "summary.json").read_text())["cache"]
+        assert 0 < cache["drained_steps"] < cache["steps"] and cache["write_backs"] > 0, (name, cache)
+        assert runs[name][2].stderr.count("did not fit beside the") == 1, runs[name][2].stderr
+
+
 def test_seed_changes_the_model(sluice_bin, clicks, tmp_path):
     """Guards the test above: a different seed must give different tables."""
     a = write_config(tmp_path / "a.yaml", clicks, tmp_path / "a", mode="in_memory")

@@ -221,12 +221,26 @@ TEST(RowMemoryPlanTest, ReadAheadTakesItsShare) {
   EXPECT_LE(p->predicted_bytes, in.budget_bytes);
 }
 
+// storage.cache_rows below the steps in flight runs (steps wait for the ones in flight), below a
+// step's rows it is refused.
 TEST(RowMemoryPlanTest, ACacheSmallerThanAStepIsRefused) {
   RowPlanInput in = Planted();
   in.cache_rows = 10;
   auto p = PlanRowMemory(in);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("rows of the steps in flight"), std::string::npos);
+  EXPECT_NE(p.status().message().find("storage.cache_rows 10 cannot hold two steps'"), std::string::npos)
+      << p.status().message();
+  in.sampled_rows_per_step = in.keys_per_step / 4;
+  const uint64_t step = in.sampled_rows_per_step;
+  for (const uint32_t run_ahead : {0u, 2u}) {
+    in.run_ahead = run_ahead;
+    in.cache_rows = run_ahead > 0 ? 2 * step : step;
+    p = PlanRowMemory(in);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_LT(p->cache_rows, p->min_rows);
+    --in.cache_rows;
+    EXPECT_FALSE(PlanRowMemory(in).ok());
+  }
 }
 
 }  // namespace

@@ -142,7 +142,9 @@ struct DlrmStorageConfig {
     v.Field("backend", backend, "where tables live on disk: rowfile (dense rows) or rocksdb");
     v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
-    v.Field("cache_rows", cache_rows, "rows in the cache (experiments); 0 = as many as the budget holds");
+    v.Field("cache_rows", cache_rows,
+            "rows in the cache (experiments; below the steps in flight, a step that does not fit beside them "
+            "waits for them); 0 = as many as the budget holds");
     v.Field("planner", planner,
             "cache planner: auto (oracle, or LRU with read-ahead, as a cost model measured at "
             "start-up predicts the cheaper; the summary says why), oracle (lookahead) or lru",

@@ -523,6 +523,7 @@ void DlrmTask::SummarizeCache(RunSummary& s) const {
        << reads << " (" << FormatCount(reads / steps)
        << " per step; the other loads were rows never written, made from the seed)";
   s.Line(line.str());
+  SummarizeDrainedSteps(s, cs.drained_steps);
   s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", plan_.cache_rows);
   s.Set("cache", "distinct_rows_per_step", cs.accesses / steps);
   s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);

@@ -208,7 +208,8 @@ struct NcStorageConfig {
     v.Field("budget", budget, "memory budget of the whole process (e.g. 1GiB)",
             InRange(Bytes{1 << 20}, Bytes{uint64_t{1} << 50}));
     v.Field("cache_rows", cache_rows,
-            "feature rows in the cache (experiments); 0 = as many as the budget holds");
+            "feature rows in the cache (experiments; below the steps in flight, a step that does not fit beside "
+            "them waits for them); 0 = as many as the budget holds");
     v.Field("window", window, "the cache's lookahead in steps (oracle planner)", InRange(0, 100000));
     v.Field("run_ahead", run_ahead,
             "steps of io issued ahead of compute (raised to 2 x io_group - 1 so that a group's io "

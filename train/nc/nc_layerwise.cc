@@ -23,6 +23,7 @@ Status NcTask::ResetFeatureCache() {
   const RowCacheStats cs = cache_->stats();
   RowCacheStats& e = earlier_cache_stats_;
   e.steps += cs.steps, e.accesses += cs.accesses, e.hits += cs.hits, e.loads += cs.loads;
+  e.drained_steps += cs.drained_steps;
   cache_ = std::make_unique<RowCache>(cache_options_);  // its arena was reused
   return Status::Ok();
 }

@@ -101,13 +101,14 @@ void NcTask::Summarize(RunSummary& s) const {
   if (cache_) {
     RowCacheStats cs = cache_->stats();
     cs.steps += earlier_cache_stats_.steps, cs.accesses += earlier_cache_stats_.accesses;
-    cs.hits += earlier_cache_stats_.hits;
+    cs.hits += earlier_cache_stats_.hits, cs.drained_steps += earlier_cache_stats_.drained_steps;
     const double steps = std::max<double>(1.0, static_cast<double>(cs.steps));
     std::ostringstream c;
     c << "cache: " << cs.steps << " steps, " << FormatCount(cs.accesses / steps) << " distinct rows per step, hit rate "
       << (cs.accesses ? 100.0 * cs.hits / cs.accesses : 0) << "%, rows loaded " << rows_loaded_ << " ("
       << FormatCount(rows_loaded_ / steps) << " per step; " << backing_->rows_read() << " read from disk)";
     s.Line(c.str());
+    SummarizeDrainedSteps(s, cs.drained_steps);
     s.Set("cache", "steps", cs.steps), s.Set("cache", "capacity_rows", cache_->options().capacity_rows);
     s.Set("cache", "hit_rate", cs.accesses ? static_cast<double>(cs.hits) / cs.accesses : 0.0);
     s.Set("cache", "rows_loaded", rows_loaded_), s.Set("cache", "rows_read", backing_->rows_read());
