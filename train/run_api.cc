@@ -79,6 +79,16 @@ Result<const TaskEntry*> ConfigTask(const std::string& path, const std::vector<s
   return InvalidArgument(path + ": task '" + name + "' is not one of " + names);
 }
 
+// Whether the run at `path` trained in virtual shards (train.virtual_shards above 0): its
+// storage.cache_rows then sized one rank's cache for its share of the rows.
+bool TrainedInShards(const std::string& path) {
+  Result<ConfigNode> root = ParseConfigFile(path);
+  if (!root.ok() || root->kind != ConfigNode::Kind::kMap) return false;
+  ConfigNode* train = root->Find("train");
+  ConfigNode* shards = train != nullptr && train->kind == ConfigNode::Kind::kMap ? train->Find("virtual_shards") : nullptr;
+  return shards != nullptr && shards->kind == ConfigNode::Kind::kScalar && shards->scalar != "0";
+}
+
 // Runs `f`, turning an exception (a config parser's, libtorch's, a user's) into a Status.
 template <class F>
 auto Guard(const std::string& what, F&& f) -> decltype(f()) {
@@ -114,7 +124,11 @@ Result<Run> Run::Open(const std::string& run_dir) {
     const std::string path = run_dir + "/config.yaml";
     if (!fs::exists(path)) return NotFound(path + ": not a run directory (no config.yaml)");
     SLUICE_ASSIGN_OR_RETURN(const TaskEntry* entry, ConfigTask(path, {}));
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, entry->load(path, {}, run_dir));
+    // One process reads every rank's rows: a rank's storage.cache_rows does not apply to it; the
+    // cache is sized from storage.budget.
+    std::vector<std::string> overrides;
+    if (TrainedInShards(path)) overrides.push_back("storage.cache_rows=0");
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, entry->load(path, overrides, run_dir));
     return Run(entry->name, std::move(task), /*read_only=*/true);
   });
 }

@@ -83,7 +83,9 @@ class Run {
   // The config's `task` key picks the workload (link_prediction by default).
   static Result<Run> FromConfig(const std::string& config_path,
                                 const std::vector<std::string>& overrides = {});
-  // A trained run directory (its config.yaml), for Evaluate, Export and Predict.
+  // A trained run directory (its config.yaml), for Evaluate, Export and Predict. A run trained
+  // in virtual shards is read by this one process: its storage.cache_rows (one rank's) is
+  // ignored and the cache sized from storage.budget.
   static Result<Run> Open(const std::string& run_dir);
 
   Run(Run&&) noexcept;

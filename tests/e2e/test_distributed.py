@@ -279,6 +279,22 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
             assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
 
 
+def test_ranks_whose_caches_drain_while_rows_travel_ahead_train_the_one_process_model(sluice_bin, clicks_config, gloo):
+    """Each rank's cache below the rows of its steps in flight, with the next step's rows
+    travelling during a step (compute holds step t while it asks for step t + 1): a step that
+    does not fit waits only for the steps before the previous one, no rank hangs, and two ranks
+    train the one-process model bit for bit."""
+    base = clicks_config.parent / "drain"
+    out = run(sluice_bin, "train", str(clicks_config), "--set", f"run_dir={base / 'one'}")
+    assert out.returncode == 0, out.stderr
+    out = launch(clicks_config, 2, base / "two", "--set", "storage.cache_rows=750")
+    assert out.returncode == 0, out.stderr
+    assert_rows_travel_ahead(out.stdout)
+    cache = json.loads((base / "two/summary.json").read_text())["cache"]
+    assert 0 < cache["drained_steps"] < cache["steps"], cache
+    assert model_bytes(sluice_bin, base / "two") == model_bytes(sluice_bin, base / "one")
+
+
 def test_a_world_of_one_trains_through_its_process_group_the_one_process_model(sluice_bin, clicks_config, gloo):
     """--world-size 1 with a rank (or torchrun's variables for one process) makes a process group of
     one, which trains the model one process alone does; WORLD_SIZE=1 without a rank stays alone."""
