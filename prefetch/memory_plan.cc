@@ -215,6 +215,12 @@ Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in) {
   return p;
 }
 
+std::string CacheBelowStepsNote(const RowMemoryPlan& plan) {
+  if (plan.cache_rows >= plan.min_rows) return "";
+  return ", below the " + std::to_string(plan.min_rows) +
+         " rows of the steps in flight: a step that does not fit beside them waits for them";
+}
+
 RowCacheOptions RowCacheOptionsFor(const RowMemoryPlan& plan, PlannerKind planner) {
   RowCacheOptions co;
   co.kind = planner == PlannerKind::kNone ? PlannerKind::kLru : planner;

@@ -108,6 +108,10 @@ struct RowMemoryPlan {
 
 Result<RowMemoryPlan> PlanRowMemory(const RowPlanInput& in);
 
+// "" or, for a cache (storage.cache_rows) below the rows of the steps in flight, what that does:
+// ", below the N rows of the steps in flight: a step that does not fit beside them waits".
+std::string CacheBelowStepsNote(const RowMemoryPlan& plan);
+
 // The row cache a plan made: its capacity, the oracle's window and the index's room for it, the
 // steps in flight protected; `planner` none reads through an LRU cache.
 RowCacheOptions RowCacheOptionsFor(const RowMemoryPlan& plan, PlannerKind planner);

@@ -217,6 +217,7 @@ def test_a_cache_below_the_steps_in_flight_drains_and_trains_the_in_memory_model
     cache = json.loads((tmp_path / "x/summary.json").read_text())["cache"]
     assert 0 < cache["drained_steps"] < cache["steps"], cache
     assert out.stderr.count("did not fit beside the") == 1, out.stderr
+    assert "rows of the steps in flight: a step that does not fit beside them waits for them" in out.stdout
     assert f"{cache['drained_steps']} steps did not fit the row cache" in out.stdout
     if name == "oracle":
         small = write_config(tmp_path / "s.yaml", gen, tmp_path / "s", model, storage.replace("1600", "1000"))

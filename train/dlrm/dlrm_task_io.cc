@@ -315,7 +315,7 @@ std::string DlrmTask::DescribePlan() const {
   const uint64_t table_bytes = tables_->total_rows() * tables_->row_bytes();
   std::string s = "out of core (" + std::string(EnumName(cfg_.storage.backend)) + "), budget " + FormatBytes(budget) +
                   ": cache " + FormatCount(static_cast<double>(p.cache_rows)) + " rows (" +
-                  FormatBytes(p.cache_bytes) + " with its index), ";
+                  FormatBytes(p.cache_bytes) + " with its index" + CacheBelowStepsNote(p) + "), ";
   if (p.staging_rows) {
     s += "write-back buffer " + FormatCount(static_cast<double>(p.staging_rows)) + " rows (" +
          FormatBytes(p.staging_bytes) + "), ";

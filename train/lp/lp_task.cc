@@ -713,7 +713,8 @@ std::string LpTask::DescribeRowPlan() const {
          FormatCount(static_cast<double>(hi - lo)) + " rows (" + FormatBytes(row_plan_.cache_bytes) +
          " with its index; planner " + PlannerKindName(cfg_.storage.planner) + ", window " +
          std::to_string(row_plan_.window) + " steps, run-ahead " + std::to_string(row_plan_.run_ahead) +
-         "), pipeline " + FormatBytes(row_plan_.pipeline_bytes) + "; node table " + FormatBytes(table_bytes()) +
+         CacheBelowStepsNote(row_plan_) + "), pipeline " + FormatBytes(row_plan_.pipeline_bytes) + "; node table " +
+         FormatBytes(table_bytes()) +
          " on disk; predicted peak " + FormatBytes(row_plan_.predicted_bytes);
 }
 

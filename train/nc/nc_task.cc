@@ -636,6 +636,7 @@ std::string NcTask::DescribePlan() const {
          " with its index; " + std::to_string(plan_.cache_rows * 100 / std::max<uint64_t>(held, 1)) +
          (held < num_nodes_ ? "% of this rank's rows; planner " : "% of the rows; planner ") + PlannerKindName(cfg_.storage.planner) +
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
+         CacheBelowStepsNote(plan_) +
          ", io in groups of " + std::to_string(cfg_.storage.io_group) + " steps), graph and sampler " +
          FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) +
          (Spilling() ? ", spill every " + std::to_string(cfg_.storage.spill_steps) + " steps " +
