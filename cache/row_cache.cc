@@ -306,13 +306,15 @@ void RowCache::SetPinning(bool on) {
   slim_index_ ? PushPinned<Slim>() : PushPinned<Entry>();
 }
 
-// The resident pinned rows become candidates, oldest last use first.
+// The resident pinned rows (last used before step `before`) become candidates, oldest last use
+// first.
 template <class E>
-void RowCache::PushPinned() {
+void RowCache::PushPinned(uint64_t before) {
   std::vector<const E*> pinned;
   for (const E& e : Table<E>()) {
     bool used = true;
     if constexpr (std::is_same_v<E, Entry>) used = e.used != 0;
+    if (before != ~uint64_t{0} && used && e.Last() >= E::Stamp(before)) continue;
     if (used && e.slot != kNoSlot && PinnedKey(KeyOf(e))) pinned.push_back(&e);
   }
   std::stable_sort(pinned.begin(), pinned.end(), [](const E* a, const E* b) { return a->Last() < b->Last(); });
@@ -379,11 +381,10 @@ Status RowCache::FullError(uint64_t step, size_t step_rows, bool drained, uint32
   const std::string head = "row cache of " + std::to_string(options_.capacity_rows) + " rows is full at step " +
                            std::to_string(step);
   if (drained) {
-    const bool pinned = options_.kind == PlannerKind::kStatic && pinning_;
     const std::string beside = kept > 0 ? " beside the previous step's rows (compute may read a step ahead)"
                                         : " with no other step in flight";
     return FailedPrecondition(head + ": the step's own " + std::to_string(step_rows) + " rows do not fit" + beside +
-                              (pinned ? " and the pinned rows" : "") + "; raise storage.budget or storage.cache_rows");
+                              "; raise storage.budget or storage.cache_rows");
   }
   return FailedPrecondition(head + ": every resident row is used within the window of " +
                             std::to_string(options_.window_steps) + " steps or by the " +
@@ -480,8 +481,18 @@ Status RowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_ste
   }
   ++stats_.drained_steps;
   out.load_keys.clear(), out.load_slots.clear(), out.write_keys.clear(), out.write_slots.clear();
-  const size_t first = unplaced_from_;
-  if (slim_index_ ? PlaceMissing<Slim>(rows, first, out) : PlaceMissing<Entry>(rows, first, out)) return Status::Ok();
+  auto place = [&] {
+    const size_t first = unplaced_from_;
+    return slim_index_ ? PlaceMissing<Slim>(rows, first, out) : PlaceMissing<Entry>(rows, first, out);
+  };
+  if (place()) return Status::Ok();
+  // static: the pinned rows no kept step uses yield their slots (pinned again once loaded).
+  if (options_.kind == PlannerKind::kStatic && pinning_ && options_.pinned != nullptr) {
+    pinning_ = false;  // (PushCandidate skips pinned rows while pinning)
+    slim_index_ ? PushPinned<Slim>(protected_first_) : PushPinned<Entry>(protected_first_);
+    pinning_ = true;
+    if (place()) return Status::Ok();
+  }
   unplaced_from_ = kNoneUnplaced;  // for good
   return FullError(step_ - 1, rows.size(), true, static_cast<uint32_t>(protected_.size() - 1));
 }

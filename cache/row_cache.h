@@ -25,8 +25,9 @@
 // A step larger than planned for then need not end the run: the step stays half placed, and
 // once compute has finished the earlier steps (all of them, or all but the last `keep`: a
 // consumer that reads a step ahead holds the previous one), PlaceAfterDrain releases their rows
-// and places the rest; that step's io runs with at most `keep` steps ahead of compute. Only a
-// step that does not fit beside those kept (and the static kind's pinned rows) fails for good.
+// and places the rest (the static kind's pinned rows yielding their slots if need be: they are
+// pinned again once a step loads them); that step's io runs with at most `keep` steps ahead of
+// compute. Only a step that does not fit beside those kept fails for good.
 //
 // Thread safety: none (one planner thread).
 
@@ -244,8 +245,9 @@ class RowCache {
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
   template <class E>
   void ReleaseStepIn(const std::vector<RowKey>& rows, uint64_t step);
+  // The resident pinned rows last used before step `before` become eviction candidates.
   template <class E>
-  void PushPinned();
+  void PushPinned(uint64_t before = ~uint64_t{0});
   template <class E>
   uint32_t TakeSlot(RowStepPlan& out);  // kNoSlot: nothing can be evicted
   template <class E>

@@ -533,6 +533,51 @@ TEST(RowCache, HalfPlacedStepTakesTheComputedStepsSlots) {
   EXPECT_FALSE(cache.step_unplaced());
 }
 
+// static: a half-placed step that does not fit beside the kept steps and the pinned rows takes
+// the slots of pinned rows no kept step uses (oldest first), never those of its own or the kept
+// step's pinned rows; a pinned row loaded again stays pinned.
+TEST(RowCache, HalfPlacedStepTakesPinnedSlotsWhenItMust) {
+  std::vector<uint64_t> pinned(1000 / 64 + 1, 0);
+  for (uint64_t id = 0; id < 40; ++id) pinned[id / 64] |= uint64_t{1} << (id % 64);
+  auto ids = [](uint64_t first, uint64_t n) {
+    std::vector<RowKey> keys;
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(RowKey{first + i, 0});
+    return keys;
+  };
+  for (uint64_t total : {uint64_t{0}, uint64_t{1000}}) {
+    SCOPED_TRACE("total_rows " + std::to_string(total));
+    RowCacheOptions o;
+    o.kind = PlannerKind::kStatic;
+    o.capacity_rows = 100;
+    o.protect_steps = 2;
+    o.pinned = &pinned;
+    o.total_rows = total;
+    RowCache cache(o);
+    RowStepPlan plan;
+    ASSERT_TRUE(cache.Plan(ids(0, 30), true, plan).ok());  // 30 pinned rows
+    std::vector<RowKey> b = ids(30, 10);                     // 10 pinned rows, kept
+    const std::vector<RowKey> b_rest = ids(100, 20);
+    b.insert(b.end(), b_rest.begin(), b_rest.end());
+    ASSERT_TRUE(cache.Plan(b, true, plan).ok());
+    std::vector<RowKey> c = ids(200, 55);
+    c.push_back(RowKey{5, 0});  // a pinned row of the first step, its own now
+    ASSERT_FALSE(cache.Plan(c, true, plan).ok());  // 40 free, 30 + 30 resident
+    ASSERT_TRUE(cache.PlaceAfterDrain(c, /*keep_steps=*/1, plan).ok());
+    // 40 free slots, then 15 of the first step's 29 other pinned rows; row 5 and the kept step's stay.
+    EXPECT_EQ(plan.write_keys.size(), 15u);
+    for (const RowKey& k : plan.write_keys) EXPECT_TRUE(k.id < 30 && k.id != 5) << k.id;
+    EXPECT_EQ(cache.resident_rows(), 100u);
+    // The next step (the kept one released) loads an evicted pinned row again: it stays.
+    const RowKey evicted = plan.write_keys.front();
+    ASSERT_TRUE(cache.Plan(std::vector<RowKey>{evicted}, false, plan).ok());
+    ASSERT_EQ(plan.load_keys.size(), 1u);
+    cache.ReleaseProtected();
+    ASSERT_TRUE(cache.Plan(ids(300, 40), false, plan).ok());
+    for (const RowKey& k : plan.write_keys) EXPECT_NE(k.id, evicted.id);
+    for (const RowKey& k : plan.load_keys) EXPECT_GE(k.id, 300u);
+  }
+}
+
 TEST(RowCache, ErasedEntriesKeepLookupsWorking) {
   // Many distinct rows through a small cache: entries are inserted and erased constantly, so
   // the open-addressing table's deletions must keep every probe run intact.
