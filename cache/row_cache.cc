@@ -272,13 +272,18 @@ void RowCache::DropWindow() {
   window_.clear();
 }
 
-void RowCache::ReleaseProtected() {
-  unplaced_from_ = kNoneUnplaced;
-  while (!protected_.empty()) {
+// Releases the oldest protected steps (their rows become evictable) until `n` remain.
+void RowCache::ReleaseProtectedDownTo(size_t n) {
+  while (protected_.size() > n) {
     ReleaseStep(protected_.front(), protected_first_);
     protected_.pop_front();
     ++protected_first_;
   }
+}
+
+void RowCache::ReleaseProtected() {
+  unplaced_from_ = kNoneUnplaced;
+  ReleaseProtectedDownTo(0);
   protected_first_ = step_;
 }
 
@@ -408,11 +413,7 @@ Status RowCache::PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& 
     }
   }
   // Steps before t - d have computed: their rows may be evicted now.
-  while (protected_.size() > options_.protect_steps) {
-    ReleaseStep(protected_.front(), protected_first_);
-    protected_.pop_front();
-    ++protected_first_;
-  }
+  ReleaseProtectedDownTo(options_.protect_steps);
   const uint64_t t = step_;
   out.slots.resize(rows.size());
   // Pass 1: every row of the step is marked used now, so pass 2 never evicts one of them.
@@ -474,11 +475,7 @@ Status RowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_ste
                "row cache: PlaceAfterDrain without a half-placed step (%zu rows)", rows.size());
   // The steps before the half-placed one (protected_'s last) but the last keep_steps have
   // computed: their rows go.
-  while (protected_.size() > size_t{1} + keep_steps) {
-    ReleaseStep(protected_.front(), protected_first_);
-    protected_.pop_front();
-    ++protected_first_;
-  }
+  ReleaseProtectedDownTo(size_t{1} + keep_steps);
   ++stats_.drained_steps;
   out.load_keys.clear(), out.load_slots.clear(), out.write_keys.clear(), out.write_slots.clear();
   auto place = [&] {

@@ -242,6 +242,7 @@ class RowCache {
   void CompactHeap();
   template <class E>
   void CompactHeapIn();
+  void ReleaseProtectedDownTo(size_t n);
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
   template <class E>
   void ReleaseStepIn(const std::vector<RowKey>& rows, uint64_t step);

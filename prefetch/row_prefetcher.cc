@@ -227,11 +227,14 @@ Status RowPrefetcher::PlanStep(RowBatch& b) {
   if (!s.ok() && !cache_->step_unplaced()) return s;
   // A half-placed step's io so far joins the group too (the cache counts its evictions as done).
   JoinGroup(plan, planned_++);
-  if (s.ok()) {
-    for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
-  }
+  if (s.ok()) SetRows(b, plan);
   plan_.busy_s += SecondsSince(start);
   return s;
+}
+
+// The batch's row addresses: its rows' slots in the arena.
+void RowPrefetcher::SetRows(RowBatch& b, const RowStepPlan& plan) const {
+  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
 }
 
 void RowPrefetcher::JoinGroup(const RowStepPlan& plan, uint64_t step) {
@@ -270,7 +273,7 @@ Status RowPrefetcher::DrainFor(uint64_t first, uint64_t step, bool& stopped) {
   RowStepPlan& plan = plan_scratch_;
   SLUICE_RETURN_IF_ERROR(cache_->PlaceAfterDrain(b.unique, keep, plan));
   JoinGroup(plan, step);
-  for (size_t i = 0; i < b.unique.size(); ++i) b.rows[i] = arena_ + uint64_t{plan.slots[i]} * row_bytes_;
+  SetRows(b, plan);
   if (cache_->stats().drained_steps == 1) {
     SLUICE_LOG(kWarning,
                "row cache of %llu rows: step %llu of the pass (%zu rows) did not fit beside the %u steps in "

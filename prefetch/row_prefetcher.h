@@ -191,6 +191,7 @@ class RowPrefetcher {
   // Plans step t (its rows' slots into the batch; its io joins the group's).
   Status PlanStep(RowBatch& batch);
   void JoinGroup(const RowStepPlan& plan, uint64_t step);
+  void SetRows(RowBatch& b, const RowStepPlan& plan) const;
   // Runs the group's io (the steps planned, up to `end`) once the rows it evicts are final.
   Status RunGroupIo(uint64_t end, bool& stopped);
   // Step `step` is half placed (the cache was full): runs the group's io, publishes steps
