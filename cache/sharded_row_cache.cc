@@ -51,6 +51,27 @@ uint64_t ShardedRowCache::IndexBytes(PlannerKind kind, uint64_t capacity_rows, u
   return bytes;
 }
 
+void ShardedRowCache::MapShard(uint32_t s, RowStepPlan& out) {
+  const std::vector<uint32_t>& slots = plans_[s].slots;
+  for (size_t j = 0; j < slots.size(); ++j) out.slots[where_[s][j]] = base_[s] + slots[j];
+  for (uint32_t& slot : plans_[s].load_slots) slot += base_[s];
+  for (uint32_t& slot : plans_[s].write_slots) slot += base_[s];
+}
+
+Status ShardedRowCache::Merge(RowStepPlan& out) const {
+  Status first_full = Status::Ok();
+  for (uint32_t s = 0; s < shards(); ++s) {
+    if (!status_[s].ok() && !caches_[s]->step_unplaced()) return status_[s];
+    if (!status_[s].ok() && first_full.ok()) first_full = status_[s];
+    const RowStepPlan& p = plans_[s];
+    out.load_keys.insert(out.load_keys.end(), p.load_keys.begin(), p.load_keys.end());
+    out.load_slots.insert(out.load_slots.end(), p.load_slots.begin(), p.load_slots.end());
+    out.write_keys.insert(out.write_keys.end(), p.write_keys.begin(), p.write_keys.end());
+    out.write_slots.insert(out.write_slots.end(), p.write_slots.begin(), p.write_slots.end());
+  }
+  return first_full;
+}
+
 Status ShardedRowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
   out.Clear();
   if (caches_.size() == 1) return caches_[0]->Plan(rows, writes, out);
@@ -63,21 +84,33 @@ Status ShardedRowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepP
   out.slots.resize(rows.size());
   tbb::parallel_for(uint32_t{0}, shards(), [&](uint32_t s) {
     status_[s] = caches_[s]->Plan(keys_[s], writes, plans_[s]);
-    if (!status_[s].ok()) return;
-    const std::vector<uint32_t>& slots = plans_[s].slots;
-    for (size_t j = 0; j < slots.size(); ++j) out.slots[where_[s][j]] = base_[s] + slots[j];
-    for (uint32_t& slot : plans_[s].load_slots) slot += base_[s];
-    for (uint32_t& slot : plans_[s].write_slots) slot += base_[s];
+    // (a half-placed shard's unplaced rows get their slots from PlaceAfterDrain)
+    if (status_[s].ok() || caches_[s]->step_unplaced()) MapShard(s, out);
   });
-  for (uint32_t s = 0; s < shards(); ++s) {
-    if (!status_[s].ok()) return status_[s];
-    const RowStepPlan& p = plans_[s];
-    out.load_keys.insert(out.load_keys.end(), p.load_keys.begin(), p.load_keys.end());
-    out.load_slots.insert(out.load_slots.end(), p.load_slots.begin(), p.load_slots.end());
-    out.write_keys.insert(out.write_keys.end(), p.write_keys.begin(), p.write_keys.end());
-    out.write_slots.insert(out.write_slots.end(), p.write_slots.begin(), p.write_slots.end());
-  }
-  return Status::Ok();
+  return Merge(out);
+}
+
+bool ShardedRowCache::step_unplaced() const {
+  return std::any_of(caches_.begin(), caches_.end(), [](const auto& c) { return c->step_unplaced(); });
+}
+
+Status ShardedRowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_steps, RowStepPlan& out) {
+  if (caches_.size() == 1) return caches_[0]->PlaceAfterDrain(rows, keep_steps, out);
+  SLUICE_CHECK(rows.size() == out.slots.size(), "sharded row cache: PlaceAfterDrain with %zu rows for a plan of %zu",
+               rows.size(), out.slots.size());
+  out.load_keys.clear(), out.load_slots.clear(), out.write_keys.clear(), out.write_slots.clear();
+  tbb::parallel_for(uint32_t{0}, shards(), [&](uint32_t s) {
+    if (!caches_[s]->step_unplaced()) {
+      status_[s] = Status::Ok();
+      plans_[s].load_keys.clear(), plans_[s].load_slots.clear();
+      plans_[s].write_keys.clear(), plans_[s].write_slots.clear();
+      return;
+    }
+    // plans_[s] is the shard's half-placed plan: its slots completed in place.
+    status_[s] = caches_[s]->PlaceAfterDrain(keys_[s], keep_steps, plans_[s]);
+    if (status_[s].ok()) MapShard(s, out);
+  });
+  return Merge(out);
 }
 
 void ShardedRowCache::ReleaseProtected() {

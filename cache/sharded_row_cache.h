@@ -41,8 +41,15 @@ class ShardedRowCache {
   static uint64_t IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows);
 
   // RowCache::Plan for a step's distinct rows: out.slots (in the rows' order) in [0, capacity);
-  // loads and write-backs shard by shard. A shard that cannot place its rows fails the step.
+  // loads and write-backs shard by shard. A shard that cannot place its rows fails the step;
+  // when only for want of a slot (step_unplaced), out holds the loads and write-backs of the
+  // rows the shards did place.
   Status Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out);
+  // RowCache::PlaceAfterDrain in every shard that left the step half placed: the same rows and
+  // the same out as the failed Plan; out.slots completed, out's loads and write-backs those of
+  // the rows placed now.
+  bool step_unplaced() const;
+  Status PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_steps, RowStepPlan& out);
   // Every planned step has computed (RowCache::ReleaseProtected).
   void ReleaseProtected();
 
@@ -54,6 +61,11 @@ class ShardedRowCache {
   uint32_t ShardOf(const RowKey& k) const {
     return static_cast<uint32_t>((RowCache::Hash(k) & 0xFFFFFFFFull) * caches_.size() >> 32);
   }
+
+  // Shard s's plan into out: its rows' slots, its loads and write-backs in the shared range.
+  void MapShard(uint32_t s, RowStepPlan& out);
+  // Appends the shards' loads and write-backs (mapped) to out; the first failure's status.
+  Status Merge(RowStepPlan& out) const;
 
   std::vector<std::unique_ptr<RowCache>> caches_;
   std::vector<uint32_t> base_;                // each shard's first slot

@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "train/run_summary.h"
 
@@ -140,6 +141,14 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
                 static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(rows.capacity_rows()),
                 rows.cache_shards(), 100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
   s.Line(line);
+  if (r.shared_steps > 0) {
+    std::snprintf(line, sizeof line,
+                  "device: %llu of %llu steps did not fit the device slots beside the running step and took its "
+                  "slots (their copies waited for its compute); a larger device.gpu_budget keeps copies ahead",
+                  static_cast<unsigned long long>(r.shared_steps), static_cast<unsigned long long>(r.steps));
+    s.Line(line);
+  }
+  s.Set("device", "shared_steps", r.shared_steps);
   s.Set("device", "name", acc.Describe());
   s.Set("device", "steps", t.steps), s.Set("device", "wall_s", wall_s);
   s.Set("device", "busy_s", t.busy_s), s.Set("device", "copy_s", t.copy_s);
@@ -165,14 +174,18 @@ DeviceRows::DeviceRows(Accelerator* accelerator, const DeviceRowsOptions& option
 }
 
 Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
+  if (keys.size() > options_.capacity_rows) {
+    return FailedPrecondition("device rows: a step has " + std::to_string(keys.size()) + " rows, more than the " +
+                              std::to_string(options_.capacity_rows) +
+                              " slots device.gpu_budget holds (raise device.gpu_budget)");
+  }
   if (options_.direct) {  // slots [lane * half, lane * half + rows): every row loaded
     const uint64_t half = options_.capacity_rows / 2;
-    if (keys.size() > half) {
-      return FailedPrecondition("device rows: a step has " + std::to_string(keys.size()) +
-                                " rows, more than the " + std::to_string(half) + " slots a step has "
-                                "(raise device.gpu_budget)");
-    }
-    const auto base = static_cast<uint32_t>(static_cast<uint64_t>(&lane - lanes_) * half);
+    // A step larger than its half takes every slot from 0 (see Stage: Begin writes them after
+    // the running step's compute, and a direct step's rows are never written back).
+    const bool shared = keys.size() > half;
+    if (shared) NoteSharedStep(keys.size());
+    const auto base = shared ? 0u : static_cast<uint32_t>(static_cast<uint64_t>(&lane - lanes_) * half);
     plan_.slots.resize(keys.size());  // Pack loads every row: no load_slots to list
     for (size_t k = 0; k < keys.size(); ++k) plan_.slots[k] = base + static_cast<uint32_t>(k);
     lane.rows = lane.loads = static_cast<int64_t>(keys.size());
@@ -181,11 +194,18 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
     return Status::Ok();
   }
   Status s = cache_->Plan(keys, /*writes=*/false, plan_);
+  if (!s.ok() && cache_->step_unplaced()) {
+    // The running step's rows give up their slots (keep 0 steps): see Stage.
+    // (Pack needs the set of slots loaded only; the first call's loads are kept aside.)
+    NoteSharedStep(keys.size());
+    first_loads_.assign(plan_.load_slots.begin(), plan_.load_slots.end());
+    s = cache_->PlaceAfterDrain(keys, /*keep_steps=*/0, plan_);
+    plan_.load_slots.insert(plan_.load_slots.end(), first_loads_.begin(), first_loads_.end());
+  }
   if (!s.ok()) {
-    return FailedPrecondition("device row cache: " + s.message() +
-                              " (device.gpu_budget holds " + std::to_string(options_.capacity_rows) +
-                              " rows; a step needs " + std::to_string(keys.size()) +
-                              " beside the running one's)");
+    return FailedPrecondition("device row cache: " + s.message() + " (device.gpu_budget holds " +
+                              std::to_string(options_.capacity_rows) + " rows; a step has " +
+                              std::to_string(keys.size()) + ")");
   }
   lane.rows = static_cast<int64_t>(keys.size());
   lane.loads = static_cast<int64_t>(plan_.load_slots.size());
@@ -193,6 +213,16 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
   stats_.loads += plan_.load_slots.size();
   ++stats_.steps;
   return Status::Ok();
+}
+
+void DeviceRows::NoteSharedStep(size_t rows) {
+  if (stats_.shared_steps++ == 0) {
+    SLUICE_LOG(kWarning,
+               "device rows: a step of %zu rows did not fit the %llu device slots beside the running step's; it "
+               "took that step's slots and its copy waits for that step's compute (the run stays exact; a larger "
+               "device.gpu_budget keeps copies ahead)",
+               rows, static_cast<unsigned long long>(options_.capacity_rows));
+  }
 }
 
 void DeviceRows::Pack(std::span<float* const> host, const UseParts& parts,

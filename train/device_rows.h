@@ -22,7 +22,10 @@
 // Consistency: the device holds a row only as a copy of its host row (every update is written
 // back at Finish), and the planner keeps the previous step's rows resident while the next step
 // is planned (protect_steps 1), so a row the next step shares with the running one is never
-// read from the host before the running step's update of it has been written back. The rows a
+// read from the host before the running step's update of it has been written back. (A step
+// too large to fit beside the running one may evict the running step's other rows: its loads
+// reach the slots in Begin, on the compute stream after the running step's Update has read
+// them, and a row it shares with the running step is found, not loaded.) The rows a
 // step reads therefore do not depend on which rows the device holds: device in memory and out
 // of core train the same bits.
 //
@@ -112,6 +115,8 @@ struct DeviceStep {
 
 struct DeviceRowsStats {
   uint64_t steps = 0, rows = 0, loads = 0;  // distinct rows per step summed; rows copied in
+  // Steps that did not fit the slots beside the running step and took its slots (see Stage).
+  uint64_t shared_steps = 0;
   double plan_s = 0, pack_s = 0;            // host seconds staging: the device cache's plan, packing
 };
 
@@ -122,8 +127,11 @@ class DeviceRows {
   // Stages the next step. keys[k] is distinct row k (no key twice), host[k] its current row in
   // host memory (row_floats floats, valid until Finish); parts give each use's distinct row;
   // extras are contiguous host tensors the step also needs on the device. At most one step is
-  // staged ahead of the running one. Fails (FailedPrecondition) when the device slots cannot
-  // hold this step beside the running one.
+  // staged ahead of the running one. A step that does not fit the slots beside the running one
+  // (larger than the steps the plan was sized for) takes the running step's slots too: the
+  // loaded rows reach their slots in Begin, on the compute stream after the running step's
+  // Update, and a row both steps use stays where it is, so the rows are the same. Fails
+  // (FailedPrecondition) only when the step alone is larger than the slots.
   Status Stage(std::span<const RowKey> keys, std::span<float* const> host, const UseParts& parts,
                const std::vector<torch::Tensor>& extras);
   DeviceStep Begin(bool training);
@@ -154,6 +162,7 @@ class DeviceRows {
     bool staged = false;
   };
   Status PlanSlots(std::span<const RowKey> keys, Lane& lane);
+  void NoteSharedStep(size_t rows);
   void Pack(std::span<float* const> host, const UseParts& parts, const std::vector<torch::Tensor>& extras,
             Lane& lane);
   torch::Tensor DeviceView(const Lane& lane, int64_t offset, int64_t count, torch::ScalarType type) const;
@@ -166,6 +175,7 @@ class DeviceRows {
   int staged_lane_ = 0;  // the lane Stage fills next
   int running_ = -1;     // the lane of the step begun and not finished
   RowStepPlan plan_;
+  std::vector<uint32_t> first_loads_;  // a step that took the running step's slots: its first loads
   std::vector<uint8_t> loading_;  // by slot: loaded by the step being staged
   std::vector<uint32_t> slots_of_step_;
   DeviceRowsStats stats_;

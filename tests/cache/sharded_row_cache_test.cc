@@ -128,6 +128,58 @@ TEST(ShardedRowCacheTest, AShardThatCannotPlaceItsRowsFailsTheStep) {
   const Status s = cache.Plan(step, false, plan);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  // Half placed; with nothing else in flight its shards still cannot hold it: it fails for good.
+  ASSERT_TRUE(cache.step_unplaced());
+  EXPECT_EQ(cache.PlaceAfterDrain(step, 0, plan).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(cache.step_unplaced());
+}
+
+// Steps of 400 and 800 rows in 1,000 slots (4 shards): the large step does not fit beside the
+// one before, its shards leave it half placed, and PlaceAfterDrain (the step before released)
+// places the rest. Every row is where the plan says, a row shared with the step before is
+// found, not loaded, and a step that fits beside the one before never evicts its rows.
+TEST(ShardedRowCacheTest, AHalfPlacedStepTakesTheStepBeforesSlotsAfterTheDrain) {
+  constexpr uint64_t kCapacity = 1000;
+  ShardedRowCache cache(Lru(kCapacity), 4);
+  std::vector<RowKey> arena(kCapacity, RowKey{~uint64_t{0}, ~uint32_t{0}});
+  std::vector<RowKey> before;
+  RowStepPlan plan;
+  uint64_t next_id = 0, drained = 0;
+  for (int t = 0; t < 24; ++t) {
+    std::vector<RowKey> step;
+    for (size_t i = 0; i < std::min<size_t>(before.size(), 50); ++i) step.push_back(before[i * 3 % before.size()]);
+    const size_t size = t % 2 == 1 ? 800 : 400;
+    while (step.size() < size) step.push_back(RowKey{next_id++ * 7919 % 1'000'003, 0});
+    Status s = cache.Plan(step, /*writes=*/false, plan);
+    std::vector<uint32_t> loads = plan.load_slots;
+    std::vector<RowKey> load_keys = plan.load_keys;
+    if (!s.ok()) {
+      ASSERT_TRUE(cache.step_unplaced()) << s.ToString();
+      ASSERT_GE(before.size() + step.size() - 50, kCapacity * 9 / 10) << "a step that fits was left half placed";
+      ++drained;
+      s = cache.PlaceAfterDrain(step, /*keep_steps=*/0, plan);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_FALSE(cache.step_unplaced());
+      loads.insert(loads.end(), plan.load_slots.begin(), plan.load_slots.end());
+      load_keys.insert(load_keys.end(), plan.load_keys.begin(), plan.load_keys.end());
+    } else {
+      for (uint32_t slot : loads) {
+        for (const RowKey& b : before) ASSERT_FALSE(arena[slot] == b) << "step " << t << " evicted a row of the step before";
+      }
+    }
+    ASSERT_EQ(std::set<uint32_t>(loads.begin(), loads.end()).size(), loads.size()) << "a slot loaded twice";
+    ASSERT_EQ(loads.size(), step.size() - std::min<size_t>(before.size(), 50)) << "step " << t;
+    for (size_t i = 0; i < loads.size(); ++i) arena[loads[i]] = load_keys[i];
+    std::set<uint32_t> slots;
+    for (size_t i = 0; i < step.size(); ++i) {
+      ASSERT_LT(plan.slots[i], kCapacity);
+      ASSERT_TRUE(arena[plan.slots[i]] == step[i]) << "step " << t << " row " << i << " is not where the plan says";
+      slots.insert(plan.slots[i]);
+    }
+    ASSERT_EQ(slots.size(), step.size()) << "two rows of a step share a slot";
+    before = step;
+  }
+  EXPECT_GE(drained, 6u);
 }
 
 }  // namespace

@@ -206,11 +206,70 @@ TEST_P(DeviceRowsTest, DirectRowsAreTheHostRowsAndCopiedEveryStep) {
   }
   EXPECT_EQ(table, before);
   EXPECT_EQ(rows.stats().loads, distinct);  // no cache: every row of every step copied
-  // A step larger than its lane's half of the slots is refused.
-  const std::vector<Step> big = MakeSteps(1, 500, 400, 2);
+  EXPECT_EQ(rows.stats().shared_steps, 0u);
+  // A step larger than the slots is refused.
+  const std::vector<Step> big = MakeSteps(1, 500, 1000, 2);
+  ASSERT_GT(big[0].keys.size(), 240u);
   std::vector<float*> host = Addresses(table, big[0], 13);
   rows.Reset();
   EXPECT_EQ(rows.Stage(big[0].keys, host, {big[0].use_rows}, {}).code(), StatusCode::kFailedPrecondition);
+}
+
+// Steps of about 300 and 1,100 distinct rows (uses 400 and 1,650 over 5,000 rows) alternating,
+// in slots for the largest step and a tenth more: a step does not fit beside the running one
+// and takes its slots. The rows are those of the run whose slots hold every row, bit for bit,
+// with the cache planned in one piece and in shards, and read-only rows copied directly (a
+// step larger than its lane's half of the slots takes them all).
+TEST_P(DeviceRowsTest, StepsLargerThanTheSlotsBesideTheRunningOneTakeItsSlots) {
+  constexpr int64_t kRows = 5000;
+  std::vector<Step> steps;
+  for (int t = 0; t < 16; ++t) {
+    steps.push_back(MakeSteps(1, kRows, t % 2 == 1 ? 1650 : 400, static_cast<uint32_t>(40 + t))[0]);
+  }
+  uint64_t largest = 0;
+  for (const Step& s : steps) largest = std::max<uint64_t>(largest, s.keys.size());
+  const uint64_t capacity = largest + largest / 10 + 64;
+  const std::vector<float> start = MakeTable(kRows, 13);
+  std::vector<float> roomy = start;
+  DeviceRowsStats stats;
+  RunOnDevice(*acc_, Options(RowOptimizer::kAdagrad, kRows), roomy, steps, &stats);
+  EXPECT_EQ(stats.shared_steps, 0u);
+  // One cache; shards on 2+ cores (a small max_step_rows leaves room for them).
+  for (uint64_t max_step_rows : {uint64_t{0}, uint64_t{16}}) {
+    DeviceRowsOptions o = Options(RowOptimizer::kAdagrad, capacity);
+    o.max_step_rows = max_step_rows;
+    std::vector<float> tight = start;
+    uint32_t shards = 0;
+    RunOnDevice(*acc_, o, tight, steps, &stats, &shards);
+    EXPECT_EQ(tight, roomy) << shards << " shards";
+    EXPECT_GE(stats.shared_steps, 8u) << shards << " shards";
+    if (max_step_rows > 0 && tbb::this_task_arena::max_concurrency() > 1) {
+      EXPECT_GT(shards, 1u);
+    }
+  }
+  // Read-only rows, direct: half the slots a lane; the large steps take them all.
+  DeviceRowsOptions o = Options(RowOptimizer::kSgd, capacity);
+  o.row_floats = o.dim = 13;
+  o.direct = true;
+  std::vector<float> table = start;
+  DeviceRows rows(acc_.get(), o);
+  auto stage = [&](size_t t) {
+    std::vector<float*> host = Addresses(table, steps[t], 13);
+    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {}).ok()) << "step " << t;
+  };
+  stage(0);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    DeviceStep step = rows.Begin(/*training=*/false);
+    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
+    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
+      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
+      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), table.data() + k.id * 13, 13 * 4))
+          << "step " << t << " use " << u;
+    }
+    if (t + 1 < steps.size()) stage(t + 1);
+    rows.End();
+  }
+  EXPECT_EQ(rows.stats().shared_steps, 8u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceRowsTest,
