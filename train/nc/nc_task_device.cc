@@ -51,8 +51,8 @@ DeviceRowsOptions NcTask::DeviceOptions() const {
   return o;
 }
 
-// The probe's largest sample, with a margin (a step is refused when it does not fit beside the
-// running one in the device's slots).
+// The probe's largest sample, with a margin (a step that does not fit beside the running one in
+// the device's slots takes that step's slots and its copy waits: DeviceRows::Stage).
 uint64_t NcTask::DeviceStepRows() const { return probe_nodes_ * 3 / 2 + 64; }
 
 Result<DevicePlan> NcTask::PlanDeviceRows() const {
