@@ -96,6 +96,7 @@ bool ShardedRowCache::step_unplaced() const {
 
 Status ShardedRowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t keep_steps, RowStepPlan& out) {
   if (caches_.size() == 1) return caches_[0]->PlaceAfterDrain(rows, keep_steps, out);
+  SLUICE_CHECK(step_unplaced(), "sharded row cache: PlaceAfterDrain without a half-placed step (%zu rows)", rows.size());
   SLUICE_CHECK(rows.size() == out.slots.size(), "sharded row cache: PlaceAfterDrain with %zu rows for a plan of %zu",
                rows.size(), out.slots.size());
   out.load_keys.clear(), out.load_slots.clear(), out.write_keys.clear(), out.write_slots.clear();
@@ -110,7 +111,9 @@ Status ShardedRowCache::PlaceAfterDrain(std::span<const RowKey> rows, uint32_t k
     status_[s] = caches_[s]->PlaceAfterDrain(keys_[s], keep_steps, plans_[s]);
     if (status_[s].ok()) MapShard(s, out);
   });
-  return Merge(out);
+  Status merged = Merge(out);
+  drained_ += merged.ok() ? 1 : 0;
+  return merged;
 }
 
 void ShardedRowCache::ReleaseProtected() {
@@ -125,6 +128,7 @@ RowCacheStats ShardedRowCache::stats() const {
     total.accesses += s.accesses, total.hits += s.hits, total.loads += s.loads;
     total.evictions += s.evictions, total.write_backs += s.write_backs;
     total.window_evictions += s.window_evictions;
+    total.drained_steps = caches_.size() == 1 ? s.drained_steps : drained_;
   }
   return total;
 }

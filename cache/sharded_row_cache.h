@@ -73,6 +73,7 @@ class ShardedRowCache {
   std::vector<std::vector<uint32_t>> where_;  // and their places in the step
   std::vector<RowStepPlan> plans_;
   std::vector<Status> status_;
+  uint64_t drained_ = 0;  // steps PlaceAfterDrain placed (in shards)
 };
 
 }  // namespace sluice

@@ -144,7 +144,7 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   if (r.shared_steps > 0) {
     std::snprintf(line, sizeof line,
                   "device: %llu of %llu steps did not fit the device slots beside the running step and took its "
-                  "slots (their copies waited for its compute); a larger device.gpu_budget keeps copies ahead",
+                  "slots (its rows were copied in again when next used; a larger device.gpu_budget keeps them)",
                   static_cast<unsigned long long>(r.shared_steps), static_cast<unsigned long long>(r.steps));
     s.Line(line);
   }
@@ -184,7 +184,7 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
     // A step larger than its half takes every slot from 0 (see Stage: Begin writes them after
     // the running step's compute, and a direct step's rows are never written back).
     const bool shared = keys.size() > half;
-    if (shared) NoteSharedStep(keys.size());
+    stats_.shared_steps += shared ? 1 : 0;
     const auto base = shared ? 0u : static_cast<uint32_t>(static_cast<uint64_t>(&lane - lanes_) * half);
     plan_.slots.resize(keys.size());  // Pack loads every row: no load_slots to list
     for (size_t k = 0; k < keys.size(); ++k) plan_.slots[k] = base + static_cast<uint32_t>(k);
@@ -197,10 +197,21 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
   if (!s.ok() && cache_->step_unplaced()) {
     // The running step's rows give up their slots (keep 0 steps): see Stage.
     // (Pack needs the set of slots loaded only; the first call's loads are kept aside.)
-    NoteSharedStep(keys.size());
     first_loads_.assign(plan_.load_slots.begin(), plan_.load_slots.end());
     s = cache_->PlaceAfterDrain(keys, /*keep_steps=*/0, plan_);
     plan_.load_slots.insert(plan_.load_slots.end(), first_loads_.begin(), first_loads_.end());
+    if (s.ok()) NoteSharedStep(keys.size());
+    if (!s.ok()) {
+      const uint32_t k = cache_->shards();
+      return FailedPrecondition(
+          "device row cache: a step of " + std::to_string(keys.size()) + " rows does not fit its " +
+          std::to_string(options_.capacity_rows) + " slots even with the running step's rows released" +
+          (k > 1 ? " (planned in " + std::to_string(k) + " shards of about " +
+                       std::to_string(options_.capacity_rows / k) +
+                       " slots: a shard's share of the step is larger than its slots)"
+                 : "") +
+          "; raise device.gpu_budget");
+    }
   }
   if (!s.ok()) {
     return FailedPrecondition("device row cache: " + s.message() + " (device.gpu_budget holds " +
@@ -218,9 +229,9 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
 void DeviceRows::NoteSharedStep(size_t rows) {
   if (stats_.shared_steps++ == 0) {
     SLUICE_LOG(kWarning,
-               "device rows: a step of %zu rows did not fit the %llu device slots beside the running step's; it "
-               "took that step's slots and its copy waits for that step's compute (the run stays exact; a larger "
-               "device.gpu_budget keeps copies ahead)",
+               "device row cache: a step of %zu rows did not fit its %llu slots beside the running step's rows; "
+               "it took their slots (the run stays exact; those rows are copied in again when next used; a "
+               "larger device.gpu_budget keeps them)",
                rows, static_cast<unsigned long long>(options_.capacity_rows));
   }
 }

@@ -130,8 +130,10 @@ class DeviceRows {
   // staged ahead of the running one. A step that does not fit the slots beside the running one
   // (larger than the steps the plan was sized for) takes the running step's slots too: the
   // loaded rows reach their slots in Begin, on the compute stream after the running step's
-  // Update, and a row both steps use stays where it is, so the rows are the same. Fails
-  // (FailedPrecondition) only when the step alone is larger than the slots.
+  // Update, and a row both steps use stays where it is, so the rows are the same; the running
+  // step's other rows are copied in again when a later step uses them. Fails
+  // (FailedPrecondition) when the step alone is larger than the slots, or, with the cache
+  // planned in shards, a shard's share of it is larger than the shard's slots.
   Status Stage(std::span<const RowKey> keys, std::span<float* const> host, const UseParts& parts,
                const std::vector<torch::Tensor>& extras);
   DeviceStep Begin(bool training);

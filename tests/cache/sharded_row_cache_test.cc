@@ -134,42 +134,61 @@ TEST(ShardedRowCacheTest, AShardThatCannotPlaceItsRowsFailsTheStep) {
   EXPECT_FALSE(cache.step_unplaced());
 }
 
-// Steps of 400 and 800 rows in 1,000 slots (4 shards): the large step does not fit beside the
-// one before, its shards leave it half placed, and PlaceAfterDrain (the step before released)
-// places the rest. Every row is where the plan says, a row shared with the step before is
-// found, not loaded, and a step that fits beside the one before never evicts its rows.
+// 1,000 slots in 4 shards of 250, the step before kept (protect 1), in cycles of four steps:
+// A, 300 rows over every shard; B, 50 of A's and 200 new rows all in shard 0, which does not
+// fit beside A's rows there while the other shards do; C, 200 new rows over every shard, again
+// too many for shard 0 beside B's; D, 200 new rows and 50 of C's, which fits. A step left half
+// placed takes the step before's slots after PlaceAfterDrain, in the shards that need it only:
+// every row is where the plan says, no slot is loaded twice, a row shared with the step before
+// is found, not loaded, the drain's loads all land in shard 0's slots, and a step that fits
+// never evicts the step before's rows.
 TEST(ShardedRowCacheTest, AHalfPlacedStepTakesTheStepBeforesSlotsAfterTheDrain) {
   constexpr uint64_t kCapacity = 1000;
   ShardedRowCache cache(Lru(kCapacity), 4);
+  ASSERT_EQ(cache.shards(), 4u);
+  auto shard_of = [](const RowKey& k) { return static_cast<uint32_t>((RowCache::Hash(k) & 0xFFFFFFFFull) * 4 >> 32); };
   std::vector<RowKey> arena(kCapacity, RowKey{~uint64_t{0}, ~uint32_t{0}});
   std::vector<RowKey> before;
   RowStepPlan plan;
-  uint64_t next_id = 0, drained = 0;
+  uint64_t next_id = 0, drained = 0, fitted = 0;
+  auto fresh = [&](std::vector<RowKey>& step, size_t n, bool shard0) {
+    for (size_t added = 0; added < n;) {
+      const RowKey k{next_id++ * 7919 % 1'000'003, 0};
+      if (!shard0 || shard_of(k) == 0) step.push_back(k), ++added;
+    }
+  };
   for (int t = 0; t < 24; ++t) {
     std::vector<RowKey> step;
-    for (size_t i = 0; i < std::min<size_t>(before.size(), 50); ++i) step.push_back(before[i * 3 % before.size()]);
-    const size_t size = t % 2 == 1 ? 800 : 400;
-    while (step.size() < size) step.push_back(RowKey{next_id++ * 7919 % 1'000'003, 0});
+    const int kind = t % 4;
+    const size_t shared = kind == 1 || kind == 3 ? 50 : 0;
+    for (size_t i = 0; i < shared; ++i) step.push_back(before[i * 3 % before.size()]);
+    fresh(step, kind == 0 ? 300 : 200, kind == 1);
     Status s = cache.Plan(step, /*writes=*/false, plan);
     std::vector<uint32_t> loads = plan.load_slots;
     std::vector<RowKey> load_keys = plan.load_keys;
     if (!s.ok()) {
       ASSERT_TRUE(cache.step_unplaced()) << s.ToString();
-      ASSERT_GE(before.size() + step.size() - 50, kCapacity * 9 / 10) << "a step that fits was left half placed";
+      ASSERT_TRUE(kind == 1 || kind == 2) << "step " << t << " should have fit";
       ++drained;
       s = cache.PlaceAfterDrain(step, /*keep_steps=*/0, plan);
       ASSERT_TRUE(s.ok()) << s.ToString();
       ASSERT_FALSE(cache.step_unplaced());
+      for (uint32_t slot : plan.load_slots) ASSERT_LT(slot, kCapacity / 4) << "step " << t << ": a drain load outside shard 0";
       loads.insert(loads.end(), plan.load_slots.begin(), plan.load_slots.end());
       load_keys.insert(load_keys.end(), plan.load_keys.begin(), plan.load_keys.end());
     } else {
+      ++fitted;
       for (uint32_t slot : loads) {
+        ASSERT_LT(slot, kCapacity);
         for (const RowKey& b : before) ASSERT_FALSE(arena[slot] == b) << "step " << t << " evicted a row of the step before";
       }
     }
-    ASSERT_EQ(std::set<uint32_t>(loads.begin(), loads.end()).size(), loads.size()) << "a slot loaded twice";
-    ASSERT_EQ(loads.size(), step.size() - std::min<size_t>(before.size(), 50)) << "step " << t;
-    for (size_t i = 0; i < loads.size(); ++i) arena[loads[i]] = load_keys[i];
+    ASSERT_EQ(std::set<uint32_t>(loads.begin(), loads.end()).size(), loads.size()) << "step " << t << ": a slot loaded twice";
+    ASSERT_EQ(loads.size(), step.size() - shared) << "step " << t;
+    for (size_t i = 0; i < loads.size(); ++i) {
+      ASSERT_LT(loads[i], kCapacity);
+      arena[loads[i]] = load_keys[i];
+    }
     std::set<uint32_t> slots;
     for (size_t i = 0; i < step.size(); ++i) {
       ASSERT_LT(plan.slots[i], kCapacity);
@@ -179,7 +198,9 @@ TEST(ShardedRowCacheTest, AHalfPlacedStepTakesTheStepBeforesSlotsAfterTheDrain) 
     ASSERT_EQ(slots.size(), step.size()) << "two rows of a step share a slot";
     before = step;
   }
-  EXPECT_GE(drained, 6u);
+  EXPECT_GE(drained, 8u);
+  EXPECT_GE(fitted, 8u);
+  EXPECT_EQ(cache.stats().drained_steps, drained);
 }
 
 }  // namespace
