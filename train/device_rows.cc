@@ -141,7 +141,7 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
                 static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(rows.capacity_rows()),
                 rows.cache_shards(), 100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
   s.Line(line);
-  if (r.shared_steps > 0) {
+  if (r.shared_steps > 0 && !rows.direct()) {  // (direct: every row is copied each step anyway)
     std::snprintf(line, sizeof line,
                   "device: %llu of %llu steps did not fit the device slots beside the running step and took its "
                   "slots (its rows were copied in again when next used; a larger device.gpu_budget keeps them)",

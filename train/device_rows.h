@@ -148,6 +148,7 @@ class DeviceRows {
   const DeviceRowsStats& stats() const { return stats_; }
   uint64_t capacity_rows() const { return options_.capacity_rows; }
   uint32_t cache_shards() const { return cache_->shards(); }
+  bool direct() const { return options_.direct; }
   // The row optimizer's learning rate from the next update on (train.lr_decay).
   void set_lr(float lr) { options_.lr = lr; }
 
