@@ -98,6 +98,27 @@ void RunOnDevice(Accelerator& acc, DeviceRowsOptions o, std::vector<float>& tabl
   if (stats != nullptr) *stats = rows.stats();
 }
 
+// Read-only rows (13 floats, all read): each step staged while the one before runs; every
+// use the device gathers is its host row.
+void ReadOnDevice(DeviceRows& rows, std::vector<float>& table, const std::vector<Step>& steps) {
+  auto stage = [&](size_t t) {
+    std::vector<float*> host = Addresses(table, steps[t], 13);
+    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {}).ok()) << "step " << t;
+  };
+  stage(0);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    DeviceStep step = rows.Begin(/*training=*/false);
+    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
+    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
+      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
+      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), table.data() + k.id * 13, 13 * 4))
+          << "step " << t << " use " << u;
+    }
+    if (t + 1 < steps.size()) stage(t + 1);
+    rows.End();
+  }
+}
+
 class DeviceRowsTest : public ::testing::TestWithParam<DeviceType> {
  protected:
   void SetUp() override {
@@ -187,23 +208,8 @@ TEST_P(DeviceRowsTest, DirectRowsAreTheHostRowsAndCopiedEveryStep) {
   o.direct = true;
   DeviceRows rows(acc_.get(), o);
   uint64_t distinct = 0;
-  auto stage = [&](size_t t) {
-    std::vector<float*> host = Addresses(table, steps[t], 13);
-    distinct += steps[t].keys.size();
-    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {}).ok());
-  };
-  stage(0);
-  for (size_t t = 0; t < steps.size(); ++t) {
-    DeviceStep step = rows.Begin(/*training=*/false);
-    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
-    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
-      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
-      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), table.data() + k.id * 13, 13 * 4))
-          << "step " << t << " use " << u;
-    }
-    if (t + 1 < steps.size()) stage(t + 1);
-    rows.End();
-  }
+  for (const Step& st : steps) distinct += st.keys.size();
+  ReadOnDevice(rows, table, steps);
   EXPECT_EQ(table, before);
   EXPECT_EQ(rows.stats().loads, distinct);  // no cache: every row of every step copied
   EXPECT_EQ(rows.stats().shared_steps, 0u);
@@ -253,22 +259,7 @@ TEST_P(DeviceRowsTest, StepsLargerThanTheSlotsBesideTheRunningOneTakeItsSlots) {
   o.direct = true;
   std::vector<float> table = start;
   DeviceRows rows(acc_.get(), o);
-  auto stage = [&](size_t t) {
-    std::vector<float*> host = Addresses(table, steps[t], 13);
-    ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {}).ok()) << "step " << t;
-  };
-  stage(0);
-  for (size_t t = 0; t < steps.size(); ++t) {
-    DeviceStep step = rows.Begin(/*training=*/false);
-    const torch::Tensor uses = step.table.uses.to(torch::kCPU).contiguous();
-    for (size_t u = 0; u < steps[t].use_rows.size(); ++u) {
-      const RowKey& k = steps[t].keys[static_cast<size_t>(steps[t].use_rows[u])];
-      ASSERT_EQ(0, std::memcmp(uses[static_cast<int64_t>(u)].data_ptr<float>(), table.data() + k.id * 13, 13 * 4))
-          << "step " << t << " use " << u;
-    }
-    if (t + 1 < steps.size()) stage(t + 1);
-    rows.End();
-  }
+  ReadOnDevice(rows, table, steps);
   EXPECT_EQ(rows.stats().shared_steps, 8u);
 }
 
