@@ -102,9 +102,9 @@ def nc_config(tmp: pathlib.Path, data: pathlib.Path, embeddings: int = 0) -> pat
 LP_B, LP_DIM, LP_CHUNKS, LP_NEG = 1000, 64, 10, 500
 
 
-def make_lp_data(path: pathlib.Path) -> None:
+def make_lp_data(path: pathlib.Path, nodes: int = 200_000, edges: int = 2_000_000) -> None:
     tsv = path.parent / "lp-graph.tsv"
-    for cmd in (["gen-graph", "--kind", "community", "--communities", "50", "--nodes", "200000", "--edges", "2000000",
+    for cmd in (["gen-graph", "--kind", "community", "--communities", "50", "--nodes", str(nodes), "--edges", str(edges),
                  "--seed", "1", "--out", str(tsv)],
                 ["edges", str(tsv), "--out", str(path), "--partitions", "4", "--valid-frac", "0.001",
                  "--test-frac", "0.001"]):

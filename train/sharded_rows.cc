@@ -229,6 +229,47 @@ Result<std::vector<float>> ShardedRows::GatherAll(std::span<const float> own) {
   return all;
 }
 
+Result<std::vector<float>> ShardedRows::Trade(const std::function<std::vector<uint64_t>(int)>& wanted,
+                                              const std::function<const float*(uint64_t)>& own_row,
+                                              const char* what) {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const uint64_t w = width_;
+  std::vector<float> send;
+  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
+  std::vector<uint64_t> mine;
+  for (int q = 0; q < world; ++q) {
+    std::vector<uint64_t> rows = wanted(q);
+    if (q == me) {
+      for (const uint64_t row : rows) {
+        const int owner = OwnerOf(row);
+        if (owner != me) recv_counts[static_cast<size_t>(owner)] += w;
+      }
+      mine = std::move(rows);
+      continue;
+    }
+    // This rank's rows among them: a range of the sorted list.
+    const auto lo = std::lower_bound(rows.begin(), rows.end(), bounds_[static_cast<size_t>(me)]);
+    const auto hi = std::lower_bound(lo, rows.end(), bounds_[static_cast<size_t>(me) + 1]);
+    for (auto it = lo; it != hi; ++it) {
+      const float* x = own_row(*it);
+      send.insert(send.end(), x, x + w);
+    }
+    send_counts[static_cast<size_t>(q)] = static_cast<uint64_t>(hi - lo) * w;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, what));
+  send = {};
+  std::vector<uint64_t> at(static_cast<size_t>(world), 0);  // where each owner's rows start in `got`
+  for (int r = 1; r < world; ++r) at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
+  std::vector<float> out(mine.size() * w);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const int owner = OwnerOf(mine[i]);
+    const float* x = owner == me ? own_row(mine[i]) : got.data() + at[static_cast<size_t>(owner)];
+    if (owner != me) at[static_cast<size_t>(owner)] += w;
+    std::copy_n(x, w, out.data() + i * w);
+  }
+  return out;
+}
+
 void ShardedRows::AddUseGrads(const std::vector<torch::Tensor>& pieces, float share) {
   for (const torch::Tensor& piece : pieces) {
     const torch::Tensor x = (piece * share).contiguous();

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -66,6 +67,12 @@ class ShardedRows {
   // Every row on every rank (evaluation over every node): `own` holds this rank's rows, `width`
   // floats each in row order; returns all T rows' floats in row order.
   Result<std::vector<float>> GatherAll(std::span<const float> own);
+  // Rows outside a step, each rank asking for its own (evaluation split across processes):
+  // `wanted(q)` the rows rank q needs, sorted and distinct (every rank computes every rank's
+  // alike; called once for each rank), `own_row(row)` this rank's row's `width` floats. Returns
+  // wanted(rank())'s floats in its order; this rank's own rows among them are copied locally.
+  Result<std::vector<float>> Trade(const std::function<std::vector<uint64_t>(int)>& wanted,
+                                   const std::function<const float*(uint64_t)>& own_row, const char* what);
 
  private:
   // Who owns and who needs a step's rows.

@@ -748,8 +748,9 @@ def lp_model(sluice_bin, run_dir: pathlib.Path) -> dict:
             "valid": [m["valid"]["mrr"] for m in metrics], "test": json.loads(test.stdout)["metrics"]}
 
 
-@pytest.mark.parametrize("sets", [[], ["model.decoder=complex", "model.reciprocal=false"]],
-                         ids=["distmult-reciprocal", "complex-both-sides"])
+@pytest.mark.parametrize("sets", [[], ["model.decoder=complex", "model.reciprocal=false"],
+                                  ["eval.exact_max_nodes=100", "eval.sampled_negatives=150"]],
+                         ids=["distmult-reciprocal", "complex-both-sides", "ranked-against-sampled-nodes"])
 def test_link_prediction_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, lp_config, gloo, sets):
     base = lp_config.parent / ("-".join(sets) or "plain")
     extra = [a for s in sets for a in ("--set", s)]

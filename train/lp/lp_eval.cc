@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/json.h"
+#include "sluice/check.h"
 #include "train/model_step.h"
 #include "train/torch_io.h"
 #include "sampler/random.h"
@@ -47,15 +48,13 @@ std::string LpMetrics::ToJson() const {
   return o.str();
 }
 
-void LpRanker::Sums::Add(const std::vector<double>& ranks, const std::vector<uint8_t>& own) {
-  for (const uint8_t x : own) own_top += x;
-  for (const double x : ranks) {
-    rr += 1.0 / x;
-    h1 += x <= 1;
-    h3 += x <= 3;
-    h10 += x <= 10;
-    ++ranked;
-  }
+void LpRanker::Sums::Add(double rank, bool own_first) {
+  own_top += own_first;
+  rr += 1.0 / rank;
+  h1 += rank <= 1;
+  h3 += rank <= 3;
+  h10 += rank <= 10;
+  ++ranked;
 }
 
 void LpRanker::Sums::Add(const Sums& o) {
@@ -132,12 +131,14 @@ Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& r
   torch::Tensor r = relations_.index_select(0, rel);
   torch::Tensor q = corrupt_head ? decoder_.HeadQuery(r, anchors) : decoder_.TailQuery(anchors, r);
   true_score = decoder_.Score(q, truth);
-  // The score matrix in blocks of 64 rows on the TBB workers (libtorch runs one thread each):
-  // every core scores, and a row's scores come from the same block product whatever the thread
-  // count. (16-row blocks kept the products too thin: 28 s against 20 s on the graph of
-  // docs/link_prediction.md's evaluation section.)
+  // The score matrix in blocks of 64 rows by LpRanker::kTile candidates on the TBB workers
+  // (libtorch runs one thread each): every core scores, and a score comes from the same
+  // product whatever the thread count, and whatever else is ranked, as long as the candidates
+  // start at a multiple of the tile (a ranking split across processes). (16-row blocks kept the
+  // products too thin: 28 s against 20 s on the graph of docs/link_prediction.md's evaluation
+  // section.)
   const int64_t b = q.size(0);
-  constexpr int64_t kRows = 64;
+  constexpr int64_t kRows = 64, kTile = LpRanker::kTile;
   const int64_t c = candidates.size(0);
   if (!scores.defined() || scores.dim() != 2 || scores.size(0) != b || scores.size(1) != c ||
       scores.scalar_type() != q.scalar_type() || !scores.is_contiguous()) {
@@ -145,13 +146,15 @@ Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& r
   }
   const bool bilinear = decoder_.kind() != Decoder::kTransE;
   const torch::Tensor cand_t = candidates.t();
-  tbb::parallel_for(int64_t{0}, (b + kRows - 1) / kRows, [&](int64_t block) {
-    const int64_t lo = block * kRows, m = std::min(b, lo + kRows) - lo;
-    torch::Tensor out = scores.narrow(0, lo, m);
+  const int64_t row_blocks = (b + kRows - 1) / kRows, tiles = (c + kTile - 1) / kTile;
+  tbb::parallel_for(int64_t{0}, row_blocks * tiles, [&](int64_t task) {
+    const int64_t lo = task / tiles * kRows, m = std::min(b, lo + kRows) - lo;
+    const int64_t at = task % tiles * kTile, w = std::min(c, at + kTile) - at;
+    torch::Tensor out = scores.narrow(0, lo, m).narrow(1, at, w);
     if (bilinear) {
-      torch::mm_out(out, q.narrow(0, lo, m), cand_t);
+      torch::mm_out(out, q.narrow(0, lo, m), cand_t.narrow(1, at, w));
     } else {
-      out.copy_(decoder_.ScoreAll(q.narrow(0, lo, m), candidates));
+      out.copy_(decoder_.ScoreAll(q.narrow(0, lo, m), candidates.narrow(0, at, w)));
     }
   });
   return Status::Ok();
@@ -189,42 +192,58 @@ Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel
   return Status::Ok();
 }
 
-std::vector<double> LpRanker::RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
-                                       const Known& known, const LpMetrics& m,
-                                       const int64_t* anchors, std::vector<uint8_t>& own_top) const {
+void LpRanker::Count(const torch::Tensor& true_score, torch::Tensor& scores, const Known& known,
+                     const LpMetrics& m, const int64_t* anchors, uint64_t c0, LpQueryCount* counts,
+                     float* truth_out) const {
   scores = scores.to(torch::kFloat32).contiguous();
   const torch::Tensor truth = true_score.to(torch::kFloat32).contiguous();
   const int64_t b = scores.size(0), c = scores.size(1);
   float* s = scores.data_ptr<float>();
   const float* t = truth.data_ptr<float>();
-  // In an exact unfiltered ranking the true node ties with itself; filtered, it was removed.
-  const bool self_tie = m.exact && !m.filtered;
-  std::vector<double> ranks(static_cast<size_t>(b));
-  own_top.assign(static_cast<size_t>(b), 0);
+  const auto c_end = c0 + static_cast<uint64_t>(c);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, b, 4), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t i = r.begin(); i < r.end(); ++i) {
       float* row = s + i * c;
       if (m.filtered) {
-        for (const Answer& x : known[i]) row[x.second] = -std::numeric_limits<float>::infinity();
+        for (const Answer& x : known[i]) {
+          const auto v = static_cast<uint64_t>(x.second);
+          if (v >= c0 && v < c_end) row[v - c0] = -std::numeric_limits<float>::infinity();
+        }
       }
       const float ti = t[i];
-      int64_t greater = 0, equal = 0;
-      float top = -std::numeric_limits<float>::infinity();
+      truth_out[i] = ti;
+      LpQueryCount& k = counts[i];  // added to: the counts of the chunks before
       for (int64_t j = 0; j < c; ++j) {
-        greater += row[j] > ti;
-        equal += row[j] == ti;
-        top = std::max(top, row[j]);
+        k.greater += row[j] > ti;
+        k.equal += row[j] == ti;
+        k.top = std::max(k.top, row[j]);
       }
-      if (m.exact) {  // candidates are every node: the anchor's column is its id
-        const float own = row[anchors[i]];
-        own_top[static_cast<size_t>(i)] = own > ti && own == top;
-      }
-      if (self_tie) equal -= 1;
-      ranks[static_cast<size_t>(i)] = 1.0 + static_cast<double>(greater) +
-                                      static_cast<double>(std::max<int64_t>(equal, 0)) / 2.0;
+      // In an exact ranking the candidates are nodes c0 on: the anchor's column is its id less c0.
+      const auto own = static_cast<uint64_t>(anchors[i]);
+      if (m.exact && own >= c0 && own < c_end) k.own = row[own - c0];
     }
   });
-  return ranks;
+}
+
+void AddCounts(std::vector<LpQueryCount>& into, std::span<const LpQueryCount> other) {
+  SLUICE_CHECK(into.size() == other.size(), "%zu counts added to %zu", other.size(), into.size());
+  for (size_t i = 0; i < into.size(); ++i) {
+    LpQueryCount& k = into[i];
+    k.greater += other[i].greater, k.equal += other[i].equal;
+    k.top = std::max(k.top, other[i].top), k.own = std::max(k.own, other[i].own);
+  }
+}
+
+void LpRanker::Finish(const std::vector<LpQueryCount>& counts, const std::vector<float>& truth,
+                      const LpMetrics& m, Sums& sums) {
+  // In an exact unfiltered ranking the true node ties with itself; filtered, it was removed.
+  const bool self_tie = m.exact && !m.filtered;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const LpQueryCount& k = counts[i];
+    const int64_t equal = k.equal - (self_tie ? 1 : 0);
+    const double rank = 1.0 + static_cast<double>(k.greater) + static_cast<double>(std::max<int64_t>(equal, 0)) / 2.0;
+    sums.Add(rank, m.exact && k.own > truth[i] && k.own == k.top);
+  }
 }
 
 std::vector<int64_t> LpRanker::SampledCandidates(uint64_t num_nodes) const {
@@ -234,16 +253,56 @@ std::vector<int64_t> LpRanker::SampledCandidates(uint64_t num_nodes) const {
   return ids;
 }
 
-Result<std::vector<int64_t>> LpRanker::NodesRead(const std::string& split, uint64_t num_nodes) const {
+Result<std::vector<int64_t>> LpRanker::EndsRead(const std::string& split) const {
   std::vector<int64_t> src, rel, dst;
   SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
   const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges) : src.size();
-  std::vector<int64_t> ids = SampledCandidates(num_nodes);
-  ids.insert(ids.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n));
+  std::vector<int64_t> ids(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n));
   ids.insert(ids.end(), dst.begin(), dst.begin() + static_cast<std::ptrdiff_t>(n));
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
+}
+
+Result<std::vector<int64_t>> LpRanker::NodesRead(const std::string& split, uint64_t num_nodes) const {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, EndsRead(split));
+  const std::vector<int64_t> sampled = SampledCandidates(num_nodes);
+  ids.insert(ids.end(), sampled.begin(), sampled.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+Status LpRanker::CountBlock(LpScorer& scorer, const SideBlock& side, const torch::Tensor& candidates,
+                            uint64_t c0, const LpMetrics& m, torch::Tensor& block) const {
+  const int64_t c = candidates.size(0), b = side.anchors.size(0);
+  torch::Tensor true_score;
+  // A chunk at a time, at least once: a process with no candidates still scores the truths.
+  for (int64_t at = 0; at == 0 || at < c; at += kChunk) {
+    const int64_t w = std::min(kChunk, c - at);
+    torch::Tensor scores = block.narrow(0, 0, b * w).view({b, w});
+    SLUICE_RETURN_IF_ERROR(scorer.Score(side.anchors, side.rel, side.corrupt_head, side.truth,
+                                        candidates.narrow(0, at, w), true_score, scores));
+    Count(true_score, scores, *side.known, m, side.anchor_ids, c0 + static_cast<uint64_t>(at), side.counts,
+          side.truth_out);
+  }
+  return Status::Ok();
+}
+
+Status LpRanker::CheckNodes(const LpNodes& nodes, const LpMetrics& m) const {
+  if (nodes.merge) {  // split across processes
+    const bool fits = m.exact && (nodes.cand_lo % kTile == 0 || nodes.cand_lo == nodes.cand_hi) && nodes.cand_lo <= nodes.cand_hi &&
+                      nodes.cand_hi <= nodes.num_nodes && nodes.candidates.defined() &&
+                      static_cast<uint64_t>(nodes.candidates.size(0)) == nodes.cand_hi - nodes.cand_lo;
+    if (!fits) {
+      return FailedPrecondition("a ranking across processes scores nodes " + std::to_string(nodes.cand_lo) + " to " +
+                                std::to_string(nodes.cand_hi) + " of " + std::to_string(nodes.num_nodes) +
+                                ", not whole tiles of an exact ranking (a bug)");
+    }
+  } else if (m.exact && !nodes.ids.empty()) {
+    return InvalidArgument("an exact ranking reads every node's row, not " + std::to_string(nodes.ids.size()) + " of them");
+  }
+  return Status::Ok();
 }
 
 Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, const LpNodes& nodes) {
@@ -253,9 +312,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, con
   LpMetrics m;
   const uint64_t num_nodes = nodes.num_nodes;
   m.exact = Exact(num_nodes);
-  if (m.exact && !nodes.ids.empty()) {
-    return InvalidArgument("an exact ranking reads every node's row, not " + std::to_string(nodes.ids.size()) + " of them");
-  }
+  SLUICE_RETURN_IF_ERROR(CheckNodes(nodes, m));
   m.filtered = cfg_.eval.filtered && m.exact;
   if (m.filtered) SLUICE_RETURN_IF_ERROR(BuildFilter());
   const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges)
@@ -275,17 +332,21 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, con
   };
   SLUICE_ASSIGN_OR_RETURN(src_rows, rows_of(src, n));
   SLUICE_ASSIGN_OR_RETURN(dst_rows, rows_of(dst, n));
-  torch::Tensor candidates = nodes.rows;
+  torch::Tensor candidates = nodes.merge ? nodes.candidates : nodes.rows;
+  const uint64_t c0 = nodes.merge ? nodes.cand_lo : 0;
   if (!m.exact) {
     SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, rows_of(SampledCandidates(num_nodes), cfg_.eval.sampled_negatives));
     candidates = nodes.rows.index_select(0, torch::tensor(ids));
   }
-  Sums tails, heads;
-  // One block of scores for every query block (a fresh one each time left the heap's free
-  // blocks too fragmented to reuse: the resident set grew by two blocks per query block).
-  torch::Tensor block = torch::empty({std::min<int64_t>(kQueries, static_cast<int64_t>(n)), candidates.size(0)});
-  torch::Tensor true_score, scores;
-  std::vector<uint8_t> own_top;
+  // Each side's queries counted against the candidates, then ranked once every process's
+  // counts are in.
+  std::vector<LpQueryCount> tails(n), heads(n);
+  std::vector<float> tails_truth(n), heads_truth(n);
+  // One block of scores for every query block and chunk of candidates (a fresh one each time
+  // left the heap's free blocks too fragmented to reuse: the resident set grew by two blocks per
+  // query block).
+  torch::Tensor block = torch::empty({std::min<int64_t>(kQueries, static_cast<int64_t>(n)) *
+                                      std::min<int64_t>(kChunk, candidates.size(0))});
   for (uint64_t lo = 0; lo < n; lo += kQueries) {
     const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + kQueries) - lo);
     torch::Tensor hs = torch::from_blob(src_rows.data() + lo, {b}, torch::kInt64);
@@ -293,28 +354,27 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, con
     torch::Tensor rs = torch::from_blob(rel.data() + lo, {b}, torch::kInt64);
     torch::Tensor h = nodes.rows.index_select(0, hs), t = nodes.rows.index_select(0, ts);
     const Known none(static_cast<size_t>(b));
-    // Tails of (h, r, ?).
-    scores = block.narrow(0, 0, b);
-    SLUICE_RETURN_IF_ERROR(scorer.Score(h, rs, false, t, candidates, true_score, scores));
-    tails.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(true, src, rel, lo, b) : none, m,
-                       src.data() + lo, own_top),
-              own_top);
-    // Heads of (?, r, t): the reciprocal relation's tails, or the head query.
-    scores = block.narrow(0, 0, b);
-    if (cfg_.model.reciprocal) {
-      SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs + static_cast<int64_t>(base_relations_), false, h,
-                                          candidates, true_score, scores));
-    } else {
-      SLUICE_RETURN_IF_ERROR(scorer.Score(t, rs, true, h, candidates, true_score, scores));
-    }
-    heads.Add(RowRanks(true_score, scores, m.filtered ? KnownOf(false, dst, rel, lo, b) : none, m,
-                       dst.data() + lo, own_top),
-              own_top);
+    const Known known_tails = m.filtered ? KnownOf(true, src, rel, lo, b) : none;
+    const Known known_heads = m.filtered ? KnownOf(false, dst, rel, lo, b) : none;
+    // Tails of (h, r, ?); heads of (?, r, t): the reciprocal relation's tails, or the head query.
+    const SideBlock tail_side{h, rs, t, false, &known_tails, src.data() + lo, tails.data() + lo, tails_truth.data() + lo};
+    SLUICE_RETURN_IF_ERROR(CountBlock(scorer, tail_side, candidates, c0, m, block));
+    const bool reciprocal = cfg_.model.reciprocal;
+    const SideBlock head_side{t, reciprocal ? rs + static_cast<int64_t>(base_relations_) : rs, h, !reciprocal,
+                              &known_heads, dst.data() + lo, heads.data() + lo, heads_truth.data() + lo};
+    SLUICE_RETURN_IF_ERROR(CountBlock(scorer, head_side, candidates, c0, m, block));
   }
-  m.tails = tails.Metrics();
-  m.heads = heads.Metrics();
-  Sums both = tails;
-  both.Add(heads);
+  if (nodes.merge) {
+    SLUICE_RETURN_IF_ERROR(nodes.merge(tails));
+    SLUICE_RETURN_IF_ERROR(nodes.merge(heads));
+  }
+  Sums tail_sums, head_sums;
+  Finish(tails, tails_truth, m, tail_sums);
+  Finish(heads, heads_truth, m, head_sums);
+  m.tails = tail_sums.Metrics();
+  m.heads = head_sums.Metrics();
+  Sums both = tail_sums;
+  both.Add(head_sums);
   const LpSideMetrics all = both.Metrics();
   m.mrr = all.mrr, m.hits1 = all.hits1, m.hits3 = all.hits3, m.hits10 = all.hits10;
   m.own_top = all.own_top;
@@ -330,22 +390,39 @@ LpEvalBytes EvalBytesFor(const LpConfig& config, const LpEvalShape& shape) {
   const uint64_t row = shape.dim * 4;
   const uint64_t candidates = exact ? shape.num_nodes : static_cast<uint64_t>(config.eval.sampled_negatives);
   if (filtered) e.kept = 2 * sizeof(std::pair<uint64_t, int64_t>) * shape.all_edges;  // both sides' answers
+  // Across processes, the nodes this process scores: its share of an exact ranking (LpNodes).
+  const bool split_up = shape.world > 1;
+  const uint64_t scored = split_up && exact ? shape.scored_nodes : candidates;
   // The rows read: every node's (twice when encoded: the table and its encoding), or the ranked
   // edges' ends and the sampled candidates (their ids, their rows, the candidates' copy).
-  uint64_t rows = 0;
-  if (exact || shape.all_rows || shape.encoder) {
+  // Across processes: the ends and the scored nodes (their rows and ids); while they are
+  // gathered, before the ranking, also the floats received, the rows this process read to send
+  // (out of core) and its sends (its share of the ends and a tile of candidates, to each other).
+  uint64_t rows = 0, gathering = 0;
+  if (split_up) {
+    const uint64_t got = 2 * ranked + (exact ? scored : candidates);
+    rows = got * (row + 8) + (exact ? 0 : candidates * row);
+    gathering = got * row + shape.rows_sent * (row + 8) +
+                uint64_t(shape.world - 1) * (2 * ranked / uint64_t(shape.world) + LpRanker::kTile) * row;
+  } else if (exact || shape.encoder) {
     rows = shape.num_nodes * row * (shape.encoder ? 2 : 1);
   } else {
     rows = (2 * ranked + candidates) * (row + 8) + candidates * row;
   }
-  const uint64_t block = std::min<uint64_t>(LpRanker::kQueries, std::max<uint64_t>(ranked, 1)) * candidates * 4;
-  // TransE's distance: the product, the squared norms' sum, its clamp and root, 64 queries a
-  // thread at a time.
-  const uint64_t transe = shape.transe ? uint64_t(std::max(shape.threads, 1)) * 4 * 64 * candidates * 4 : 0;
+  const uint64_t block = std::min<uint64_t>(LpRanker::kQueries, std::max<uint64_t>(ranked, 1)) *
+                         std::min<uint64_t>(scored, LpRanker::kChunk) * 4;  // a chunk of candidates at a time
+  // TransE's distance: the product, the squared norms' sum, its clamp and root, 64 queries by a
+  // tile a thread at a time.
+  const uint64_t tile = std::min<uint64_t>(scored, LpRanker::kTile);
+  const uint64_t transe = shape.transe ? uint64_t(std::max(shape.threads, 1)) * 4 * 64 * tile * 4 : 0;
   // The ranked split's edges and their rows; building the filter reads one split at a time.
   const uint64_t edges = 24 * shape.ranked_edges + (filtered ? 24 * shape.largest_split : 0) + 16 * ranked;
   const uint64_t queries = 6 * LpRanker::kQueries * row;  // anchors, truths, queries
-  e.transient = rows + block + transe + edges + queries;
+  // Each side's counts and true scores; across processes one side's counts sent to and
+  // received from each of the others.
+  const uint64_t counts = 2 * ranked * (sizeof(LpQueryCount) + 4) +
+                          (split_up ? 2 * uint64_t(shape.world - 1) * ranked * sizeof(LpQueryCount) : 0);
+  e.transient = rows + edges + std::max(gathering, block + transe + queries + counts);
   return e;
 }
 

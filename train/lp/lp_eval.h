@@ -9,6 +9,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <span>
 #include <utility>
@@ -80,13 +82,34 @@ class ModelScorer : public LpScorer {
   Model& model_;
 };
 
+// One query's ranking against some of the candidates: how many score above its true answer
+// and level with it, the highest score, and its own entity's score (-inf where that entity is
+// not among them). Counts over disjoint candidates add up to the ranking against all of them.
+struct LpQueryCount {
+  int64_t greater = 0, equal = 0;
+  float top = -std::numeric_limits<float>::infinity();
+  float own = -std::numeric_limits<float>::infinity();
+};
+
+// Adds `other`'s counts of the same queries into `into` (counts of disjoint candidates).
+void AddCounts(std::vector<LpQueryCount>& into, std::span<const LpQueryCount> other);
+
 // The node embeddings a ranking reads: every node's (`ids` empty: row v is node v), or only
 // the rows of `ids` (sorted, distinct: row i is node ids[i]), which is all a ranking against
 // sampled nodes reads (LpRanker::NodesRead).
+//
+// An exact ranking across processes (`merge` set): each process scores every query against
+// `candidates`, the rows of nodes [cand_lo, cand_hi) (cand_lo a multiple of LpRanker::kTile,
+// so every candidate is scored in the same tile as in one process), `rows` holds the ranked
+// edges' ends (LpRanker::EndsRead), and `merge` adds every process's counts of each query
+// (LpQueryCount) in place. Every process then holds the ranking of one process.
 struct LpNodes {
   torch::Tensor rows;         // [n or ids.size(), d]
   std::vector<int64_t> ids;   // empty: every node
   uint64_t num_nodes = 0;     // of the graph
+  torch::Tensor candidates;   // with merge: [cand_hi - cand_lo, d]
+  uint64_t cand_lo = 0, cand_hi = 0;
+  std::function<Status(std::vector<LpQueryCount>&)> merge;
 };
 
 // What an evaluation holds, for the memory plan: `kept` from the first ranking on (the
@@ -100,7 +123,11 @@ struct LpEvalShape {
   uint64_t all_edges = 0;       // of every split (the filter)
   uint64_t largest_split = 0;   // edges of the largest split read at once
   uint64_t ranked_edges = 0;    // of the largest split evaluated (before eval.max_edges)
-  bool all_rows = false;        // every node's row read even when ranked against sampled nodes
+  // Across processes: the most nodes one process scores in an exact ranking (LpNodes), the
+  // rows it reads to send the others (out of core; in memory they are sent from the table),
+  // and the world size (each process receives the others' counts).
+  uint64_t scored_nodes = 0, rows_sent = 0;
+  int world = 1;
   bool encoder = false;         // every node's rows encoded: twice the table
   bool transe = false;          // TransE's distances take temporaries per scoring thread
   int threads = 1;              // scoring threads
@@ -111,6 +138,12 @@ class LpRanker {
  public:
   // Queries scored at once: a block of scores is this many rows of candidates.
   static constexpr int64_t kQueries = 256;
+  // Candidates scored by one product (DecoderScorer): a candidate's score is the same whatever
+  // else is ranked, so a ranking split across processes at multiples of it scores as one does.
+  static constexpr int64_t kTile = 1024;
+  // Candidates scored against a block of queries at a time: the block of scores is kQueries by
+  // kChunk floats (64 MiB) however many nodes there are. A multiple of kTile.
+  static constexpr int64_t kChunk = 64 * kTile;
 
   // `dataset` must outlive the ranker.
   LpRanker(const Dataset& dataset, const LpConfig& config, uint64_t num_relations);
@@ -119,6 +152,8 @@ class LpRanker {
   // The nodes a ranking of `split` against sampled nodes reads: the heads and tails of the
   // edges it ranks and the sampled candidates, sorted and distinct.
   Result<std::vector<int64_t>> NodesRead(const std::string& split, uint64_t num_nodes) const;
+  // The heads and tails of the edges a ranking of `split` ranks, sorted and distinct.
+  Result<std::vector<int64_t>> EndsRead(const std::string& split) const;
   // Ranks split `split` with node embeddings `nodes`, scored by `scorer`.
   Result<LpMetrics> Rank(const std::string& split, LpScorer& scorer, const LpNodes& nodes);
 
@@ -126,7 +161,7 @@ class LpRanker {
   struct Sums {
     double rr = 0, h1 = 0, h3 = 0, h10 = 0;
     uint64_t ranked = 0, own_top = 0;
-    void Add(const std::vector<double>& ranks, const std::vector<uint8_t>& own_top);
+    void Add(double rank, bool own_first);
     void Add(const Sums& o);
     LpSideMetrics Metrics() const;
   };
@@ -142,14 +177,34 @@ class LpRanker {
   // The candidates sampled for a ranking against sampled nodes.
   std::vector<int64_t> SampledCandidates(uint64_t num_nodes) const;
   Status BuildFilter();
-  // The rank of each of b queries' true_score [b] among its row of scores [b, c], ties at
-  // their mean rank; when filtered, the known true answers' columns are set to -inf first (in
-  // place). Rows are ranked in parallel, each by one task, so ranks do not depend on threads.
-  // In an exact ranking, own_top[i] says whether node anchors[i] (the query's own entity)
-  // scored highest of the row and above the true answer.
-  std::vector<double> RowRanks(const torch::Tensor& true_score, torch::Tensor& scores,
-                               const Known& known, const LpMetrics& m, const int64_t* anchors,
-                               std::vector<uint8_t>& own_top) const;
+  // One side of a block of queries: anchors [b, d] with relations `rel` against their true
+  // answers `truth`, the known answers and anchor ids of the block's queries, and where their
+  // counts and true scores go.
+  struct SideBlock {
+    torch::Tensor anchors, rel, truth;
+    bool corrupt_head = false;
+    const Known* known = nullptr;
+    const int64_t* anchor_ids = nullptr;
+    LpQueryCount* counts = nullptr;
+    float* truth_out = nullptr;
+  };
+  // Scores a side against the candidates (nodes c0 on) a chunk at a time in `block` (at least
+  // b * min(kChunk, candidates) floats) and adds each chunk's counts (Count).
+  Status CountBlock(LpScorer& scorer, const SideBlock& side, const torch::Tensor& candidates, uint64_t c0,
+                    const LpMetrics& m, torch::Tensor& block) const;
+  // A bug's error where `nodes` cannot be ranked as `m` says.
+  Status CheckNodes(const LpNodes& nodes, const LpMetrics& m) const;
+  // Counts each of b queries' candidates against its true_score [b] in its row of scores [b, c]
+  // (candidates' nodes c0 to c0 + c), added into counts[0, b); when filtered, the known true
+  // answers' columns are set to -inf first (in place); truth_out[0, b) receives the true
+  // scores. In an exact ranking the query's own entity is node anchors[i]. Rows are counted in
+  // parallel, each by one task.
+  void Count(const torch::Tensor& true_score, torch::Tensor& scores, const Known& known, const LpMetrics& m,
+             const int64_t* anchors, uint64_t c0, LpQueryCount* counts, float* truth_out) const;
+  // The ranks of queries counted against every candidate (ties at their mean rank), and
+  // whether each query's own entity scored highest and above the true answer.
+  static void Finish(const std::vector<LpQueryCount>& counts, const std::vector<float>& truth, const LpMetrics& m,
+                     Sums& sums);
   // The known true answers of each query in edges [lo, lo + b): tails of (src, rel) or heads
   // of (dst, rel).
   Known KnownOf(bool tails, const std::vector<int64_t>& a, const std::vector<int64_t>& rel,

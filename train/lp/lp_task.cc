@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "cache/block_cache.h"
 #include "cache/row_cache.h"
@@ -173,9 +174,20 @@ class LpTask : public Task {
   uint64_t held_bytes() const { return (HeldRows().second - HeldRows().first) * layout_.row_bytes; }
   Status ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const;
   RowRangeReader HeldRowsReader();
-  // Every node's embedding on every rank: its own rows' from memory, the others' from their
-  // owners (before evaluation: each rank ranks the whole split).
-  Result<torch::Tensor> GatherEmbeddings();
+  // What a rank ranks with across processes (LpNodes): in an exact ranking the ends of the
+  // ranked edges and the nodes of whole tiles from its first node's tile on (ScoredNodes), each
+  // from its owner, the counts added across ranks (MergeCounts); against sampled nodes, the
+  // rows the ranking reads, every rank ranking alone. No rank holds every node's row.
+  Result<LpNodes> NodesAcrossProcesses(const std::string& split);
+  // The nodes rank q scores: [first, end) rounded up to whole tiles (LpRanker::kTile), where
+  // rank q's rows hold nodes [first, end).
+  std::pair<uint64_t, uint64_t> ScoredNodes(int q) const;
+  // The first node whose row is `row` or after it (the graph's nodes past the last row).
+  uint64_t FirstNodeFrom(uint64_t row) const;
+  // This rank's rows `rows` (sorted) read for sending (out of core): their embeddings in order.
+  Result<std::vector<float>> ReadOwnEmbeddings(const std::vector<uint64_t>& rows) const;
+  // Every rank's counts of each query added into this rank's (every rank gets the sums).
+  Status MergeCounts(std::vector<LpQueryCount>& counts) const;
   // A checkpoint's table (whole or in shards) into the memory table, or into table_path_.
   Status LoadSharded(const std::string& dir, bool into_memory);
   DistGroup* group_ = nullptr;
@@ -315,26 +327,118 @@ Status LpTask::ReadMemoryRows(uint64_t at, uint64_t n, std::byte* out) const {
   return Status::Ok();
 }
 
-Result<torch::Tensor> LpTask::GatherEmbeddings() {
+uint64_t LpTask::FirstNodeFrom(uint64_t row) const {
+  if (row >= layout_.num_rows()) return layout_.num_nodes();
+  const uint64_t blk = row / layout_.rows_per_block, v = layout_.bounds[blk] + row % layout_.rows_per_block;
+  return std::min(v, layout_.bounds[blk + 1]);  // a block's padding: the next block's first node
+}
+
+std::pair<uint64_t, uint64_t> LpTask::ScoredNodes(int q) const {
+  const uint64_t n = layout_.num_nodes(), tile = LpRanker::kTile;
+  const auto up = [&](uint64_t v) { return std::min(n, (v + tile - 1) / tile * tile); };
+  const std::vector<uint64_t>& bounds = sharded_->bounds();
+  return {up(FirstNodeFrom(bounds[static_cast<size_t>(q)])), up(FirstNodeFrom(bounds[static_cast<size_t>(q) + 1]))};
+}
+
+Result<std::vector<float>> LpTask::ReadOwnEmbeddings(const std::vector<uint64_t>& rows) const {
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
-  const auto [lo, hi] = OwnRows();
-  std::vector<float> own((hi - lo) * d);
-  constexpr uint64_t kChunk = 1 << 14;
-  std::vector<std::byte> held(layout_.row_bytes * std::min(kChunk, hi - lo));
-  for (uint64_t row = lo; row < hi; row += kChunk) {  // the rows' embeddings, without Adagrad's state
-    const uint64_t n = std::min(kChunk, hi - row);
-    SLUICE_RETURN_IF_ERROR(ReadMemoryRows(row, n, held.data()));
-    for (uint64_t k = 0; k < n; ++k) std::memcpy(own.data() + (row - lo + k) * d, held.data() + k * layout_.row_bytes, d * 4);
+  std::vector<float> out(rows.size() * d);
+  constexpr uint64_t kRun = 1 << 14;
+  std::vector<std::byte> held;
+  for (size_t i = 0; i < rows.size();) {  // runs of consecutive rows, at most kRun at a time
+    size_t j = i + 1;
+    while (j < rows.size() && j - i < kRun && rows[j] == rows[j - 1] + 1) ++j;
+    held.resize((j - i) * layout_.row_bytes);
+    SLUICE_RETURN_IF_ERROR(ReadMemoryRows(rows[i], j - i, held.data()));
+    for (size_t k = i; k < j; ++k) std::memcpy(out.data() + k * d, held.data() + (k - i) * layout_.row_bytes, d * 4);
+    i = j;
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> rows, sharded_->GatherAll(own));
-  const int64_t n = static_cast<int64_t>(layout_.num_nodes());
-  torch::Tensor all = torch::empty({n, static_cast<int64_t>(d)});
-  float* out = all.data_ptr<float>();
-  for (uint64_t row = 0; row < layout_.num_rows(); ++row) {
-    const uint64_t blk = row / layout_.rows_per_block, v = layout_.bounds[blk] + row % layout_.rows_per_block;
-    if (v < layout_.bounds[blk + 1]) std::memcpy(out + v * d, rows.data() + row * d, d * 4);  // not a block's padding
+  return out;
+}
+
+Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
+  LpNodes nodes;
+  nodes.num_nodes = layout_.num_nodes();
+  const bool exact = ranker_->Exact(nodes.num_nodes);
+  if (exact) {
+    SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->EndsRead(split));
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->NodesRead(split, nodes.num_nodes));
   }
-  return all;
+  // The nodes rank q reads (sorted, distinct): the ids and, exact, the nodes it scores.
+  const auto nodes_of = [&](int q) {
+    if (!exact) return nodes.ids;
+    const auto [lo, hi] = ScoredNodes(q);
+    std::vector<int64_t> out;
+    out.reserve(nodes.ids.size() + (hi - lo));
+    const auto first = std::lower_bound(nodes.ids.begin(), nodes.ids.end(), static_cast<int64_t>(lo));
+    const auto last = std::lower_bound(first, nodes.ids.end(), static_cast<int64_t>(hi));
+    out.insert(out.end(), nodes.ids.begin(), first);
+    for (uint64_t v = lo; v < hi; ++v) out.push_back(static_cast<int64_t>(v));
+    out.insert(out.end(), last, nodes.ids.end());
+    return out;
+  };
+  const auto rows_of = [&](const std::vector<int64_t>& ids) {
+    std::vector<uint64_t> rows(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) rows[i] = layout_.row_of(ids[i]);
+    return rows;  // sorted: a node's row grows with its id
+  };
+  // This rank's rows the others read: out of core read first; in memory, from the table.
+  const auto [own_lo, own_hi] = OwnRows();
+  std::vector<uint64_t> own_rows;
+  std::vector<float> own_floats;
+  if (row_cached() && exact) {  // every node of the rank's rows is scored by some rank
+    for (uint64_t v = FirstNodeFrom(own_lo); v < FirstNodeFrom(own_hi); ++v) own_rows.push_back(layout_.row_of(static_cast<int64_t>(v)));
+  } else if (row_cached()) {  // every rank reads the same rows
+    for (const uint64_t row : rows_of(nodes.ids)) {
+      if (row >= own_lo && row < own_hi) own_rows.push_back(row);
+    }
+  }
+  if (row_cached()) {
+    SLUICE_ASSIGN_OR_RETURN(own_floats, ReadOwnEmbeddings(own_rows));
+  }
+  const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
+  const auto own_row = [&](uint64_t row) -> const float* {
+    if (!row_cached()) return reinterpret_cast<const float*>(memory_table_.data() + (row - own_lo) * layout_.row_bytes);
+    const auto it = std::lower_bound(own_rows.begin(), own_rows.end(), row);
+    return own_floats.data() + static_cast<uint64_t>(it - own_rows.begin()) * d;
+  };
+  const std::vector<int64_t> mine = nodes_of(dp_->rank());
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got,
+                          sharded_->Trade([&](int q) { return rows_of(nodes_of(q)); }, own_row, "the rows of an evaluation"));
+  own_floats = {};
+  nodes.rows = torch::empty({static_cast<int64_t>(nodes.ids.size()), static_cast<int64_t>(d)});
+  for (size_t i = 0; i < nodes.ids.size(); ++i) {  // the ends (or every row read) in their order
+    const auto at = static_cast<uint64_t>(std::lower_bound(mine.begin(), mine.end(), nodes.ids[i]) - mine.begin());
+    std::memcpy(nodes.rows.data_ptr<float>() + i * d, got.data() + at * d, d * 4);
+  }
+  if (exact) {  // the scored nodes: one run of `mine`, in a tensor of their own
+    std::tie(nodes.cand_lo, nodes.cand_hi) = ScoredNodes(dp_->rank());
+    const auto at = static_cast<uint64_t>(
+        std::lower_bound(mine.begin(), mine.end(), static_cast<int64_t>(nodes.cand_lo)) - mine.begin());
+    nodes.candidates = torch::empty({static_cast<int64_t>(nodes.cand_hi - nodes.cand_lo), static_cast<int64_t>(d)});
+    std::memcpy(nodes.candidates.data_ptr<float>(), got.data() + at * d, (nodes.cand_hi - nodes.cand_lo) * d * 4);
+    nodes.merge = [this](std::vector<LpQueryCount>& counts) { return MergeCounts(counts); };
+  }
+  return nodes;
+}
+
+Status LpTask::MergeCounts(std::vector<LpQueryCount>& counts) const {
+  static_assert(sizeof(LpQueryCount) % sizeof(float) == 0, "counts travel as floats");
+  const int world = dp_->world_size(), me = dp_->rank();
+  const uint64_t n = counts.size() * (sizeof(LpQueryCount) / sizeof(float));  // floats a rank sends each other
+  std::vector<float> send;
+  std::vector<uint64_t> send_counts(static_cast<size_t>(world), n), recv_counts(static_cast<size_t>(world), n);
+  send_counts[static_cast<size_t>(me)] = recv_counts[static_cast<size_t>(me)] = 0;
+  send.resize(static_cast<size_t>(world - 1) * n);
+  for (int q = 0; q < world - 1; ++q) std::memcpy(send.data() + static_cast<uint64_t>(q) * n, counts.data(), n * 4);
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "its ranking counts"));
+  std::vector<LpQueryCount> theirs(counts.size());
+  for (int q = 0; q < world - 1; ++q) {  // the others' counts, bit for bit as they were sent
+    std::memcpy(static_cast<void*>(theirs.data()), got.data() + static_cast<uint64_t>(q) * n, n * 4);
+    AddCounts(counts, theirs);
+  }
+  return Status::Ok();
 }
 
 Status LpTask::LoadSharded(const std::string& dir, bool into_memory) {
@@ -825,7 +929,6 @@ Status LpTask::Save(CheckpointWriter& writer) {
 }
 
 Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
-  if (across_processes()) return GatherEmbeddings();
   const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
   torch::Tensor all = torch::empty({n, d});
   float* out = all.data_ptr<float>();
@@ -888,7 +991,15 @@ LpEvalBytes LpTask::EvalBytes() const {
     if (training ? split == "valid" : split != "train") shape.ranked_edges = std::max(shape.ranked_edges, count);
   }
   shape.encoder = stepper_->encoder() != nullptr;
-  shape.all_rows = across_processes();  // gathered from every rank whatever the ranking
+  if (across_processes()) {  // NodesAcrossProcesses
+    shape.world = dp_->world_size();
+    for (int q = 0; q < shape.world; ++q) {
+      const auto [lo, hi] = ScoredNodes(q);
+      shape.scored_nodes = std::max(shape.scored_nodes, hi - lo);
+    }
+    const auto [own_lo, own_hi] = OwnRows();
+    if (row_cached()) shape.rows_sent = own_hi - own_lo;
+  }
   shape.transe = !factory_ && cfg_.model.decoder == Decoder::kTransE;
   shape.threads = tbb::this_task_arena::max_concurrency();
   LpEvalBytes e = EvalBytesFor(cfg_, shape);
@@ -946,7 +1057,9 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
   LpNodes nodes;
   nodes.num_nodes = layout_.num_nodes();
-  if (ranker_->Exact(nodes.num_nodes) || stepper_->encoder() != nullptr || across_processes()) {
+  if (across_processes()) {
+    SLUICE_ASSIGN_OR_RETURN(nodes, NodesAcrossProcesses(split));
+  } else if (ranker_->Exact(nodes.num_nodes) || stepper_->encoder() != nullptr) {
     SLUICE_ASSIGN_OR_RETURN(nodes.rows, AllNodeEmbeddings());
   } else {  // against sampled nodes: only the rows the ranking reads
     SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->NodesRead(split, nodes.num_nodes));

@@ -21,15 +21,15 @@ using testing::TempDir;
 
 constexpr int64_t kNodes = 300, kRelations = 3, kDim = 6;
 
-// A graph of kNodes nodes: 2000 training edges, 400 valid, 300 test; some (h, r) pairs with
+// A graph of `nodes` nodes: 2000 training edges, 400 valid, 300 test; some (h, r) pairs with
 // several true tails so the filter has work.
-Status WriteGraph(const std::string& dir) {
+Status WriteGraph(const std::string& dir, int64_t nodes) {
   std::mt19937_64 rng(7);
   Manifest m;
   m.task = TaskKind::kLinkPrediction;
-  m.num_nodes = kNodes;
+  m.num_nodes = static_cast<uint64_t>(nodes);
   m.num_relations = kRelations;
-  m.partition_bounds = {0, kNodes};
+  m.partition_bounds = {0, static_cast<uint64_t>(nodes)};
   SLUICE_ASSIGN_OR_RETURN(DatasetWriter w, DatasetWriter::Begin(dir, m));
   for (const auto& [split, count] : {std::pair<const char*, int>{"train", 2000}, {"valid", 400}, {"test", 300}}) {
     std::vector<int64_t> src, rel, dst;
@@ -37,7 +37,7 @@ Status WriteGraph(const std::string& dir) {
       // Heads from a small set: their (h, r) keys repeat across edges and splits.
       src.push_back(static_cast<int64_t>(rng() % 40));
       rel.push_back(static_cast<int64_t>(rng() % kRelations));
-      dst.push_back(static_cast<int64_t>(rng() % kNodes));
+      dst.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(nodes)));
     }
     const std::string s = split;
     const std::vector<uint64_t> shape = {static_cast<uint64_t>(count)};
@@ -56,21 +56,27 @@ Status WriteGraph(const std::string& dir) {
 class LpEvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const Status written = WriteGraph(dir_.File("g"));
+    const Status written = WriteGraph(dir_.File("g"), Nodes());
     ASSERT_TRUE(written.ok()) << written.ToString();
     auto ds = Dataset::Open(dir_.File("g"));
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     dataset_ = std::make_unique<Dataset>(std::move(ds).value());
     torch::manual_seed(5);
-    nodes_ = torch::randn({kNodes, kDim});
+    nodes_ = torch::randn({Nodes(), kDim});
     relations_ = torch::randn({kRelations, kDim});
     cfg_.model.decoder = Decoder::kDistMult;
     cfg_.model.dim = kDim;
   }
+  virtual int64_t Nodes() const { return kNodes; }
   Result<LpMetrics> Rank(const std::string& split, const LpNodes& nodes) {
     LpRanker ranker(*dataset_, cfg_, kRelations);
     DecoderScorer scorer(decoder_, relations_);
     return ranker.Rank(split, scorer, nodes);
+  }
+  static LpNodes Every(const torch::Tensor& rows, std::vector<int64_t> ids, uint64_t num_nodes) {
+    LpNodes n;
+    n.rows = rows, n.ids = std::move(ids), n.num_nodes = num_nodes;
+    return n;
   }
 
   TempDir dir_;
@@ -96,7 +102,7 @@ std::set<std::tuple<int64_t, int64_t, int64_t>> AllEdges(const Dataset& d) {
 // dataset's edges: each query's rank among the nodes that are not another true answer (more
 // than 256 queries: the score block is reused across query blocks).
 TEST_F(LpEvalTest, TheFilteredExactRankingIsTheBruteForceOne) {
-  auto m = Rank("valid", LpNodes{nodes_, {}, kNodes});
+  auto m = Rank("valid", Every(nodes_, {}, kNodes));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_TRUE(m->exact && m->filtered);
   ASSERT_EQ(m->edges, 400u);
@@ -142,8 +148,8 @@ TEST_F(LpEvalTest, ASampledRankingFromTheRowsItReadsEqualsTheOneFromEveryRow) {
       EXPECT_LE(ids->size(), 2 * max_edges + 40);
     }
     const torch::Tensor rows = nodes_.index_select(0, torch::tensor(*ids));
-    auto from_all = Rank("test", LpNodes{nodes_, {}, kNodes});
-    auto from_read = Rank("test", LpNodes{rows, *ids, kNodes});
+    auto from_all = Rank("test", Every(nodes_, {}, kNodes));
+    auto from_read = Rank("test", Every(rows, *ids, kNodes));
     ASSERT_TRUE(from_all.ok() && from_read.ok()) << from_read.status().ToString();
     EXPECT_FALSE(from_read->exact || from_read->filtered);
     EXPECT_EQ(from_read->edges, max_edges > 0 ? max_edges : 300u);
@@ -153,15 +159,82 @@ TEST_F(LpEvalTest, ASampledRankingFromTheRowsItReadsEqualsTheOneFromEveryRow) {
     EXPECT_GT(from_read->mrr, 0);
     // A row it needs that was not read is an error, not a wrong rank.
     std::vector<int64_t> fewer(ids->begin() + 1, ids->end());
-    auto missing = Rank("test", LpNodes{rows.narrow(0, 1, rows.size(0) - 1), fewer, kNodes});
+    auto missing = Rank("test", Every(rows.narrow(0, 1, rows.size(0) - 1), fewer, kNodes));
     ASSERT_FALSE(missing.ok());
     EXPECT_NE(missing.status().message().find("was not read for the ranking"), std::string::npos);
   }
 }
 
+// An exact ranking cut into parts at whole tiles, as processes rank it (LpNodes::merge): each
+// part scores every query against its nodes alone, the parts' counts are added, and every part
+// then holds the ranking of the whole bit for bit: filtered and not (the filter's answers and
+// the query's own entity fall in every part), DistMult and TransE, a part with no nodes.
+class LpEvalInPartsTest : public LpEvalTest {
+ protected:
+  int64_t Nodes() const override { return 2600; }
+};
+
+TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
+  const auto n = static_cast<uint64_t>(Nodes());
+  const std::vector<std::vector<uint64_t>> cuts = {{0, 1024, 2048, n}, {0, 0, 2048, n}, {0, 1024, n}};
+  double own_top = 0;
+  for (const Decoder kind : {Decoder::kDistMult, Decoder::kTransE}) {
+    decoder_ = LpDecoder(kind);
+    for (const bool filtered : {true, false}) {
+      cfg_.eval.filtered = filtered;
+      auto whole = Rank("valid", Every(nodes_, {}, n));
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      ASSERT_TRUE(whole->exact);
+      own_top += whole->own_top;
+      LpRanker ranker(*dataset_, cfg_, kRelations);
+      auto ends = ranker.EndsRead("valid");
+      ASSERT_TRUE(ends.ok()) << ends.status().ToString();
+      const torch::Tensor rows = nodes_.index_select(0, torch::tensor(*ends));
+      for (const std::vector<uint64_t>& cut : cuts) {
+        const size_t parts = cut.size() - 1;
+        // Two passes: each part's counts of both sides recorded, then each part ranked with the
+        // other parts' counts added.
+        std::vector<std::vector<std::vector<LpQueryCount>>> recorded(parts);
+        for (const int pass : {0, 1}) {
+          for (size_t k = 0; k < parts; ++k) {
+            LpNodes part = Every(rows, *ends, n);
+            part.cand_lo = cut[k], part.cand_hi = cut[k + 1];
+            part.candidates = nodes_.slice(0, static_cast<int64_t>(cut[k]), static_cast<int64_t>(cut[k + 1])).clone();
+            size_t side = 0;
+            part.merge = [&](std::vector<LpQueryCount>& counts) {
+              if (pass == 0) recorded[k].push_back(counts);
+              for (size_t j = 0; pass == 1 && j < parts; ++j) {
+                if (j != k) AddCounts(counts, recorded[j][side]);
+              }
+              ++side;
+              return Status::Ok();
+            };
+            auto m = Rank("valid", part);
+            ASSERT_TRUE(m.ok()) << m.status().ToString();
+            ASSERT_EQ(side, 2u);
+            if (pass == 1) {
+              EXPECT_EQ(m->ToJson(), whole->ToJson()) << EnumName(kind) << " filtered " << filtered << " part " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(own_top, 0) << "no query's own entity came first: the check of its score proves nothing";
+  // A part that does not start at a tile is a bug, not another ranking.
+  LpRanker ranker(*dataset_, cfg_, kRelations);
+  LpNodes part = Every(nodes_, {}, n);
+  part.cand_lo = 100, part.cand_hi = 200;
+  part.candidates = nodes_.slice(0, 100, 200);
+  part.merge = [](std::vector<LpQueryCount>&) { return Status::Ok(); };
+  auto m = Rank("valid", part);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("not whole tiles"), std::string::npos) << m.status().ToString();
+}
+
 // The plan's share: an exact filtered ranking keeps 32 bytes an edge of every split and reads
-// every node's row and a block of scores against every node; a sampled one keeps nothing and
-// does not grow with the graph.
+// every node's row and a block of scores against a chunk of the nodes; a sampled one keeps
+// nothing and does not grow with the graph.
 TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItReads) {
   LpConfig cfg;
   LpEvalShape shape;
@@ -169,7 +242,8 @@ TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItRea
   shape.all_edges = 10'000'000, shape.largest_split = 9'000'000, shape.ranked_edges = 500'000;
   const LpEvalBytes exact = EvalBytesFor(cfg, shape);
   EXPECT_EQ(exact.kept, 32 * shape.all_edges);
-  EXPECT_GE(exact.transient, shape.num_nodes * 400 + 256 * shape.num_nodes * 4 + 24 * shape.largest_split);
+  EXPECT_GE(exact.transient, shape.num_nodes * 400 + 256 * 65536 * 4 + 24 * shape.largest_split);
+  EXPECT_LT(exact.transient, shape.num_nodes * 400 + 256 * shape.num_nodes * 4);  // not every node's scores
   cfg.eval.filtered = false;
   EXPECT_EQ(EvalBytesFor(cfg, shape).kept, 0u);
   EXPECT_LT(EvalBytesFor(cfg, shape).transient, exact.transient);
@@ -182,6 +256,31 @@ TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItRea
   EXPECT_EQ(EvalBytesFor(cfg, shape).transient, sampled.transient);
   shape.encoder = true;  // an encoder reads every row twice over
   EXPECT_GE(EvalBytesFor(cfg, shape).transient, 2 * shape.num_nodes * 400);
+}
+
+// Across processes an exact ranking holds this process's scored nodes, not every node: its
+// rows shrink with the world size; the block of scores, the ends, the counts and the others'
+// counts are still counted.
+TEST(LpEvalBytesTest, AcrossProcessesAnExactRankingCountsItsShareOfTheNodes) {
+  LpConfig cfg;
+  LpEvalShape shape;
+  shape.num_nodes = 1'000'000, shape.dim = 100;
+  shape.all_edges = 10'000'000, shape.largest_split = 9'000'000, shape.ranked_edges = 20'000;
+  uint64_t before = EvalBytesFor(cfg, shape).transient;
+  for (const int world : {2, 4}) {
+    shape.world = world;
+    shape.scored_nodes = shape.num_nodes / static_cast<uint64_t>(world) + 1024;
+    const LpEvalBytes e = EvalBytesFor(cfg, shape);
+    EXPECT_EQ(e.kept, 32 * shape.all_edges);  // every process filters every query
+    // Its nodes' rows (received, then a tensor) and a block of 256 queries' scores against them,
+    // the ranked edges' ends, each side's counts and the others' counts.
+    EXPECT_GE(e.transient, 2 * shape.scored_nodes * 400 + 256 * 65536 * 4 + 2 * shape.ranked_edges * 400 +
+                               2 * shape.ranked_edges * 28 + 2 * uint64_t(world - 1) * shape.ranked_edges * 24);
+    EXPECT_LT(e.transient, before);
+    before = e.transient;
+  }
+  shape.rows_sent = 250'000;  // out of core: its own rows read to send
+  EXPECT_GE(EvalBytesFor(cfg, shape).transient, before + 250'000 * 400);
 }
 
 }  // namespace

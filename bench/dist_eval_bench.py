@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Link-prediction evaluation across local processes (docs/distributed.md): what each rank holds
+and how long a validation takes at 1, 2 and 3 ranks. A generated community graph (--nodes,
+DistMult with reciprocal relations, --dim floats a row, Adagrad), a few training steps, then one
+validation of --max-edges edges ranked against every node (filtered), or with --ranking sampled
+against eval.sampled_negatives sampled nodes. Rank 0's summary gives the evaluation's seconds
+and the run's peak RSS (the training steps are few, so the validation sets the peak); every
+world size must report the one-process MRR to the last digit. With --before BIN the same runs of
+another build, interleaved, in the same rounds.
+
+  /usr/bin/python3 bench/dist_eval_bench.py [--nodes 1000000] [--dim 64] [--ranks 1,2,3]
+                                            [--rounds 3] [--ranking exact|sampled]
+                                            [--before /tmp/before/sluice]
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PY = sys.executable
+sys.path.insert(0, str(ROOT / "bench"))
+from dist_bench import make_lp_data  # noqa: E402  the same generated community graph, another size
+
+
+def config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
+    exact = 2**62 if args.ranking == "exact" else 1000
+    cfg = tmp / "eval.yaml"
+    cfg.write_text(f"dataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\ncheckpoint_every: 0\n"
+                   f"model: {{decoder: distmult, dim: {args.dim}, reciprocal: true}}\n"
+                   "train: {epochs: 1, max_steps: 5, batch: 10000, chunks: 10, negatives: 100, lr: 0.1, "
+                   "schedule: shuffle, seed: 1, virtual_shards: 6}\n"
+                   f"eval: {{every: 1, max_edges: {args.max_edges}, exact_max_nodes: {exact}, sampled_negatives: 10000}}\n"
+                   "storage: {mode: in_memory}\ndist: {interface: lo, op_timeout: 1200}\n")
+    return cfg
+
+
+def run(binary: str, cfg: pathlib.Path, n: int, run_dir: pathlib.Path) -> dict:
+    sets = ["--set", f"run_dir={run_dir}"]
+    if n == 1:
+        cmd = [binary, "train", str(cfg)] + sets
+    else:
+        cmd = [PY, str(ROOT / "scripts/sluice_launch.py"), "-n", str(n), "--", binary, "train", str(cfg)] + sets
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_eval_bench: {n} ranks failed: {out.stderr.strip()[-2000:]}")
+    s = json.loads((run_dir / "summary.json").read_text())
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {"eval_s": s["eval_s"], "rss_mib": s["peak_rss_bytes"] / 2**20, "mrr": metrics[-1]["valid"]["mrr"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--edges", type=int, default=4_000_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--max-edges", type=int, default=1000, help="validation edges ranked (eval.max_edges)")
+    p.add_argument("--ranks", default="1,2,3")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ranking", choices=["exact", "sampled"], default="exact")
+    p.add_argument("--bin", default=str(ROOT / "build/release/train/sluice"))
+    p.add_argument("--before", default="", help="another build to run beside --bin")
+    args = p.parse_args()
+    builds = [("this build", args.bin)] + ([("before", args.before)] if args.before else [])
+    ranks = [int(x) for x in args.ranks.split(",")]
+    with tempfile.TemporaryDirectory(prefix="dist-eval-", dir=ROOT / "build") as t:
+        tmp = pathlib.Path(t)
+        make_lp_data(tmp / "ds", args.nodes, args.edges)
+        cfg = config(tmp, tmp / "ds", args)
+        results: dict = {}
+        for r in range(args.rounds):
+            for name, binary in builds:
+                for n in ranks:
+                    m = run(binary, cfg, n, tmp / f"run-{r}-{name.replace(' ', '-')}-{n}")
+                    results.setdefault((name, n), []).append(m)
+                    print(f"round {r + 1}: {name}, {n} ranks: {m}", file=sys.stderr, flush=True)
+    # Within a build every world size must rank as one process does (builds may differ).
+    same = all(len({m["mrr"] for (b, _), ms in results.items() if b == name for m in ms}) == 1 for name, _ in builds)
+    table_mib = args.nodes * args.dim * 8 / 2**20
+    print(f"{args.nodes:,} nodes, dim {args.dim} (node table {table_mib:.0f} MiB with Adagrad's state, "
+          f"embeddings {table_mib / 2:.0f} MiB), {args.ranking} ranking of {args.max_edges} edges; "
+          f"medians of {args.rounds} rounds; MRR {'the same at every world size' if same else 'DIFFERS between world sizes'}\n")
+    print("| build | ranks | validation s | peak RSS MiB (rank 0) | MRR |\n|---|---:|---:|---:|---:|")
+    for (name, n), ms in results.items():
+        med = {k: statistics.median(m[k] for m in ms) for k in ("eval_s", "rss_mib")}
+        print(f"| {name} | {n} | {med['eval_s']:.2f} | {med['rss_mib']:.0f} | {ms[0]['mrr']:.4f} |")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
