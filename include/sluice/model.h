@@ -33,7 +33,8 @@
 //     candidates [c, d]; ids["relation"] [b]; sizes["corrupt_head"] 0 scores the candidates as
 //     tails of (anchor, relation, ?), 1 as heads of (?, relation, anchor) (never 1 with
 //     model.reciprocal: head queries become tail queries of relation r + relations / 2).
-//     Returns [b, c] scores, higher meaning more plausible.
+//     Returns [b, c] scores, higher meaning more plausible. Candidates come in chunks of at
+//     most 65,536 (a score must not depend on the call's other candidates).
 //
 // Thread safety: a model is used by one thread at a time (the compute thread); it may run
 // data-parallel work on the TBB pool and libtorch's intra-op threads.

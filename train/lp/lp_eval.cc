@@ -151,10 +151,17 @@ Status DecoderScorer::Score(const torch::Tensor& anchors, const torch::Tensor& r
     const int64_t lo = task / tiles * kRows, m = std::min(b, lo + kRows) - lo;
     const int64_t at = task % tiles * kTile, w = std::min(c, at + kTile) - at;
     torch::Tensor out = scores.narrow(0, lo, m).narrow(1, at, w);
-    if (bilinear) {
+    if (!bilinear) {
+      out.copy_(decoder_.ScoreAll(q.narrow(0, lo, m), candidates.narrow(0, at, w)));
+    } else if (c > 1) {
       torch::mm_out(out, q.narrow(0, lo, m), cand_t.narrow(1, at, w));
     } else {
-      out.copy_(decoder_.ScoreAll(q.narrow(0, lo, m), candidates.narrow(0, at, w)));
+      // The BLAS call libtorch makes depends on the output's strides: a block one candidate
+      // wide scores into a wider one, as every other block does.
+      torch::Tensor wide = torch::empty({m, 2}, q.options());
+      torch::Tensor one = wide.narrow(1, 0, 1);
+      torch::mm_out(one, q.narrow(0, lo, m), cand_t.narrow(1, at, w));
+      out.copy_(one);
     }
   });
   return Status::Ok();
@@ -193,13 +200,13 @@ Status ModelScorer::Score(const torch::Tensor& anchors, const torch::Tensor& rel
 }
 
 void LpRanker::Count(const torch::Tensor& true_score, torch::Tensor& scores, const Known& known,
-                     const LpMetrics& m, const int64_t* anchors, uint64_t c0, LpQueryCount* counts,
-                     float* truth_out) const {
+                     const LpMetrics& m, const int64_t* anchors, uint64_t c0, bool first, LpQueryCount* counts,
+                     float* truth) const {
   scores = scores.to(torch::kFloat32).contiguous();
-  const torch::Tensor truth = true_score.to(torch::kFloat32).contiguous();
+  const torch::Tensor this_truth = true_score.to(torch::kFloat32).contiguous();
   const int64_t b = scores.size(0), c = scores.size(1);
   float* s = scores.data_ptr<float>();
-  const float* t = truth.data_ptr<float>();
+  const float* t = this_truth.data_ptr<float>();
   const auto c_end = c0 + static_cast<uint64_t>(c);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, b, 4), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t i = r.begin(); i < r.end(); ++i) {
@@ -210,8 +217,8 @@ void LpRanker::Count(const torch::Tensor& true_score, torch::Tensor& scores, con
           if (v >= c0 && v < c_end) row[v - c0] = -std::numeric_limits<float>::infinity();
         }
       }
-      const float ti = t[i];
-      truth_out[i] = ti;
+      if (first) truth[i] = t[i];  // later chunks count against the first chunk's true score
+      const float ti = truth[i];
       LpQueryCount& k = counts[i];  // added to: the counts of the chunks before
       for (int64_t j = 0; j < c; ++j) {
         k.greater += row[j] > ti;
@@ -273,33 +280,50 @@ Result<std::vector<int64_t>> LpRanker::NodesRead(const std::string& split, uint6
   return ids;
 }
 
-Status LpRanker::CountBlock(LpScorer& scorer, const SideBlock& side, const torch::Tensor& candidates,
-                            uint64_t c0, const LpMetrics& m, torch::Tensor& block) const {
-  const int64_t c = candidates.size(0), b = side.anchors.size(0);
+Status LpRanker::CountChunk(LpScorer& scorer, Ranked& e, const torch::Tensor& rows, const torch::Tensor& chunk,
+                            uint64_t c0, bool first, const LpMetrics& m, torch::Tensor& block) const {
+  const int64_t w = chunk.size(0);
   torch::Tensor true_score;
-  // A chunk at a time, at least once: a process with no candidates still scores the truths.
-  for (int64_t at = 0; at == 0 || at < c; at += kChunk) {
-    const int64_t w = std::min(kChunk, c - at);
+  const auto count = [&](const SideBlock& side, int64_t b) -> Status {
     torch::Tensor scores = block.narrow(0, 0, b * w).view({b, w});
-    SLUICE_RETURN_IF_ERROR(scorer.Score(side.anchors, side.rel, side.corrupt_head, side.truth,
-                                        candidates.narrow(0, at, w), true_score, scores));
-    Count(true_score, scores, *side.known, m, side.anchor_ids, c0 + static_cast<uint64_t>(at), side.counts,
-          side.truth_out);
+    SLUICE_RETURN_IF_ERROR(
+        scorer.Score(side.anchors, side.rel, side.corrupt_head, side.truth, chunk, true_score, scores));
+    Count(true_score, scores, *side.known, m, side.anchor_ids, c0, first, side.counts, side.truth_out);
+    return Status::Ok();
+  };
+  for (uint64_t lo = 0; lo < e.n; lo += kQueries) {
+    const auto b = static_cast<int64_t>(std::min<uint64_t>(e.n, lo + kQueries) - lo);
+    torch::Tensor hs = torch::from_blob(e.src_rows.data() + lo, {b}, torch::kInt64);
+    torch::Tensor ts = torch::from_blob(e.dst_rows.data() + lo, {b}, torch::kInt64);
+    torch::Tensor rs = torch::from_blob(e.rel.data() + lo, {b}, torch::kInt64);
+    torch::Tensor h = rows.index_select(0, hs), t = rows.index_select(0, ts);
+    const Known none(static_cast<size_t>(b));
+    const Known known_tails = m.filtered ? KnownOf(true, e.src, e.rel, lo, b) : none;
+    const Known known_heads = m.filtered ? KnownOf(false, e.dst, e.rel, lo, b) : none;
+    // Tails of (h, r, ?); heads of (?, r, t): the reciprocal relation's tails, or the head query.
+    SLUICE_RETURN_IF_ERROR(count({h, rs, t, false, &known_tails, e.src.data() + lo, e.tails.data() + lo,
+                                  e.tails_truth.data() + lo}, b));
+    const bool reciprocal = cfg_.model.reciprocal;
+    SLUICE_RETURN_IF_ERROR(count({t, reciprocal ? rs + static_cast<int64_t>(base_relations_) : rs, h, !reciprocal,
+                                  &known_heads, e.dst.data() + lo, e.heads.data() + lo, e.heads_truth.data() + lo}, b));
   }
   return Status::Ok();
 }
 
 Status LpRanker::CheckNodes(const LpNodes& nodes, const LpMetrics& m) const {
   if (nodes.merge) {  // split across processes
-    const bool fits = m.exact && (nodes.cand_lo % kTile == 0 || nodes.cand_lo == nodes.cand_hi) && nodes.cand_lo <= nodes.cand_hi &&
-                      nodes.cand_hi <= nodes.num_nodes && nodes.candidates.defined() &&
-                      static_cast<uint64_t>(nodes.candidates.size(0)) == nodes.cand_hi - nodes.cand_lo;
+    const auto tiled = [&](uint64_t v) { return v % kTile == 0 || v == nodes.num_nodes; };
+    const bool fits = m.exact && (tiled(nodes.cand_lo) || nodes.cand_lo == nodes.cand_hi) && tiled(nodes.cand_hi) &&
+                      nodes.cand_lo <= nodes.cand_hi &&
+                      nodes.cand_hi <= nodes.num_nodes &&
+                      (nodes.read || (nodes.candidates.defined() &&
+                                      static_cast<uint64_t>(nodes.candidates.size(0)) == nodes.cand_hi - nodes.cand_lo));
     if (!fits) {
       return FailedPrecondition("a ranking across processes scores nodes " + std::to_string(nodes.cand_lo) + " to " +
                                 std::to_string(nodes.cand_hi) + " of " + std::to_string(nodes.num_nodes) +
                                 ", not whole tiles of an exact ranking (a bug)");
     }
-  } else if (m.exact && !nodes.ids.empty()) {
+  } else if (m.exact && !nodes.ids.empty() && !nodes.read) {
     return InvalidArgument("an exact ranking reads every node's row, not " + std::to_string(nodes.ids.size()) + " of them");
   }
   return Status::Ok();
@@ -307,19 +331,17 @@ Status LpRanker::CheckNodes(const LpNodes& nodes, const LpMetrics& m) const {
 
 Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, const LpNodes& nodes) {
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> src, rel, dst;
-  SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, src, rel, dst));
+  Ranked e;
+  SLUICE_RETURN_IF_ERROR(LoadEdges(dataset_, split, e.src, e.rel, e.dst));
   LpMetrics m;
   const uint64_t num_nodes = nodes.num_nodes;
   m.exact = Exact(num_nodes);
   SLUICE_RETURN_IF_ERROR(CheckNodes(nodes, m));
   m.filtered = cfg_.eval.filtered && m.exact;
   if (m.filtered) SLUICE_RETURN_IF_ERROR(BuildFilter());
-  const uint64_t n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(src.size(), cfg_.eval.max_edges)
-                                             : src.size();
-  m.edges = n;
+  e.n = cfg_.eval.max_edges > 0 ? std::min<uint64_t>(e.src.size(), cfg_.eval.max_edges) : e.src.size();
+  m.edges = e.n;
   // Node ids as rows of nodes.rows: themselves, or their place among nodes.ids.
-  std::vector<int64_t> src_rows, dst_rows;
   const auto rows_of = [&](const std::vector<int64_t>& ids, uint64_t count) -> Result<std::vector<int64_t>> {
     std::vector<int64_t> out(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count));
     if (nodes.ids.empty()) return out;
@@ -330,47 +352,44 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, con
     }
     return out;
   };
-  SLUICE_ASSIGN_OR_RETURN(src_rows, rows_of(src, n));
-  SLUICE_ASSIGN_OR_RETURN(dst_rows, rows_of(dst, n));
+  SLUICE_ASSIGN_OR_RETURN(e.src_rows, rows_of(e.src, e.n));
+  SLUICE_ASSIGN_OR_RETURN(e.dst_rows, rows_of(e.dst, e.n));
+  // The candidates: every node's row, or this process's share (merge: nodes cand_lo on), read a
+  // chunk at a time (read) or in memory; or the sampled nodes'.
   torch::Tensor candidates = nodes.merge ? nodes.candidates : nodes.rows;
   const uint64_t c0 = nodes.merge ? nodes.cand_lo : 0;
+  const bool reading = m.exact && nodes.read;
+  int64_t c = !reading ? candidates.size(0)
+                       : static_cast<int64_t>(nodes.merge ? nodes.cand_hi - nodes.cand_lo : num_nodes);
   if (!m.exact) {
     SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, rows_of(SampledCandidates(num_nodes), cfg_.eval.sampled_negatives));
     candidates = nodes.rows.index_select(0, torch::tensor(ids));
+    c = candidates.size(0);
   }
-  // Each side's queries counted against the candidates, then ranked once every process's
-  // counts are in.
-  std::vector<LpQueryCount> tails(n), heads(n);
-  std::vector<float> tails_truth(n), heads_truth(n);
-  // One block of scores for every query block and chunk of candidates (a fresh one each time
-  // left the heap's free blocks too fragmented to reuse: the resident set grew by two blocks per
-  // query block).
-  torch::Tensor block = torch::empty({std::min<int64_t>(kQueries, static_cast<int64_t>(n)) *
-                                      std::min<int64_t>(kChunk, candidates.size(0))});
-  for (uint64_t lo = 0; lo < n; lo += kQueries) {
-    const auto b = static_cast<int64_t>(std::min<uint64_t>(n, lo + kQueries) - lo);
-    torch::Tensor hs = torch::from_blob(src_rows.data() + lo, {b}, torch::kInt64);
-    torch::Tensor ts = torch::from_blob(dst_rows.data() + lo, {b}, torch::kInt64);
-    torch::Tensor rs = torch::from_blob(rel.data() + lo, {b}, torch::kInt64);
-    torch::Tensor h = nodes.rows.index_select(0, hs), t = nodes.rows.index_select(0, ts);
-    const Known none(static_cast<size_t>(b));
-    const Known known_tails = m.filtered ? KnownOf(true, src, rel, lo, b) : none;
-    const Known known_heads = m.filtered ? KnownOf(false, dst, rel, lo, b) : none;
-    // Tails of (h, r, ?); heads of (?, r, t): the reciprocal relation's tails, or the head query.
-    const SideBlock tail_side{h, rs, t, false, &known_tails, src.data() + lo, tails.data() + lo, tails_truth.data() + lo};
-    SLUICE_RETURN_IF_ERROR(CountBlock(scorer, tail_side, candidates, c0, m, block));
-    const bool reciprocal = cfg_.model.reciprocal;
-    const SideBlock head_side{t, reciprocal ? rs + static_cast<int64_t>(base_relations_) : rs, h, !reciprocal,
-                              &known_heads, dst.data() + lo, heads.data() + lo, heads_truth.data() + lo};
-    SLUICE_RETURN_IF_ERROR(CountBlock(scorer, head_side, candidates, c0, m, block));
+  // Each side's queries counted against the candidates, a chunk of candidates at a time, then
+  // ranked once every chunk's and every process's counts are in.
+  e.tails.resize(e.n), e.heads.resize(e.n), e.tails_truth.resize(e.n), e.heads_truth.resize(e.n);
+  // One block of scores for every query block and chunk (a fresh one each time left the heap's
+  // free blocks too fragmented to reuse: the resident set grew by two blocks per query block).
+  torch::Tensor block = torch::empty({std::min<int64_t>(kQueries, static_cast<int64_t>(e.n)) * std::min(kChunk, c)});
+  torch::Tensor chunk;
+  // A chunk at a time, at least once: a process with no candidates still scores the truths.
+  for (int64_t at = 0; at == 0 || at < c; at += kChunk) {
+    const int64_t w = std::min(kChunk, c - at);
+    if (reading) {
+      SLUICE_RETURN_IF_ERROR(nodes.read(c0 + static_cast<uint64_t>(at), static_cast<uint64_t>(w), chunk));
+    } else {
+      chunk = candidates.narrow(0, at, w);
+    }
+    SLUICE_RETURN_IF_ERROR(CountChunk(scorer, e, nodes.rows, chunk, c0 + static_cast<uint64_t>(at), at == 0, m, block));
   }
   if (nodes.merge) {
-    SLUICE_RETURN_IF_ERROR(nodes.merge(tails));
-    SLUICE_RETURN_IF_ERROR(nodes.merge(heads));
+    SLUICE_RETURN_IF_ERROR(nodes.merge(e.tails));
+    SLUICE_RETURN_IF_ERROR(nodes.merge(e.heads));
   }
   Sums tail_sums, head_sums;
-  Finish(tails, tails_truth, m, tail_sums);
-  Finish(heads, heads_truth, m, head_sums);
+  Finish(e.tails, e.tails_truth, m, tail_sums);
+  Finish(e.heads, e.heads_truth, m, head_sums);
   m.tails = tail_sums.Metrics();
   m.heads = head_sums.Metrics();
   Sums both = tail_sums;
@@ -393,19 +412,25 @@ LpEvalBytes EvalBytesFor(const LpConfig& config, const LpEvalShape& shape) {
   // Across processes, the nodes this process scores: its share of an exact ranking (LpNodes).
   const bool split_up = shape.world > 1;
   const uint64_t scored = split_up && exact ? shape.scored_nodes : candidates;
-  // The rows read: every node's (twice when encoded: the table and its encoding), or the ranked
-  // edges' ends and the sampled candidates (their ids, their rows, the candidates' copy).
-  // Across processes: the ends and the scored nodes (their rows and ids); while they are
-  // gathered, before the ranking, also the floats received, the rows this process read to send
-  // (out of core) and its sends (its share of the ends and a tile of candidates, to each other).
+  // The rows read: every node's twice when encoded (the table and its encoding), else the ranked
+  // edges' ends and a chunk of nodes at a time, or the sampled candidates (their ids, their rows,
+  // the candidates' copy).
+  // Across processes: the ends and the borrowed nodes (at most a tile: LpTask), then a chunk of
+  // its own at a time, or the sampled candidates; while they are gathered, before the ranking,
+  // also the floats received, the rows this process read to send (out of core: the others'
+  // ends and borrowed nodes it owns) and its sends.
   uint64_t rows = 0, gathering = 0;
   if (split_up) {
-    const uint64_t got = 2 * ranked + (exact ? scored : candidates);
-    rows = got * (row + 8) + (exact ? 0 : candidates * row);
-    gathering = got * row + shape.rows_sent * (row + 8) +
-                uint64_t(shape.world - 1) * (2 * ranked / uint64_t(shape.world) + LpRanker::kTile) * row;
-  } else if (exact || shape.encoder) {
-    rows = shape.num_nodes * row * (shape.encoder ? 2 : 1);
+    const uint64_t got = 2 * ranked + (exact ? LpRanker::kTile : candidates);
+    const uint64_t sent = std::min(shape.own_rows, 2 * ranked + uint64_t(shape.world) * LpRanker::kTile);
+    rows = got * (row + 8) + (exact ? std::min<uint64_t>(scored, LpRanker::kChunk) * 3 * row : candidates * row);
+    // Its sends: the ends it owns (at most its share of the nodes) and a tile, to each other.
+    gathering = got * row + sent * (row + 8) +
+                uint64_t(shape.world - 1) * (std::min(2 * ranked, scored) + LpRanker::kTile) * row;
+  } else if (shape.encoder) {
+    rows = shape.num_nodes * row * 2;
+  } else if (exact) {  // the ends, then a chunk of nodes at a time (its rows as read, with their state)
+    rows = 2 * ranked * (row + 8) + std::min<uint64_t>(shape.num_nodes, LpRanker::kChunk) * 3 * row;
   } else {
     rows = (2 * ranked + candidates) * (row + 8) + candidates * row;
   }

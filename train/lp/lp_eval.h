@@ -99,10 +99,11 @@ void AddCounts(std::vector<LpQueryCount>& into, std::span<const LpQueryCount> ot
 // sampled nodes reads (LpRanker::NodesRead).
 //
 // An exact ranking across processes (`merge` set): each process scores every query against
-// `candidates`, the rows of nodes [cand_lo, cand_hi) (cand_lo a multiple of LpRanker::kTile,
-// so every candidate is scored in the same tile as in one process), `rows` holds the ranked
-// edges' ends (LpRanker::EndsRead), and `merge` adds every process's counts of each query
-// (LpQueryCount) in place. Every process then holds the ranking of one process.
+// the nodes [cand_lo, cand_hi) (cand_lo a multiple of LpRanker::kTile, so every candidate is
+// scored in the same tile as in one process), their rows in `candidates` or from `read`,
+// `rows` holds the ranked edges' ends (LpRanker::EndsRead), and `merge` adds every process's
+// counts of each query (LpQueryCount) in place. Every process then holds the ranking of one
+// process.
 struct LpNodes {
   torch::Tensor rows;         // [n or ids.size(), d]
   std::vector<int64_t> ids;   // empty: every node
@@ -110,6 +111,10 @@ struct LpNodes {
   torch::Tensor candidates;   // with merge: [cand_hi - cand_lo, d]
   uint64_t cand_lo = 0, cand_hi = 0;
   std::function<Status(std::vector<LpQueryCount>&)> merge;
+  // An exact ranking without every candidate's row in memory (`read` set): `rows` holds the
+  // ranked edges' ends (`ids`, LpRanker::EndsRead) and `read(first, n, out)` puts the rows of
+  // nodes [first, first + n) in `out` [n, d], a chunk of candidates at a time.
+  std::function<Status(uint64_t, uint64_t, torch::Tensor&)> read;
 };
 
 // What an evaluation holds, for the memory plan: `kept` from the first ranking on (the
@@ -123,10 +128,10 @@ struct LpEvalShape {
   uint64_t all_edges = 0;       // of every split (the filter)
   uint64_t largest_split = 0;   // edges of the largest split read at once
   uint64_t ranked_edges = 0;    // of the largest split evaluated (before eval.max_edges)
-  // Across processes: the most nodes one process scores in an exact ranking (LpNodes), the
-  // rows it reads to send the others (out of core; in memory they are sent from the table),
-  // and the world size (each process receives the others' counts).
-  uint64_t scored_nodes = 0, rows_sent = 0;
+  // Across processes: the most nodes one process scores in an exact ranking (LpNodes), its
+  // rows out of core (it reads those the others receive; in memory they are sent from the
+  // table), and the world size (each process receives the others' counts).
+  uint64_t scored_nodes = 0, own_rows = 0;
   int world = 1;
   bool encoder = false;         // every node's rows encoded: twice the table
   bool transe = false;          // TransE's distances take temporaries per scoring thread
@@ -188,19 +193,29 @@ class LpRanker {
     LpQueryCount* counts = nullptr;
     float* truth_out = nullptr;
   };
-  // Scores a side against the candidates (nodes c0 on) a chunk at a time in `block` (at least
-  // b * min(kChunk, candidates) floats) and adds each chunk's counts (Count).
-  Status CountBlock(LpScorer& scorer, const SideBlock& side, const torch::Tensor& candidates, uint64_t c0,
-                    const LpMetrics& m, torch::Tensor& block) const;
+  // The ranked edges (the first `n` of the split), their ends as rows of LpNodes::rows, and
+  // each side's counts and true scores.
+  struct Ranked {
+    std::vector<int64_t> src, rel, dst, src_rows, dst_rows;
+    uint64_t n = 0;
+    std::vector<LpQueryCount> tails, heads;
+    std::vector<float> tails_truth, heads_truth;
+  };
+  // Scores every query of both sides against `chunk`, the candidates of nodes c0 on (at most
+  // kChunk of them; `first`: the first chunk), in `block` (kQueries by the chunk's floats), and
+  // adds their counts.
+  Status CountChunk(LpScorer& scorer, Ranked& e, const torch::Tensor& rows, const torch::Tensor& chunk,
+                    uint64_t c0, bool first, const LpMetrics& m, torch::Tensor& block) const;
   // A bug's error where `nodes` cannot be ranked as `m` says.
   Status CheckNodes(const LpNodes& nodes, const LpMetrics& m) const;
   // Counts each of b queries' candidates against its true_score [b] in its row of scores [b, c]
   // (candidates' nodes c0 to c0 + c), added into counts[0, b); when filtered, the known true
-  // answers' columns are set to -inf first (in place); truth_out[0, b) receives the true
-  // scores. In an exact ranking the query's own entity is node anchors[i]. Rows are counted in
-  // parallel, each by one task.
+  // answers' columns are set to -inf first (in place). The first chunk of candidates keeps the
+  // true scores in truth[0, b); later chunks count against those (a user's model scores the
+  // true answers again with every chunk). In an exact ranking the query's own entity is node
+  // anchors[i]. Rows are counted in parallel, each by one task.
   void Count(const torch::Tensor& true_score, torch::Tensor& scores, const Known& known, const LpMetrics& m,
-             const int64_t* anchors, uint64_t c0, LpQueryCount* counts, float* truth_out) const;
+             const int64_t* anchors, uint64_t c0, bool first, LpQueryCount* counts, float* truth) const;
   // The ranks of queries counted against every candidate (ties at their mean rank), and
   // whether each query's own entity scored highest and above the true answer.
   static void Finish(const std::vector<LpQueryCount>& counts, const std::vector<float>& truth, const LpMetrics& m,

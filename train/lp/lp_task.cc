@@ -114,6 +114,9 @@ class LpTask : public Task {
   LinkBatchOptions BatchOptions() const;
   Status SyncTable();
   Result<torch::Tensor> AllNodeEmbeddings();
+  // The embeddings of nodes [first, first + n) (this rank's, across processes) into `dst`
+  // (n x dim floats), from memory or the table.
+  Status ReadNodeRange(uint64_t first, uint64_t n, float* dst) const;
   // The rows of nodes `ids` (sorted): what a ranking against sampled nodes reads.
   Result<torch::Tensor> NodeEmbeddings(const std::vector<int64_t>& ids);
   // What evaluation during training holds (nothing when the run never evaluates).
@@ -182,9 +185,13 @@ class LpTask : public Task {
   // The nodes rank q scores: [first, end) rounded up to whole tiles (LpRanker::kTile), where
   // rank q's rows hold nodes [first, end).
   std::pair<uint64_t, uint64_t> ScoredNodes(int q) const;
+  // The nodes rank q scores that other ranks own: [first, end) of ScoredNodes(q) past its own
+  // rows' nodes (the rest of the tile its rows end in, or all of them when it owns fewer).
+  std::pair<uint64_t, uint64_t> BorrowedNodes(int q) const;
   // The first node whose row is `row` or after it (the graph's nodes past the last row).
   uint64_t FirstNodeFrom(uint64_t row) const;
-  // This rank's rows `rows` (sorted) read for sending (out of core): their embeddings in order.
+  // This rank's rows `rows` (sorted) read from its synced table file for sending (out of core):
+  // their embeddings in order.
   Result<std::vector<float>> ReadOwnEmbeddings(const std::vector<uint64_t>& rows) const;
   // Every rank's counts of each query added into this rank's (every rank gets the sums).
   Status MergeCounts(std::vector<LpQueryCount>& counts) const;
@@ -343,17 +350,24 @@ std::pair<uint64_t, uint64_t> LpTask::ScoredNodes(int q) const {
 Result<std::vector<float>> LpTask::ReadOwnEmbeddings(const std::vector<uint64_t>& rows) const {
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
   std::vector<float> out(rows.size() * d);
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<IoSession> io, IoSession::Create(cfg_.io));  // one for every run
   constexpr uint64_t kRun = 1 << 14;
   std::vector<std::byte> held;
   for (size_t i = 0; i < rows.size();) {  // runs of consecutive rows, at most kRun at a time
     size_t j = i + 1;
     while (j < rows.size() && j - i < kRun && rows[j] == rows[j - 1] + 1) ++j;
     held.resize((j - i) * layout_.row_bytes);
-    SLUICE_RETURN_IF_ERROR(ReadMemoryRows(rows[i], j - i, held.data()));
+    SLUICE_RETURN_IF_ERROR(table_->ReadRange(*io, rows[i], j - i, held.data()));  // the table file, synced
     for (size_t k = i; k < j; ++k) std::memcpy(out.data() + k * d, held.data() + (k - i) * layout_.row_bytes, d * 4);
     i = j;
   }
   return out;
+}
+
+std::pair<uint64_t, uint64_t> LpTask::BorrowedNodes(int q) const {
+  const auto [lo, hi] = ScoredNodes(q);
+  const uint64_t own_end = FirstNodeFrom(sharded_->bounds()[static_cast<size_t>(q) + 1]);
+  return {std::min(hi, std::max(lo, own_end)), hi};
 }
 
 Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
@@ -365,10 +379,10 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   } else {
     SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->NodesRead(split, nodes.num_nodes));
   }
-  // The nodes rank q reads (sorted, distinct): the ids and, exact, the nodes it scores.
+  // The nodes rank q receives (sorted, distinct): the ids and, exact, its borrowed nodes.
   const auto nodes_of = [&](int q) {
     if (!exact) return nodes.ids;
-    const auto [lo, hi] = ScoredNodes(q);
+    const auto [lo, hi] = BorrowedNodes(q);
     std::vector<int64_t> out;
     out.reserve(nodes.ids.size() + (hi - lo));
     const auto first = std::lower_bound(nodes.ids.begin(), nodes.ids.end(), static_cast<int64_t>(lo));
@@ -383,18 +397,19 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
     for (size_t i = 0; i < ids.size(); ++i) rows[i] = layout_.row_of(ids[i]);
     return rows;  // sorted: a node's row grows with its id
   };
-  // This rank's rows the others read: out of core read first; in memory, from the table.
+  // This rank's rows the others receive: out of core read first; in memory, from the table.
   const auto [own_lo, own_hi] = OwnRows();
   std::vector<uint64_t> own_rows;
   std::vector<float> own_floats;
-  if (row_cached() && exact) {  // every node of the rank's rows is scored by some rank
-    for (uint64_t v = FirstNodeFrom(own_lo); v < FirstNodeFrom(own_hi); ++v) own_rows.push_back(layout_.row_of(static_cast<int64_t>(v)));
-  } else if (row_cached()) {  // every rank reads the same rows
-    for (const uint64_t row : rows_of(nodes.ids)) {
-      if (row >= own_lo && row < own_hi) own_rows.push_back(row);
-    }
-  }
   if (row_cached()) {
+    for (int q = 0; q < dp_->world_size(); ++q) {
+      if (q == dp_->rank()) continue;
+      for (const uint64_t row : rows_of(nodes_of(q))) {
+        if (row >= own_lo && row < own_hi) own_rows.push_back(row);
+      }
+    }
+    std::sort(own_rows.begin(), own_rows.end());
+    own_rows.erase(std::unique(own_rows.begin(), own_rows.end()), own_rows.end());
     SLUICE_ASSIGN_OR_RETURN(own_floats, ReadOwnEmbeddings(own_rows));
   }
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
@@ -407,17 +422,29 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got,
                           sharded_->Trade([&](int q) { return rows_of(nodes_of(q)); }, own_row, "the rows of an evaluation"));
   own_floats = {};
+  const auto copy_of = [&](int64_t first, int64_t n) {  // rows of `mine` from node `first` on, n of them
+    torch::Tensor out = torch::empty({n, static_cast<int64_t>(d)});
+    const auto at = static_cast<uint64_t>(std::lower_bound(mine.begin(), mine.end(), first) - mine.begin());
+    std::memcpy(out.data_ptr<float>(), got.data() + at * d, static_cast<uint64_t>(n) * d * 4);
+    return out;
+  };
   nodes.rows = torch::empty({static_cast<int64_t>(nodes.ids.size()), static_cast<int64_t>(d)});
   for (size_t i = 0; i < nodes.ids.size(); ++i) {  // the ends (or every row read) in their order
     const auto at = static_cast<uint64_t>(std::lower_bound(mine.begin(), mine.end(), nodes.ids[i]) - mine.begin());
     std::memcpy(nodes.rows.data_ptr<float>() + i * d, got.data() + at * d, d * 4);
   }
-  if (exact) {  // the scored nodes: one run of `mine`, in a tensor of their own
+  if (exact) {  // its own nodes read a chunk at a time, the borrowed ones from their owners
     std::tie(nodes.cand_lo, nodes.cand_hi) = ScoredNodes(dp_->rank());
-    const auto at = static_cast<uint64_t>(
-        std::lower_bound(mine.begin(), mine.end(), static_cast<int64_t>(nodes.cand_lo)) - mine.begin());
-    nodes.candidates = torch::empty({static_cast<int64_t>(nodes.cand_hi - nodes.cand_lo), static_cast<int64_t>(d)});
-    std::memcpy(nodes.candidates.data_ptr<float>(), got.data() + at * d, (nodes.cand_hi - nodes.cand_lo) * d * 4);
+    const auto [b_lo, b_hi] = BorrowedNodes(dp_->rank());
+    const torch::Tensor borrowed = copy_of(static_cast<int64_t>(b_lo), static_cast<int64_t>(b_hi - b_lo));
+    nodes.read = [this, b_lo = b_lo, borrowed](uint64_t first, uint64_t n, torch::Tensor& out) -> Status {
+      out = torch::empty({static_cast<int64_t>(n), cfg_.model.dim});
+      const uint64_t own = first < b_lo ? std::min(n, b_lo - first) : 0;
+      SLUICE_RETURN_IF_ERROR(ReadNodeRange(first, own, out.data_ptr<float>()));
+      if (own < n) out.narrow(0, static_cast<int64_t>(own), static_cast<int64_t>(n - own)).copy_(
+          borrowed.narrow(0, static_cast<int64_t>(first + own - b_lo), static_cast<int64_t>(n - own)));
+      return Status::Ok();
+    };
     nodes.merge = [this](std::vector<LpQueryCount>& counts) { return MergeCounts(counts); };
   }
   return nodes;
@@ -929,28 +956,35 @@ Status LpTask::Save(CheckpointWriter& writer) {
 }
 
 Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
-  const int64_t n = static_cast<int64_t>(layout_.num_nodes()), d = cfg_.model.dim;
-  torch::Tensor all = torch::empty({n, d});
-  float* out = all.data_ptr<float>();
-  std::vector<std::byte> block(layout_.block_bytes());
+  torch::Tensor all = torch::empty({static_cast<int64_t>(layout_.num_nodes()), cfg_.model.dim});
+  SLUICE_RETURN_IF_ERROR(ReadNodeRange(0, layout_.num_nodes(), all.data_ptr<float>()));
+  return stepper_->encoder() != nullptr ? EncodeAll(all) : Result<torch::Tensor>(all);
+}
+
+Status LpTask::ReadNodeRange(uint64_t first, uint64_t n, float* dst) const {
+  const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
   const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
   File file;
-  if (!from_memory) {
+  if (!from_memory && n > 0) {
     SLUICE_ASSIGN_OR_RETURN(file, File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false));
   }
-  for (BlockId b = 0; b < layout_.num_blocks(); ++b) {
+  std::vector<std::byte> held;
+  const uint64_t start = first, end = first + n;
+  for (BlockId b = layout_.block_of(static_cast<int64_t>(first)); first < end; ++b) {  // a block's run of rows at a time
+    const uint64_t lo = std::max(first, layout_.bounds[b]), hi = std::min(end, layout_.bounds[b + 1]);
+    const uint64_t at = layout_.row_of(static_cast<int64_t>(lo)) * layout_.row_bytes;
     const std::byte* rows = nullptr;
-    if (from_memory) {
-      rows = memory_table_.data() + uint64_t{b} * layout_.block_bytes();
+    if (from_memory) {  // the memory table holds rows HeldRows() on (every row in one process)
+      rows = memory_table_.data() + at - HeldRows().first * layout_.row_bytes;
     } else {
-      SLUICE_RETURN_IF_ERROR(PreadFull(file, block.data(), block.size(), uint64_t{b} * block.size()));
-      rows = block.data();
+      held.resize((hi - lo) * layout_.row_bytes);
+      SLUICE_RETURN_IF_ERROR(PreadFull(file, held.data(), held.size(), at));
+      rows = held.data();
     }
-    for (uint64_t v = layout_.bounds[b]; v < layout_.bounds[b + 1]; ++v) {
-      std::memcpy(out + v * d, rows + (v - layout_.bounds[b]) * layout_.row_bytes, d * 4);
-    }
+    for (uint64_t v = lo; v < hi; ++v) std::memcpy(dst + (v - start) * d, rows + (v - lo) * layout_.row_bytes, d * 4);
+    first = hi;
   }
-  return stepper_->encoder() != nullptr ? EncodeAll(all) : Result<torch::Tensor>(all);
+  return Status::Ok();
 }
 
 Result<torch::Tensor> LpTask::NodeEmbeddings(const std::vector<int64_t>& ids) {
@@ -998,7 +1032,7 @@ LpEvalBytes LpTask::EvalBytes() const {
       shape.scored_nodes = std::max(shape.scored_nodes, hi - lo);
     }
     const auto [own_lo, own_hi] = OwnRows();
-    if (row_cached()) shape.rows_sent = own_hi - own_lo;
+    if (row_cached()) shape.own_rows = own_hi - own_lo;
   }
   shape.transe = !factory_ && cfg_.model.decoder == Decoder::kTransE;
   shape.threads = tbb::this_task_arena::max_concurrency();
@@ -1059,6 +1093,14 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   nodes.num_nodes = layout_.num_nodes();
   if (across_processes()) {
     SLUICE_ASSIGN_OR_RETURN(nodes, NodesAcrossProcesses(split));
+  } else if (ranker_->Exact(nodes.num_nodes) && stepper_->encoder() == nullptr) {
+    // The ends, then every node's row a chunk at a time: never the whole table in memory.
+    SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->EndsRead(split));
+    SLUICE_ASSIGN_OR_RETURN(nodes.rows, NodeEmbeddings(nodes.ids));
+    nodes.read = [this](uint64_t first, uint64_t n, torch::Tensor& out) {
+      out = torch::empty({static_cast<int64_t>(n), cfg_.model.dim});
+      return ReadNodeRange(first, n, out.data_ptr<float>());
+    };
   } else if (ranker_->Exact(nodes.num_nodes) || stepper_->encoder() != nullptr) {
     SLUICE_ASSIGN_OR_RETURN(nodes.rows, AllNodeEmbeddings());
   } else {  // against sampled nodes: only the rows the ranking reads

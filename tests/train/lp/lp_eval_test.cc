@@ -62,12 +62,13 @@ class LpEvalTest : public ::testing::Test {
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     dataset_ = std::make_unique<Dataset>(std::move(ds).value());
     torch::manual_seed(5);
-    nodes_ = torch::randn({Nodes(), kDim});
-    relations_ = torch::randn({kRelations, kDim});
+    nodes_ = torch::randn({Nodes(), Dim()});
+    relations_ = torch::randn({kRelations, Dim()});
     cfg_.model.decoder = Decoder::kDistMult;
-    cfg_.model.dim = kDim;
+    cfg_.model.dim = static_cast<int>(Dim());
   }
   virtual int64_t Nodes() const { return kNodes; }
+  virtual int64_t Dim() const { return kDim; }
   Result<LpMetrics> Rank(const std::string& split, const LpNodes& nodes) {
     LpRanker ranker(*dataset_, cfg_, kRelations);
     DecoderScorer scorer(decoder_, relations_);
@@ -168,15 +169,19 @@ TEST_F(LpEvalTest, ASampledRankingFromTheRowsItReadsEqualsTheOneFromEveryRow) {
 // An exact ranking cut into parts at whole tiles, as processes rank it (LpNodes::merge): each
 // part scores every query against its nodes alone, the parts' counts are added, and every part
 // then holds the ranking of the whole bit for bit: filtered and not (the filter's answers and
-// the query's own entity fall in every part), DistMult and TransE, a part with no nodes.
+// the query's own entity fall in every part), DistMult and TransE, a part with no nodes, a part
+// of one node, and parts and a whole of more than one chunk of candidates (65 tiles and a node:
+// the last tile is one node wide).
 class LpEvalInPartsTest : public LpEvalTest {
  protected:
-  int64_t Nodes() const override { return 2600; }
+  int64_t Nodes() const override { return 65 * 1024 + 1; }
+  int64_t Dim() const override { return 64; }
 };
 
 TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
   const auto n = static_cast<uint64_t>(Nodes());
-  const std::vector<std::vector<uint64_t>> cuts = {{0, 1024, 2048, n}, {0, 0, 2048, n}, {0, 1024, n}};
+  cfg_.eval.max_edges = 48;
+  const std::vector<std::vector<uint64_t>> cuts = {{0, 1024, 2048, n}, {0, 0, n - 1, n}, {0, 33 * 1024, n}};
   double own_top = 0;
   for (const Decoder kind : {Decoder::kDistMult, Decoder::kTransE}) {
     decoder_ = LpDecoder(kind);
@@ -221,8 +226,26 @@ TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
     }
   }
   EXPECT_GT(own_top, 0) << "no query's own entity came first: the check of its score proves nothing";
-  // A part that does not start at a tile is a bug, not another ranking.
-  LpRanker ranker(*dataset_, cfg_, kRelations);
+  // In one process, the candidates read a chunk at a time (LpNodes::read): the whole ranking too.
+  {
+    cfg_.eval.filtered = true;
+    auto whole = Rank("valid", Every(nodes_, {}, n));
+    LpRanker ranker(*dataset_, cfg_, kRelations);
+    auto ends = ranker.EndsRead("valid");
+    ASSERT_TRUE(whole.ok() && ends.ok());
+    LpNodes read = Every(nodes_.index_select(0, torch::tensor(*ends)), *ends, n);
+    uint64_t read_rows = 0;
+    read.read = [&](uint64_t first, uint64_t count, torch::Tensor& out) {
+      out = nodes_.slice(0, static_cast<int64_t>(first), static_cast<int64_t>(first + count)).clone();
+      read_rows += count;
+      return Status::Ok();
+    };
+    auto m = Rank("valid", read);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->ToJson(), whole->ToJson());
+    EXPECT_EQ(read_rows, n);  // every node once
+  }
+  // A part that does not start or end at a tile is a bug, not another ranking.
   LpNodes part = Every(nodes_, {}, n);
   part.cand_lo = 100, part.cand_hi = 200;
   part.candidates = nodes_.slice(0, 100, 200);
@@ -232,9 +255,9 @@ TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
   EXPECT_NE(m.status().message().find("not whole tiles"), std::string::npos) << m.status().ToString();
 }
 
-// The plan's share: an exact filtered ranking keeps 32 bytes an edge of every split and reads
-// every node's row and a block of scores against a chunk of the nodes; a sampled one keeps
-// nothing and does not grow with the graph.
+// The plan's share: an exact filtered ranking keeps 32 bytes an edge of every split and holds
+// the ends, a chunk of the nodes' rows and a block of scores against it; a sampled one keeps
+// nothing; neither grows with the graph, unless an encoder encodes every row.
 TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItReads) {
   LpConfig cfg;
   LpEvalShape shape;
@@ -242,8 +265,10 @@ TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItRea
   shape.all_edges = 10'000'000, shape.largest_split = 9'000'000, shape.ranked_edges = 500'000;
   const LpEvalBytes exact = EvalBytesFor(cfg, shape);
   EXPECT_EQ(exact.kept, 32 * shape.all_edges);
-  EXPECT_GE(exact.transient, shape.num_nodes * 400 + 256 * 65536 * 4 + 24 * shape.largest_split);
-  EXPECT_LT(exact.transient, shape.num_nodes * 400 + 256 * shape.num_nodes * 4);  // not every node's scores
+  EXPECT_GE(exact.transient, 2 * shape.ranked_edges * 400 + 65536 * 400 + 256 * 65536 * 4 + 24 * shape.largest_split);
+  shape.num_nodes *= 10;  // not every node's row
+  EXPECT_EQ(EvalBytesFor(cfg, shape).transient, exact.transient);
+  shape.num_nodes /= 10;
   cfg.eval.filtered = false;
   EXPECT_EQ(EvalBytesFor(cfg, shape).kept, 0u);
   EXPECT_LT(EvalBytesFor(cfg, shape).transient, exact.transient);
@@ -258,29 +283,31 @@ TEST(LpEvalBytesTest, ExactRankingCountsTheTableAndTheFilterSampledOnlyWhatItRea
   EXPECT_GE(EvalBytesFor(cfg, shape).transient, 2 * shape.num_nodes * 400);
 }
 
-// Across processes an exact ranking holds this process's scored nodes, not every node: its
-// rows shrink with the world size; the block of scores, the ends, the counts and the others'
-// counts are still counted.
-TEST(LpEvalBytesTest, AcrossProcessesAnExactRankingCountsItsShareOfTheNodes) {
+// Across processes an exact ranking holds the ends, a tile of borrowed nodes and a chunk of its
+// own at a time, and the others' counts; out of core it reads the rows the others receive.
+TEST(LpEvalBytesTest, AcrossProcessesAnExactRankingCountsTheOthersCountsAndItsSends) {
   LpConfig cfg;
   LpEvalShape shape;
   shape.num_nodes = 1'000'000, shape.dim = 100;
   shape.all_edges = 10'000'000, shape.largest_split = 9'000'000, shape.ranked_edges = 20'000;
-  uint64_t before = EvalBytesFor(cfg, shape).transient;
+  const uint64_t one = EvalBytesFor(cfg, shape).transient;
   for (const int world : {2, 4}) {
     shape.world = world;
     shape.scored_nodes = shape.num_nodes / static_cast<uint64_t>(world) + 1024;
     const LpEvalBytes e = EvalBytesFor(cfg, shape);
     EXPECT_EQ(e.kept, 32 * shape.all_edges);  // every process filters every query
-    // Its nodes' rows (received, then a tensor) and a block of 256 queries' scores against them,
-    // the ranked edges' ends, each side's counts and the others' counts.
-    EXPECT_GE(e.transient, 2 * shape.scored_nodes * 400 + 256 * 65536 * 4 + 2 * shape.ranked_edges * 400 +
+    // The ends and a tile, a chunk's rows and a block of scores, each side's counts and the others'.
+    EXPECT_GE(e.transient, (2 * shape.ranked_edges + 1024) * 400 + 65536 * 400 + 256 * 65536 * 4 +
                                2 * shape.ranked_edges * 28 + 2 * uint64_t(world - 1) * shape.ranked_edges * 24);
-    EXPECT_LT(e.transient, before);
-    before = e.transient;
+    EXPECT_GT(e.transient, one);  // the others' counts
+    EXPECT_LT(e.transient, one + shape.num_nodes * 400 / 4);
   }
-  shape.rows_sent = 250'000;  // out of core: its own rows read to send
-  EXPECT_GE(EvalBytesFor(cfg, shape).transient, before + 250'000 * 400);
+  // Out of core it reads the rows it sends first: they count while the rows are gathered (which
+  // outweighs the ranking when the ends are many).
+  shape.ranked_edges = 2'000'000;
+  const uint64_t in_memory = EvalBytesFor(cfg, shape).transient;
+  shape.own_rows = shape.num_nodes / 4;
+  EXPECT_GE(EvalBytesFor(cfg, shape).transient, in_memory + shape.own_rows * 400);
 }
 
 }  // namespace
