@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""Link-prediction evaluation across local processes (docs/distributed.md): what each rank holds
-and how long a validation takes at 1, 2 and 3 ranks. A generated community graph (--nodes,
-DistMult with reciprocal relations, --dim floats a row, Adagrad), a few training steps, then one
-validation of --max-edges edges ranked against every node (filtered), or with --ranking sampled
-against eval.sampled_negatives sampled nodes. Rank 0's summary gives the evaluation's seconds
-and the run's peak RSS (the training steps are few, so the validation sets the peak); every
-world size must report the one-process MRR to the last digit. With --before BIN the same runs of
-another build, interleaved, in the same rounds.
+"""Evaluation across local processes (docs/distributed.md): what each rank holds and how long a
+validation takes at 1, 2 and 3 ranks. Rank 0's summary gives the evaluation's seconds and the
+run's peak RSS (the training steps are few, so the validation sets the peak); every world size
+must report the one-process metric to the last digit. With --before BIN the same runs of another
+build, interleaved, in the same rounds.
 
-  /usr/bin/python3 bench/dist_eval_bench.py [--nodes 1000000] [--dim 64] [--ranks 1,2,3]
-                                            [--rounds 3] [--ranking exact|sampled]
+--task lp (link prediction): a generated community graph (--nodes, DistMult with reciprocal
+relations, --dim floats a row, Adagrad), a few training steps, then one validation of
+--max-edges edges ranked against every node (filtered), or with --ranking sampled against
+eval.sampled_negatives sampled nodes.
+
+--task nc (node classification with learnable embeddings, --dim floats a node): a generated
+graph (gen-nc, --nodes and --edges, 1% of the nodes training ones), one epoch of GraphSAGE
+(2 layers, 64 hidden), then one validation layer by layer over every neighbour, out of core in
+--nc-budget a rank.
+
+  /usr/bin/python3 bench/dist_eval_bench.py [--task lp|nc] [--nodes 1000000] [--dim 64]
+                                            [--ranks 1,2,3] [--rounds 3] [--ranking exact|sampled]
                                             [--before /tmp/before/sluice]
 """
 import argparse
@@ -38,6 +45,27 @@ def config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
     return cfg
 
 
+def make_nc_data(path: pathlib.Path, nodes: int, edges: int) -> None:
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", str(nodes), "--edges", str(edges),
+                          "--features", "4", "--classes", "8", "--train-frac", "0.01", "--valid-frac", "0.1",
+                          "--test-frac", "0.1", "--seed", "1", "--out", str(path)], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_eval_bench: gen-nc failed: {out.stderr.strip()}")
+
+
+def nc_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
+    cfg = tmp / "eval-nc.yaml"
+    cfg.write_text(f"task: node_classification\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
+                   "checkpoint_every: 0\n"
+                   f"model: {{kind: graphsage, layers: 2, hidden: 64, fanouts: [10, 5], embedding_dim: {args.dim}}}\n"
+                   "train: {epochs: 1, batch: 1000, lr: 0.01, seed: 1, virtual_shards: 6, "
+                   "embedding_optimizer: rowwise_adagrad, embedding_lr: 0.1}\n"
+                   "eval: {every: 1, fanouts: [], batch: 1000}\n"
+                   f"storage: {{mode: out_of_core, budget: {args.nc_budget}}}\n"
+                   "dist: {interface: lo, op_timeout: 1200}\n")
+    return cfg
+
+
 def run(binary: str, cfg: pathlib.Path, n: int, run_dir: pathlib.Path) -> dict:
     sets = ["--set", f"run_dir={run_dir}"]
     if n == 1:
@@ -49,11 +77,15 @@ def run(binary: str, cfg: pathlib.Path, n: int, run_dir: pathlib.Path) -> dict:
         sys.exit(f"dist_eval_bench: {n} ranks failed: {out.stderr.strip()[-2000:]}")
     s = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"eval_s": s["eval_s"], "rss_mib": s["peak_rss_bytes"] / 2**20, "mrr": metrics[-1]["valid"]["mrr"]}
+    valid = metrics[-1]["valid"]
+    return {"eval_s": s["eval_s"], "rss_mib": s["peak_rss_bytes"] / 2**20,
+            "metric": valid["mrr"] if "mrr" in valid else valid["accuracy"]}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=["lp", "nc"], default="lp")
+    p.add_argument("--nc-budget", default="400MiB", help="--task nc: storage.budget of each rank")
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=4_000_000)
     p.add_argument("--dim", type=int, default=64)
@@ -68,8 +100,12 @@ def main() -> int:
     ranks = [int(x) for x in args.ranks.split(",")]
     with tempfile.TemporaryDirectory(prefix="dist-eval-", dir=ROOT / "build") as t:
         tmp = pathlib.Path(t)
-        make_lp_data(tmp / "ds", args.nodes, args.edges)
-        cfg = config(tmp, tmp / "ds", args)
+        if args.task == "lp":
+            make_lp_data(tmp / "ds", args.nodes, args.edges)
+            cfg = config(tmp, tmp / "ds", args)
+        else:
+            make_nc_data(tmp / "ds", args.nodes, args.edges)
+            cfg = nc_config(tmp, tmp / "ds", args)
         results: dict = {}
         for r in range(args.rounds):
             for name, binary in builds:
@@ -78,15 +114,22 @@ def main() -> int:
                     results.setdefault((name, n), []).append(m)
                     print(f"round {r + 1}: {name}, {n} ranks: {m}", file=sys.stderr, flush=True)
     # Within a build every world size must rank as one process does (builds may differ).
-    same = all(len({m["mrr"] for (b, _), ms in results.items() if b == name for m in ms}) == 1 for name, _ in builds)
-    table_mib = args.nodes * args.dim * 8 / 2**20
-    print(f"{args.nodes:,} nodes, dim {args.dim} (node table {table_mib:.0f} MiB with Adagrad's state, "
-          f"embeddings {table_mib / 2:.0f} MiB), {args.ranking} ranking of {args.max_edges} edges; "
-          f"medians of {args.rounds} rounds; MRR {'the same at every world size' if same else 'DIFFERS between world sizes'}\n")
-    print("| build | ranks | validation s | peak RSS MiB (rank 0) | MRR |\n|---|---:|---:|---:|---:|")
+    same = all(len({m["metric"] for (b, _), ms in results.items() if b == name for m in ms}) == 1 for name, _ in builds)
+    metric = "MRR" if args.task == "lp" else "accuracy"
+    if args.task == "lp":
+        table_mib = args.nodes * args.dim * 8 / 2**20
+        what = (f"node table {table_mib:.0f} MiB with Adagrad's state, embeddings {table_mib / 2:.0f} MiB), "
+                f"{args.ranking} ranking of {args.max_edges} edges")
+    else:
+        table_mib = args.nodes * (args.dim + 1) * 4 / 2**20
+        what = (f"node table {table_mib:.0f} MiB with row-wise Adagrad's state), layer-wise validation over every "
+                f"neighbour, {args.nc_budget} a rank")
+    print(f"{args.nodes:,} nodes, dim {args.dim} ({what}; medians of {args.rounds} rounds; "
+          f"{metric} {'the same at every world size' if same else 'DIFFERS between world sizes'}\n")
+    print(f"| build | ranks | validation s | peak RSS MiB (rank 0) | {metric} |\n|---|---:|---:|---:|---:|")
     for (name, n), ms in results.items():
         med = {k: statistics.median(m[k] for m in ms) for k in ("eval_s", "rss_mib")}
-        print(f"| {name} | {n} | {med['eval_s']:.2f} | {med['rss_mib']:.0f} | {ms[0]['mrr']:.4f} |")
+        print(f"| {name} | {n} | {med['eval_s']:.2f} | {med['rss_mib']:.0f} | {ms[0]['metric']:.4f} |")
     return 0 if same else 1
 
 

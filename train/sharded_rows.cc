@@ -202,33 +202,6 @@ Result<torch::Tensor> ShardedRows::SumOwnGrads() {
   return SumRowGrads({use_rows}, pieces, static_cast<int64_t>(own_rows_), d);
 }
 
-Result<std::vector<float>> ShardedRows::GatherAll(std::span<const float> own) {
-  const int world = dp_->world_size(), me = dp_->rank();
-  const uint64_t w = width_;
-  const auto rows_of = [&](int q) { return bounds_[static_cast<size_t>(q) + 1] - bounds_[static_cast<size_t>(q)]; };
-  if (own.size() != rows_of(me) * w) {
-    return FailedPrecondition("data parallel: " + std::to_string(own.size()) + " floats of this rank's rows, " +
-                              std::to_string(rows_of(me) * w) + " expected (a bug)");
-  }
-  std::vector<float> send;
-  std::vector<uint64_t> send_counts(static_cast<size_t>(world), 0), recv_counts(static_cast<size_t>(world), 0);
-  for (int q = 0; q < world; ++q) {
-    if (q == me) continue;
-    send.insert(send.end(), own.begin(), own.end());
-    send_counts[static_cast<size_t>(q)] = own.size();
-    recv_counts[static_cast<size_t>(q)] = rows_of(q) * w;
-  }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got, dp_->AllToAll(send, send_counts, recv_counts, "its rows for evaluation"));
-  std::vector<float> all(bounds_.back() * w);
-  const float* from = got.data();
-  for (int q = 0; q < world; ++q) {
-    const uint64_t n = rows_of(q) * w;
-    std::copy_n(q == me ? own.data() : from, n, all.data() + bounds_[static_cast<size_t>(q)] * w);
-    if (q != me) from += n;
-  }
-  return all;
-}
-
 Result<std::vector<float>> ShardedRows::Trade(const std::function<std::vector<uint64_t>(int)>& wanted,
                                               const std::function<const float*(uint64_t)>& own_row,
                                               const char* what) {

@@ -64,9 +64,6 @@ class ShardedRows {
   // Sends them to their rows' owners; returns [own.size(), width]: each of this rank's rows'
   // sum of every rank's uses of it, added in global use order.
   Result<torch::Tensor> SumOwnGrads();
-  // Every row on every rank (evaluation over every node): `own` holds this rank's rows, `width`
-  // floats each in row order; returns all T rows' floats in row order.
-  Result<std::vector<float>> GatherAll(std::span<const float> own);
   // Rows outside a step, each rank asking for its own (evaluation split across processes):
   // `wanted(q)` the rows rank q needs, sorted and distinct (every rank computes every rank's
   // alike; called once for each rank), `own_row(row)` this rank's row's `width` floats. Returns

@@ -642,7 +642,7 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
     assert "owns table rows 0-2999 of 3000" in out.stdout, out.stdout
     reference = nc_embedding_model(sluice_bin, base / "emb-one")
     assert len(reference["losses"]) == 2
-    # Each epoch's validation ran (every node's embedding gathered across processes below).
+    # Each epoch's validation ran.
     valid = [json.loads(l)["valid"]["accuracy"] for l in (base / "emb-one/metrics.jsonl").read_text().splitlines()]
     # The shards' row updates train the embeddings: 0.24 when they keep their initial values.
     assert len(valid) == 2 and valid[-1] > 0.7, valid
@@ -674,6 +674,14 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
     assert_rows_travel_ahead(out.stdout)
     assert nc_embedding_model(sluice_bin, base / "emb-2-mem") == reference
     assert [json.loads(l)["valid"] for l in (base / "emb-2-mem/metrics.jsonl").read_text().splitlines()] == full
+    # Layer by layer out of core on 3 ranks: each step of the first layer reads the rows this rank
+    # owns through its cache and the others from their owners, no rank holding every embedding.
+    # (Its steps read up to 557 of a rank's 1,000 rows: the budget's cache, not one of 900.)
+    out = launch(nc_config, 3, base / "emb-3-full", *NC_EMB, "--set", "storage.cache_rows=0",
+                 "--set", "storage.planner=oracle", "--set", "eval.fanouts=[]")
+    assert out.returncode == 0, out.stderr
+    assert nc_embedding_model(sluice_bin, base / "emb-3-full") == reference
+    assert [json.loads(l)["valid"] for l in (base / "emb-3-full/metrics.jsonl").read_text().splitlines()] == full
     # Stopped after step 5 on 2 ranks out of core, resumed on 3 out of core, then in one process
     # in memory for a third epoch: one process's 3 epochs.
     out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-three'}", *NC_EMB,

@@ -205,19 +205,6 @@ TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
   EXPECT_NE(bad.message().find("not the same rows in the same order"), std::string::npos) << bad.ToString();
 }
 
-// Evaluation's gather in one process: its own rows are every row.
-TEST(ShardedRowsTest, OneProcessGathersEveryRowAsItsOwn) {
-  DataParallel dp(nullptr, 2);
-  ShardedRows sharded(&dp, {0, 3}, 2);
-  const std::vector<float> own = {1, 2, 3, 4, 5, 6};
-  Result<std::vector<float>> all = sharded.GatherAll(own);
-  ASSERT_TRUE(all.ok()) << all.status().ToString();
-  EXPECT_EQ(*all, own);
-  const std::vector<float> short_rows = {1, 2};
-  EXPECT_NE(sharded.GatherAll(short_rows).status().message().find("2 floats of this rank's rows, 6 expected"),
-            std::string::npos);
-}
-
 // A TCP port nobody listens on now.
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -34,6 +34,12 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   std::iota(all.begin(), all.end(), int64_t{0});
   Pass pass{&all, sampler_.get(), &one_hop_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   FitEvalPass(pass, in.cache);
+  // Across processes the first layer reads learnable embeddings: each step's rows this rank owns
+  // through its cache, the others from their owners (every rank computes every step).
+  if (l == 0 && sharded_ != nullptr && across_processes()) {
+    pass.own_keys = true;
+    pass.own_begin = own_begin_, pass.own_end = own_end_;
+  }
   std::unique_ptr<IoSession> io;
   if (out_file) {
     SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(cfg_.io));
@@ -45,7 +51,9 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   for (uint64_t t = 0; t < pass.steps(); ++t) {
     Status st;
     Batch* b = p->WaitReady(t, st);
-    Result<ModelInput> input = b != nullptr ? StepInput(*b, pass, t, false, in) : Result<ModelInput>(st);
+    Result<ModelInput> input = b == nullptr    ? Result<ModelInput>(st)
+                               : pass.own_keys ? FetchedStepInput(*b, pass, t)
+                                               : StepInput(*b, pass, t, false, in);
     Status s = input.status();
     if (s.ok()) {
       try {
@@ -134,15 +142,8 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
   // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
-  // neighbour. (Across processes each step's rows come from their owners.)
+  // neighbour. (Across processes each step's rows come from their owners, in either way.)
   if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
-  if (sharded_ != nullptr && across_processes() && eval_rows_ == nullptr) {  // every node's embedding, for now
-    SLUICE_RETURN_IF_ERROR(GatherEvalRows());
-    Result<torch::Tensor> logits = InferNodes(nodes, full_neighbourhood);
-    eval_rows_.reset();
-    std::vector<float>().swap(eval_floats_);
-    return logits;
-  }
   SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
   return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
                                               {static_cast<int64_t>(nodes.size())}, torch::kLong));

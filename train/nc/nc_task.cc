@@ -680,13 +680,6 @@ void NcTask::FitEvalPass(Pass& pass, const RowCache* cache) const {
 
 NcTask::RowSource NcTask::FeatureSource() const {
   RowSource s;
-  if (eval_rows_ != nullptr) {  // every node's embedding, gathered for evaluation
-    s.memory = eval_rows_.get();
-    s.row_bytes = eval_rows_->row_bytes();
-    s.dim = feature_dim_;
-    s.features = false;
-    return s;
-  }
   s.memory = memory_.get();
   s.cache = cache_.get();
   s.arena = const_cast<std::byte*>(arena_.data());
@@ -974,7 +967,7 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   const RowSource source = FeatureSource();
   FitEvalPass(pass, source.cache);
-  if (sharded_ != nullptr && across_processes() && eval_rows_ == nullptr) {  // rows from their owners
+  if (sharded_ != nullptr && across_processes()) {  // rows from their owners
     pass.own_keys = true;
     pass.own_begin = own_begin_, pass.own_end = own_end_;
   }

@@ -278,21 +278,4 @@ Status NcTask::SaveShard(const std::string& checkpoint_dir) {
                       HeldRowsReader());
 }
 
-Status NcTask::GatherEvalRows() {
-  const auto d = static_cast<uint64_t>(feature_dim_);
-  std::vector<float> own((own_end_ - own_begin_) * d);
-  constexpr uint64_t kChunk = 1 << 14;
-  std::vector<std::byte> held(row_bytes_ * std::min(kChunk, own_end_ - own_begin_));
-  const RowRangeReader read = HeldRowsReader();
-  for (uint64_t row = own_begin_; row < own_end_; row += kChunk) {  // the embeddings, without optimizer state
-    const uint64_t n = std::min(kChunk, own_end_ - row);
-    SLUICE_RETURN_IF_ERROR(read(row, n, held.data()));
-    for (uint64_t k = 0; k < n; ++k) std::memcpy(own.data() + (row - own_begin_ + k) * d, held.data() + k * row_bytes_, d * 4);
-  }
-  SLUICE_ASSIGN_OR_RETURN(eval_floats_, sharded_->GatherAll(own));
-  eval_rows_ = MemoryRows::External(static_cast<uint32_t>(d * 4), num_nodes_,
-                                    reinterpret_cast<const std::byte*>(eval_floats_.data()));
-  return Status::Ok();
-}
-
 }  // namespace sluice

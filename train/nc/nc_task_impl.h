@@ -235,8 +235,6 @@ class NcTask : public Task {
   Status RestoreRows(const std::string& dir, uint64_t lo, uint64_t hi);
   // This process's embedding rows by global number (out of core synced first, at the first read).
   RowRangeReader HeldRowsReader();
-  // Across processes, evaluation reads every node's embedding: gathered from every rank.
-  Status GatherEvalRows();
   // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
   Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
   // Logits [all nodes, classes] with every neighbour, layer by layer (nc_layerwise.cc).
@@ -348,8 +346,6 @@ class NcTask : public Task {
   std::unique_ptr<ShardedRows> sharded_;
   uint64_t own_begin_ = 0, own_end_ = 0;
   std::vector<uint64_t> own_rows_;  // the step's (global numbers)
-  std::vector<float> eval_floats_;  // GatherEvalRows: every node's embedding, while evaluating
-  std::unique_ptr<MemoryRows> eval_rows_;
   // Bookkeeping.
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;
