@@ -460,6 +460,17 @@ def test_layerwise_inference_equals_full_neighbourhood_evaluation_on_cora(sluice
     ids = np.load(tmp_path / "layerwise/node_ids.npy")
     assert sorted(ids.tolist()) == list(range(2708))
     assert not (tmp_path / "r/inference").exists()  # the layer files are removed afterwards
+    # Inference of some nodes keeps only their rows of the last layer, each at its node's place:
+    # the test split's nodes in the split's order, as export inferred them.
+    out = run(sluice_bin, "predict", str(tmp_path / "r"), "--split", "test", "-k", "300")
+    assert out.returncode == 0, out.stderr
+    row_of = {int(v): i for i, v in enumerate(ids)}
+    lines = out.stdout.strip().splitlines()[1:]
+    assert len(lines) == 300
+    for line in lines:
+        node, predicted, prob, _ = line.split("\t")
+        row = a[row_of[int(node)]]
+        assert int(predicted) == int(row.argmax()) and abs(float(prob) - float(row.max())) < 1e-4, (line, row)
 
 
 def test_non_finite_features_are_refused_by_prep_and_found_by_verify(sluice_bin, tmp_path):

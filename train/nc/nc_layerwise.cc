@@ -2,8 +2,10 @@
 // in-neighbour's features, then layer 2 from those, and so on. Each pass samples one hop with
 // every neighbour for a batch of destination nodes, reads its sources' rows through the
 // pipeline (the feature cache, or a cache over the previous layer's row file in the run
-// directory, in the same arena), and writes the batch's outputs in node order. Memory is the
-// budget's whatever the graph's size; in memory the outputs stay in RAM.
+// directory, in the same arena), and writes the batch's outputs in node order; the last layer
+// keeps only the wanted nodes' logits. Memory is the budget's whatever the graph's size (the
+// first layer's cache index goes while the later layers' cache is in the arena); in memory the
+// outputs stay in RAM.
 #include <filesystem>
 #include <numeric>
 
@@ -18,18 +20,22 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-Status NcTask::ResetFeatureCache() {
-  if (!cache_) return Status::Ok();
+void NcTask::ReleaseFeatureCache() {
+  if (!cache_) return;
   const RowCacheStats cs = cache_->stats();
   RowCacheStats& e = earlier_cache_stats_;
   e.steps += cs.steps, e.accesses += cs.accesses, e.hits += cs.hits, e.loads += cs.loads;
   e.drained_steps += cs.drained_steps;
+  cache_.reset();
+}
+
+void NcTask::ResetFeatureCache() {
+  ReleaseFeatureCache();
   cache_ = std::make_unique<RowCache>(cache_options_);  // its arena was reused
-  return Status::Ok();
 }
 
 Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
-                         torch::Tensor* logits) {
+                         const NodeLogits* logits) {
   std::vector<int64_t> all(num_nodes_);
   std::iota(all.begin(), all.end(), int64_t{0});
   Pass pass{&all, sampler_.get(), &one_hop_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
@@ -41,8 +47,10 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
     pass.own_begin = own_begin_, pass.own_end = own_end_;
   }
   std::unique_ptr<IoSession> io;
-  if (out_file) {
-    SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(cfg_.io));
+  if (out_file) {  // a step's outputs are one run of rows: a few requests, a few slots
+    IoConfig o = cfg_.io;
+    o.queue_depth = std::min(o.EffectiveQueueDepth(), 4);
+    SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(o));
   }
   auto p = MakePipeline(pass, in);
   p->Start();
@@ -66,7 +74,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
         const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
         const size_t row_bytes = static_cast<size_t>(width) * 4;
         if (logits) {
-          std::memcpy(logits->data_ptr<float>() + dst.front() * width, rows, dst.size() * row_bytes);
+          logits->Keep(dst.front(), dst.size(), out.data_ptr<float>());
         } else if (out_memory) {
           std::memcpy(out_memory->Row(RowKey{static_cast<uint64_t>(dst.front()), 0}), rows, dst.size() * row_bytes);
         } else {
@@ -87,7 +95,24 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   return FinishPass(*p);
 }
 
-Result<torch::Tensor> NcTask::InferLayerwise() {
+// The wanted nodes' positions sorted by node, so a step's consecutive nodes find theirs by one
+// search.
+NodeLogits::NodeLogits(const std::vector<int64_t>& wanted, int64_t width)
+    : nodes_(wanted), order_(wanted.size()), logits_(torch::empty({static_cast<int64_t>(wanted.size()), width})) {
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+  std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) { return nodes_[a] < nodes_[b]; });
+}
+
+void NodeLogits::Keep(int64_t first, size_t n, const float* rows) const {
+  const int64_t width = logits_.size(1);
+  auto it = std::lower_bound(order_.begin(), order_.end(), first, [&](int64_t k, int64_t v) { return nodes_[k] < v; });
+  float* out = logits_.data_ptr<float>();
+  for (; it != order_.end() && nodes_[*it] < first + static_cast<int64_t>(n); ++it) {
+    std::memcpy(out + *it * width, rows + (nodes_[*it] - first) * width, static_cast<size_t>(width) * 4);
+  }
+}
+
+Result<torch::Tensor> NcTask::InferLayerwise(const std::vector<int64_t>& nodes) {
   torch::NoGradGuard no_grad;
   gnn_->eval();
   const std::string dir = cfg_.run_dir + "/inference";
@@ -95,11 +120,12 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
   fs::create_directories(dir, ec);
   if (ec) return IoError("layer-wise inference: create " + dir + ": " + ec.message());
   SLUICE_RETURN_IF_ERROR(SyncRows());  // the arena is reused below: dirty rows go home first
+  const bool had_cache = cache_ != nullptr;
   RowSource in = FeatureSource();
   std::unique_ptr<MemoryRows> held;             // in memory: the previous layer's outputs
   std::unique_ptr<ArrayBacking> file;           // out of core: the previous layer's row file
   std::unique_ptr<RowCache> cache;              // ... and a cache over it in the arena
-  torch::Tensor logits = torch::empty({static_cast<int64_t>(num_nodes_), classes_});
+  const NodeLogits logits(nodes, classes_);
   Status s = Status::Ok();
   for (int l = 0; l < gnn_->layers() && s.ok(); ++l) {
     const bool last = l + 1 == gnn_->layers();
@@ -116,6 +142,9 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
     }
     s = LayerPass(l, in, out_memory.get(), out_file.get(), last ? &logits : nullptr);
     if (!s.ok() || last) break;
+    // The first layer has read the features (or embeddings): their cache's index goes until the
+    // last layer is done, while the next layer's cache uses the arena.
+    if (l == 0) ReleaseFeatureCache();
     // The next layer reads these outputs.
     in = RowSource{};
     in.row_bytes = row_bytes, in.dim = width, in.half = false, in.features = false;
@@ -135,18 +164,16 @@ Result<torch::Tensor> NcTask::InferLayerwise() {
   cache.reset();
   file.reset();
   fs::remove_all(dir, ec);
-  SLUICE_RETURN_IF_ERROR(ResetFeatureCache());
+  if (had_cache) ResetFeatureCache();
   if (!s.ok()) return s;
-  return logits;
+  return logits.logits();
 }
 
 Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
   // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
   // neighbour. (Across processes each step's rows come from their owners, in either way.)
   if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor all, InferLayerwise());
-  return all.index_select(0, torch::from_blob(const_cast<int64_t*>(nodes.data()),
-                                              {static_cast<int64_t>(nodes.size())}, torch::kLong));
+  return InferLayerwise(nodes);
 }
 
 }  // namespace sluice

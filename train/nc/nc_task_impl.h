@@ -31,6 +31,7 @@
 #include "train/sharded_rows.h"
 #include "train/nc/nc_config.h"
 #include "train/nc/nc_model.h"
+#include "train/nc/node_logits.h"
 #include "train/task.h"
 
 namespace sluice {
@@ -237,15 +238,18 @@ class NcTask : public Task {
   RowRangeReader HeldRowsReader();
   // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
   Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
-  // Logits [all nodes, classes] with every neighbour, layer by layer (nc_layerwise.cc).
-  Result<torch::Tensor> InferLayerwise();
+  // Logits [nodes, classes] of `nodes` with every neighbour, layer by layer over every node
+  // (nc_layerwise.cc).
+  Result<torch::Tensor> InferLayerwise(const std::vector<int64_t>& nodes);
   // Logits of `nodes` the way the config says full-neighbourhood inference runs.
   Result<torch::Tensor> InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood);
   // One layer over every node: reads `in`, writes Apply(l)'s rows to `out_memory`, `out_file`
   // or `logits` (the last layer).
   Status LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
-                   torch::Tensor* logits);
-  Status ResetFeatureCache();
+                   const NodeLogits* logits);
+  // The feature (or embedding) cache: its stats kept and it gone, or a fresh one in its place.
+  void ReleaseFeatureCache();
+  void ResetFeatureCache();
   // The device path (nc_task_device.cc): the model on a GPU (or the emulated device), a step's
   // feature or embedding rows staged through DeviceRows with its blocks, seeds' labels and node
   // ids while the previous step computes.
