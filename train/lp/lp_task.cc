@@ -105,6 +105,8 @@ class LpTask : public Task {
   // Data parallel out of core: this process's rows through a row cache planned from the
   // budget (the partition buffer is the single-process schedule's).
   bool row_cached() const { return dp_ != nullptr && !in_memory_; }
+  // Evaluation reads the rows from the memory table (in memory, this run's rows), not from a file.
+  bool ReadsMemoryTable() const { return memory_table_.size() > 0 && rows_path_.empty(); }
   RowPlanInput RowPlanFor() const;
   // The first steps' rows this process owns, sampled as epoch 0 samples them: the most of one
   // step and of run_ahead + 1 consecutive steps (the row cache's plan).
@@ -963,7 +965,7 @@ Result<torch::Tensor> LpTask::AllNodeEmbeddings() {
 
 Status LpTask::ReadNodeRange(uint64_t first, uint64_t n, float* dst) const {
   const uint64_t d = static_cast<uint64_t>(cfg_.model.dim);
-  const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
+  const bool from_memory = ReadsMemoryTable();
   File file;
   if (!from_memory && n > 0) {
     SLUICE_ASSIGN_OR_RETURN(file, File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false));
@@ -991,7 +993,7 @@ Result<torch::Tensor> LpTask::NodeEmbeddings(const std::vector<int64_t>& ids) {
   const int64_t d = cfg_.model.dim;
   torch::Tensor out = torch::empty({static_cast<int64_t>(ids.size()), d});
   float* dst = out.data_ptr<float>();
-  const bool from_memory = memory_table_.size() > 0 && rows_path_.empty();
+  const bool from_memory = ReadsMemoryTable();
   File file;
   if (!from_memory) {
     SLUICE_ASSIGN_OR_RETURN(file, File::Open(rows_path_.empty() ? table_path_ : rows_path_, OpenMode::kRead, false));
@@ -1088,7 +1090,9 @@ Result<Metrics> LpTask::Evaluate(const std::string& split) {
   if (!dataset_.Has("edges." + split + ".src")) {
     return NotFound("dataset " + cfg_.dataset + " has no '" + split + "' split");
   }
-  if (purpose_ == Purpose::kTrain) SLUICE_RETURN_IF_ERROR(SyncTable());
+  // Out of core the cache's dirty rows go to the table file the ranking reads (in memory it reads
+  // the memory table: writing the table's file would only cost time).
+  if (purpose_ == Purpose::kTrain && !ReadsMemoryTable()) SLUICE_RETURN_IF_ERROR(SyncTable());
   LpNodes nodes;
   nodes.num_nodes = layout_.num_nodes();
   if (across_processes()) {
