@@ -315,9 +315,7 @@ Status LpRanker::CheckNodes(const LpNodes& nodes, const LpMetrics& m) const {
     const auto tiled = [&](uint64_t v) { return v % kTile == 0 || v == nodes.num_nodes; };
     const bool fits = m.exact && (tiled(nodes.cand_lo) || nodes.cand_lo == nodes.cand_hi) && tiled(nodes.cand_hi) &&
                       nodes.cand_lo <= nodes.cand_hi &&
-                      nodes.cand_hi <= nodes.num_nodes &&
-                      (nodes.read || (nodes.candidates.defined() &&
-                                      static_cast<uint64_t>(nodes.candidates.size(0)) == nodes.cand_hi - nodes.cand_lo));
+                      nodes.cand_hi <= nodes.num_nodes && nodes.read;
     if (!fits) {
       return FailedPrecondition("a ranking across processes scores nodes " + std::to_string(nodes.cand_lo) + " to " +
                                 std::to_string(nodes.cand_hi) + " of " + std::to_string(nodes.num_nodes) +
@@ -356,7 +354,7 @@ Result<LpMetrics> LpRanker::Rank(const std::string& split, LpScorer& scorer, con
   SLUICE_ASSIGN_OR_RETURN(e.dst_rows, rows_of(e.dst, e.n));
   // The candidates: every node's row, or this process's share (merge: nodes cand_lo on), read a
   // chunk at a time (read) or in memory; or the sampled nodes'.
-  torch::Tensor candidates = nodes.merge ? nodes.candidates : nodes.rows;
+  torch::Tensor candidates = nodes.rows;
   const uint64_t c0 = nodes.merge ? nodes.cand_lo : 0;
   const bool reading = m.exact && nodes.read;
   int64_t c = !reading ? candidates.size(0)

@@ -100,7 +100,7 @@ void AddCounts(std::vector<LpQueryCount>& into, std::span<const LpQueryCount> ot
 //
 // An exact ranking across processes (`merge` set): each process scores every query against
 // the nodes [cand_lo, cand_hi) (cand_lo a multiple of LpRanker::kTile, so every candidate is
-// scored in the same tile as in one process), their rows in `candidates` or from `read`,
+// scored in the same tile as in one process), their rows from `read` (nodes cand_lo on),
 // `rows` holds the ranked edges' ends (LpRanker::EndsRead), and `merge` adds every process's
 // counts of each query (LpQueryCount) in place. Every process then holds the ranking of one
 // process.
@@ -108,7 +108,6 @@ struct LpNodes {
   torch::Tensor rows;         // [n or ids.size(), d]
   std::vector<int64_t> ids;   // empty: every node
   uint64_t num_nodes = 0;     // of the graph
-  torch::Tensor candidates;   // with merge: [cand_hi - cand_lo, d]
   uint64_t cand_lo = 0, cand_hi = 0;
   std::function<Status(std::vector<LpQueryCount>&)> merge;
   // An exact ranking without every candidate's row in memory (`read` set): `rows` holds the

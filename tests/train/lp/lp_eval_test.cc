@@ -204,7 +204,11 @@ TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
           for (size_t k = 0; k < parts; ++k) {
             LpNodes part = Every(rows, *ends, n);
             part.cand_lo = cut[k], part.cand_hi = cut[k + 1];
-            part.candidates = nodes_.slice(0, static_cast<int64_t>(cut[k]), static_cast<int64_t>(cut[k + 1])).clone();
+            part.read = [&](uint64_t first, uint64_t count, torch::Tensor& out) {
+              EXPECT_TRUE(first >= cut[k] && first + count <= cut[k + 1]) << first << " " << count;
+              out = nodes_.slice(0, static_cast<int64_t>(first), static_cast<int64_t>(first + count)).clone();
+              return Status::Ok();
+            };
             size_t side = 0;
             part.merge = [&](std::vector<LpQueryCount>& counts) {
               if (pass == 0) recorded[k].push_back(counts);
@@ -248,7 +252,7 @@ TEST_F(LpEvalInPartsTest, AnExactRankingInPartsAddsUpToTheWholeRanking) {
   // A part that does not start or end at a tile is a bug, not another ranking.
   LpNodes part = Every(nodes_, {}, n);
   part.cand_lo = 100, part.cand_hi = 200;
-  part.candidates = nodes_.slice(0, 100, 200);
+  part.read = [](uint64_t, uint64_t, torch::Tensor&) { return Status::Ok(); };
   part.merge = [](std::vector<LpQueryCount>&) { return Status::Ok(); };
   auto m = Rank("valid", part);
   ASSERT_FALSE(m.ok());
