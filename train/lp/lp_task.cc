@@ -184,6 +184,9 @@ class LpTask : public Task {
   // from its owner, the counts added across ranks (MergeCounts); against sampled nodes, the
   // rows the ranking reads, every rank ranking alone. No rank holds every node's row.
   Result<LpNodes> NodesAcrossProcesses(const std::string& split);
+  // The nodes rank q receives for an exact ranking (sorted, distinct): `ids` (the ranked edges'
+  // ends) and its borrowed nodes.
+  std::vector<int64_t> WithBorrowedNodes(const std::vector<int64_t>& ids, int q) const;
   // The nodes rank q scores: [first, end) rounded up to whole tiles (LpRanker::kTile), where
   // rank q's rows hold nodes [first, end).
   std::pair<uint64_t, uint64_t> ScoredNodes(int q) const;
@@ -372,6 +375,18 @@ std::pair<uint64_t, uint64_t> LpTask::BorrowedNodes(int q) const {
   return {std::min(hi, std::max(lo, own_end)), hi};
 }
 
+std::vector<int64_t> LpTask::WithBorrowedNodes(const std::vector<int64_t>& ids, int q) const {
+  const auto [lo, hi] = BorrowedNodes(q);
+  std::vector<int64_t> out;
+  out.reserve(ids.size() + (hi - lo));
+  const auto first = std::lower_bound(ids.begin(), ids.end(), static_cast<int64_t>(lo));
+  const auto last = std::lower_bound(first, ids.end(), static_cast<int64_t>(hi));
+  out.insert(out.end(), ids.begin(), first);
+  for (uint64_t v = lo; v < hi; ++v) out.push_back(static_cast<int64_t>(v));
+  out.insert(out.end(), last, ids.end());
+  return out;
+}
+
 Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   LpNodes nodes;
   nodes.num_nodes = layout_.num_nodes();
@@ -381,24 +396,16 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   } else {
     SLUICE_ASSIGN_OR_RETURN(nodes.ids, ranker_->NodesRead(split, nodes.num_nodes));
   }
-  // The nodes rank q receives (sorted, distinct): the ids and, exact, its borrowed nodes.
-  const auto nodes_of = [&](int q) {
-    if (!exact) return nodes.ids;
-    const auto [lo, hi] = BorrowedNodes(q);
-    std::vector<int64_t> out;
-    out.reserve(nodes.ids.size() + (hi - lo));
-    const auto first = std::lower_bound(nodes.ids.begin(), nodes.ids.end(), static_cast<int64_t>(lo));
-    const auto last = std::lower_bound(first, nodes.ids.end(), static_cast<int64_t>(hi));
-    out.insert(out.end(), nodes.ids.begin(), first);
-    for (uint64_t v = lo; v < hi; ++v) out.push_back(static_cast<int64_t>(v));
-    out.insert(out.end(), last, nodes.ids.end());
-    return out;
-  };
+  const auto nodes_of = [&](int q) { return exact ? WithBorrowedNodes(nodes.ids, q) : nodes.ids; };
   const auto rows_of = [&](const std::vector<int64_t>& ids) {
     std::vector<uint64_t> rows(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) rows[i] = layout_.row_of(ids[i]);
     return rows;  // sorted: a node's row grows with its id
   };
+  // Each rank's rows (every rank's alike), once: Trade's requests, and out of core the rows this
+  // rank reads to send.
+  std::vector<std::vector<uint64_t>> wanted(static_cast<size_t>(dp_->world_size()));
+  for (int q = 0; q < dp_->world_size(); ++q) wanted[static_cast<size_t>(q)] = rows_of(nodes_of(q));
   // This rank's rows the others receive: out of core read first; in memory, from the table.
   const auto [own_lo, own_hi] = OwnRows();
   std::vector<uint64_t> own_rows;
@@ -406,7 +413,7 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   if (row_cached()) {
     for (int q = 0; q < dp_->world_size(); ++q) {
       if (q == dp_->rank()) continue;
-      for (const uint64_t row : rows_of(nodes_of(q))) {
+      for (const uint64_t row : wanted[static_cast<size_t>(q)]) {
         if (row >= own_lo && row < own_hi) own_rows.push_back(row);
       }
     }
@@ -422,7 +429,8 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   };
   const std::vector<int64_t> mine = nodes_of(dp_->rank());
   SLUICE_ASSIGN_OR_RETURN(const std::vector<float> got,
-                          sharded_->Trade([&](int q) { return rows_of(nodes_of(q)); }, own_row, "the rows of an evaluation"));
+                          sharded_->Trade([&](int q) { return std::move(wanted[static_cast<size_t>(q)]); }, own_row,
+                                          "the rows of an evaluation"));
   own_floats = {};
   const auto copy_of = [&](int64_t first, int64_t n) {  // rows of `mine` from node `first` on, n of them
     torch::Tensor out = torch::empty({n, static_cast<int64_t>(d)});
