@@ -435,8 +435,8 @@ Result<LpNodes> LpTask::NodesAcrossProcesses(const std::string& split) {
   const auto copy_of = [&](int64_t first, int64_t n) {  // rows of `mine` from node `first` on, n of them
     torch::Tensor out = torch::empty({n, static_cast<int64_t>(d)});
     const auto at = static_cast<uint64_t>(std::lower_bound(mine.begin(), mine.end(), first) - mine.begin());
-    std::memcpy(out.data_ptr<float>(), got.data() + at * d, static_cast<uint64_t>(n) * d * 4);
-    return out;
+    if (n > 0) std::memcpy(out.data_ptr<float>(), got.data() + at * d, static_cast<uint64_t>(n) * d * 4);
+    return out;  // (none borrowed: an empty tensor, its data null)
   };
   nodes.rows = torch::empty({static_cast<int64_t>(nodes.ids.size()), static_cast<int64_t>(d)});
   for (size_t i = 0; i < nodes.ids.size(); ++i) {  // the ends (or every row read) in their order
