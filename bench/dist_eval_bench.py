@@ -15,7 +15,11 @@ graph (gen-nc, --nodes and --edges, 1% of the nodes training ones), one epoch of
 (2 layers, 64 hidden), then one validation layer by layer over every neighbour, out of core in
 --nc-budget a rank.
 
-  /usr/bin/python3 bench/dist_eval_bench.py [--task lp|nc] [--nodes 1000000] [--dim 64]
+--task dlrm (recommendation): a generated click log (gen-clicks, --samples, 26 tables of
+100,000 rows of --dim floats with Adagrad), 5 training steps out of core in --nc-budget a rank,
+then one evaluation of the test split (10% of the samples).
+
+  /usr/bin/python3 bench/dist_eval_bench.py [--task lp|nc|dlrm] [--nodes 1000000] [--dim 64]
                                             [--ranks 1,2,3] [--rounds 3] [--ranking exact|sampled]
                                             [--before /tmp/before/sluice]
 """
@@ -66,6 +70,26 @@ def nc_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
     return cfg
 
 
+def make_click_data(path: pathlib.Path, samples: int) -> None:
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-clicks", "--samples", str(samples),
+                          "--sparse", "26", "--dense", "13", "--vocab", "200000", "--seed", "1", "--out", str(path)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dist_eval_bench: gen-clicks failed: {out.stderr.strip()}")
+
+
+def dlrm_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
+    cfg = tmp / "eval-dlrm.yaml"
+    cfg.write_text(f"task: recommendation\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
+                   "checkpoint_every: 0\n"
+                   f"model: {{dim: {args.dim}, bottom: [64, {args.dim}], top: [64], ids: modulo, table_rows: 100000}}\n"
+                   "train: {epochs: 1, max_steps: 5, batch: 2048, lr: 0.05, seed: 1, virtual_shards: 6}\n"
+                   "eval: {every: 1}\n"
+                   f"storage: {{mode: out_of_core, budget: {args.nc_budget}}}\n"
+                   "dist: {interface: lo, op_timeout: 1200}\n")
+    return cfg
+
+
 def run(binary: str, cfg: pathlib.Path, n: int, run_dir: pathlib.Path) -> dict:
     sets = ["--set", f"run_dir={run_dir}"]
     if n == 1:
@@ -77,15 +101,16 @@ def run(binary: str, cfg: pathlib.Path, n: int, run_dir: pathlib.Path) -> dict:
         sys.exit(f"dist_eval_bench: {n} ranks failed: {out.stderr.strip()[-2000:]}")
     s = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    valid = metrics[-1]["valid"]
+    valid = metrics[-1].get("valid") or metrics[-1]["test"]  # recommendation without a valid split: test
     return {"eval_s": s["eval_s"], "rss_mib": s["peak_rss_bytes"] / 2**20,
-            "metric": valid["mrr"] if "mrr" in valid else valid["accuracy"]}
+            "metric": next(valid[k] for k in ("mrr", "accuracy", "auc") if k in valid)}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", choices=["lp", "nc"], default="lp")
-    p.add_argument("--nc-budget", default="400MiB", help="--task nc: storage.budget of each rank")
+    p.add_argument("--task", choices=["lp", "nc", "dlrm"], default="lp")
+    p.add_argument("--nc-budget", default="400MiB", help="--task nc and dlrm: storage.budget of each rank")
+    p.add_argument("--samples", type=int, default=1_000_000, help="--task dlrm: click-log samples (10%% the test split)")
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=4_000_000)
     p.add_argument("--dim", type=int, default=64)
@@ -103,9 +128,12 @@ def main() -> int:
         if args.task == "lp":
             make_lp_data(tmp / "ds", args.nodes, args.edges)
             cfg = config(tmp, tmp / "ds", args)
-        else:
+        elif args.task == "nc":
             make_nc_data(tmp / "ds", args.nodes, args.edges)
             cfg = nc_config(tmp, tmp / "ds", args)
+        else:
+            make_click_data(tmp / "ds", args.samples)
+            cfg = dlrm_config(tmp, tmp / "ds", args)
         results: dict = {}
         for r in range(args.rounds):
             for name, binary in builds:
@@ -115,8 +143,11 @@ def main() -> int:
                     print(f"round {r + 1}: {name}, {n} ranks: {m}", file=sys.stderr, flush=True)
     # Within a build every world size must rank as one process does (builds may differ).
     same = all(len({m["metric"] for (b, _), ms in results.items() if b == name for m in ms}) == 1 for name, _ in builds)
-    metric = "MRR" if args.task == "lp" else "accuracy"
-    if args.task == "lp":
+    metric = {"lp": "MRR", "nc": "accuracy", "dlrm": "AUC"}[args.task]
+    if args.task == "dlrm":
+        what = (f"{args.samples:,} samples, 26 tables of 100,000 rows, 5 training steps, then the test split's "
+                f"{args.samples // 10:,} samples in steps of 2,048, {args.nc_budget} a rank")
+    elif args.task == "lp":
         table_mib = args.nodes * args.dim * 8 / 2**20
         what = (f"node table {table_mib:.0f} MiB with Adagrad's state, embeddings {table_mib / 2:.0f} MiB), "
                 f"{args.ranking} ranking of {args.max_edges} edges")
@@ -124,7 +155,7 @@ def main() -> int:
         table_mib = args.nodes * (args.dim + 1) * 4 / 2**20
         what = (f"node table {table_mib:.0f} MiB with row-wise Adagrad's state), layer-wise validation over every "
                 f"neighbour, {args.nc_budget} a rank")
-    print(f"{args.nodes:,} nodes, dim {args.dim} ({what}; medians of {args.rounds} rounds; "
+    print(f"{'' if args.task == 'dlrm' else f'{args.nodes:,} nodes, '}dim {args.dim} ({what}; medians of {args.rounds} rounds; "
           f"{metric} {'the same at every world size' if same else 'DIFFERS between world sizes'}\n")
     print(f"| build | ranks | validation s | peak RSS MiB (rank 0) | {metric} |\n|---|---:|---:|---:|---:|")
     for (name, n), ms in results.items():

@@ -62,6 +62,33 @@ Result<std::vector<float>> DataParallel::AllToAll(std::span<const float> send, s
   return out;
 }
 
+Result<std::vector<float>> DataParallel::AllGatherV(std::span<const float> mine, std::span<const uint64_t> sizes,
+                                                    const char* what) {
+  if (mine.size() != sizes[static_cast<size_t>(rank_)]) {
+    return FailedPrecondition(std::string(what) + ": rank " + std::to_string(rank_) + " sends " +
+                              std::to_string(mine.size()) + " floats where " +
+                              std::to_string(sizes[static_cast<size_t>(rank_)]) + " were expected (a bug)");
+  }
+  if (group_ == nullptr) return std::vector<float>(mine.begin(), mine.end());
+  const auto start = SteadyClock::now();
+  const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<float> padded(longest, 0.0f), all(longest * static_cast<uint64_t>(world_));
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  SLUICE_RETURN_IF_ERROR(Collective(what, [&] { return group_->AllGather(padded, all); }));
+  std::vector<float> out;
+  uint64_t total = 0;
+  for (const uint64_t n : sizes) total += n;
+  out.reserve(total);
+  for (int r = 0; r < world_; ++r) {
+    const float* from = all.data() + static_cast<uint64_t>(r) * longest;
+    out.insert(out.end(), from, from + sizes[static_cast<size_t>(r)]);
+  }
+  bytes_sent_ += longest * 4;
+  bytes_received_ += longest * 4 * static_cast<uint64_t>(world_ - 1);
+  exchange_s_ += SecondsSince(start);
+  return out;
+}
+
 Result<DataParallel::PendingAllToAll> DataParallel::StartAllToAll(std::span<const float> send,
                                                                    std::span<const uint64_t> send_counts,
                                                                    std::span<const uint64_t> recv_counts,
@@ -169,6 +196,14 @@ Result<bool> TrainsInShards(bool training, int v, const DistGroup* group, int ba
                            ": training in virtual shards runs on the CPU only so far");
   }
   return true;
+}
+
+void SummarizeEvaluationSteps(const EvalSteps& e, bool across_processes, RunSummary& summary) {
+  if (e.steps == 0) return;
+  summary.Line("evaluation: this process computed " + std::to_string(e.computed) + " of " + std::to_string(e.steps) +
+               " steps in " + std::to_string(e.passes) + " passes" + (across_processes ? " (the other ranks the rest)" : ""));
+  summary.Set("evaluation", "passes", e.passes), summary.Set("evaluation", "steps", e.steps);
+  summary.Set("evaluation", "steps_computed", e.computed);
 }
 
 void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& s) {

@@ -62,6 +62,11 @@ class DataParallel {
   Result<std::vector<float>> AllToAll(std::span<const float> send, std::span<const uint64_t> send_counts,
                                       std::span<const uint64_t> recv_counts, const char* what);
 
+  // Every rank's `mine` end to end in rank order, `sizes[r]` the floats rank r sends (every rank
+  // knows every rank's). One process: `mine` itself.
+  Result<std::vector<float>> AllGatherV(std::span<const float> mine, std::span<const uint64_t> sizes,
+                                        const char* what);
+
   // AllToAll in two halves: started now (`send` copied), finished later while the rank's other
   // work runs in between. Every rank starts and finishes the same ones in the same order.
   struct PendingAllToAll {
@@ -152,5 +157,11 @@ class RunSummary;
 // The summary's data-parallel line and section: shards, the rows this rank owns of `rows`,
 // bytes exchanged per step, time.
 void SummarizeDataParallel(const DataParallel& dp, uint64_t rows, RunSummary& summary);
+// Evaluation's passes, their steps and those this process computed (across processes each rank
+// its part).
+struct EvalSteps {
+  uint64_t passes = 0, steps = 0, computed = 0;
+};
+void SummarizeEvaluationSteps(const EvalSteps& e, bool across_processes, RunSummary& summary);
 
 }  // namespace sluice

@@ -75,7 +75,8 @@ void ShardedRows::Pack(const Plan& plan, std::span<float* const> own, std::span<
 
 Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
                           std::span<const uint64_t> use_begin, std::span<float* const> own,
-                          std::span<const uint64_t> own_rows, bool every_row) {
+                          std::span<const uint64_t> own_rows, RowsTo to) {
+  const bool every_row = to == RowsTo::kEveryRank;
   const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t w = width_;
   const size_t n = rows.size();
@@ -113,7 +114,8 @@ Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::sp
     at[static_cast<size_t>(r)] = at[static_cast<size_t>(r) - 1] + recv_counts[static_cast<size_t>(r) - 1];
     at_early[static_cast<size_t>(r)] = at_early[static_cast<size_t>(r) - 1] + early_counts[static_cast<size_t>(r) - 1];
   }
-  values_.resize(n * w);
+  // Only the rows this rank's uses read take room (an evaluation round's are one step's of N).
+  values_.resize(static_cast<size_t>(std::count(need.begin(), need.end(), char{1})) * w);
   ptrs_.assign(n, nullptr);
   needed_ = 0;
   uint64_t remote = 0, remote_early = 0;
@@ -121,13 +123,14 @@ Status ShardedRows::Fetch(uint64_t step, std::span<const uint64_t> rows, std::sp
     if (!need[u]) continue;
     const bool is_early = !ahead.empty() && ahead[u];
     uint64_t& from = (is_early ? at_early : at)[static_cast<size_t>(plan_.owner[u])];
-    std::copy_n((is_early ? early : got).data() + from, w, values_.data() + u * w);
+    float* slot = values_.data() + needed_ * w;
+    std::copy_n((is_early ? early : got).data() + from, w, slot);
     from += w;
-    ptrs_[u] = values_.data() + u * w;
+    ptrs_[u] = slot;
     ++needed_;
     if (plan_.owner[u] != me) ++remote, remote_early += is_early;
   }
-  if (!every_row) {  // training's steps
+  if (to == RowsTo::kTrainingUses) {
     dp_->CountRowsNeeded(needed_, uses_.size());
     dp_->CountRemoteRows(remote, remote_early);
   }
@@ -248,6 +251,51 @@ void ShardedRows::AddUseGrads(const std::vector<torch::Tensor>& pieces, float sh
     const torch::Tensor x = (piece * share).contiguous();
     use_grads_.insert(use_grads_.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
   }
+}
+
+Status EvalRound::Add(int q, uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+                      std::span<float* const> own, std::span<const uint64_t> own_rows) {
+  const int me = sharded_->dp()->rank();
+  const uint64_t w = sharded_->width();
+  use_begin_.resize(static_cast<size_t>(sharded_->dp()->world_size()) + 1, 0);
+  for (; next_rank_ <= q; ++next_rank_) use_begin_[static_cast<size_t>(next_rank_)] = uses_.size();
+  std::vector<int64_t> place(rows.size());  // the step's distinct rows in the round's
+  size_t k = 0;  // this rank's rows of the step, in their order among `rows`
+  for (size_t u = 0; u < rows.size(); ++u) {
+    const bool mine = sharded_->OwnerOf(rows[u]) == me;
+    if (mine && (k >= own_rows.size() || own_rows[k] != rows[u])) {
+      return FailedPrecondition("evaluation step " + std::to_string(step) + ": row " + std::to_string(rows[u]) +
+                                " is not the row loaded in its place (a bug)");
+    }
+    const auto [it, fresh] = index_.emplace(rows[u], static_cast<int64_t>(rows_.size()));
+    if (fresh) {
+      rows_.push_back(rows[u]);
+      if (mine) own_rows_.push_back(rows[u]), own_values_.insert(own_values_.end(), own[k], own[k] + w);
+    }
+    k += mine;
+    place[u] = it->second;
+  }
+  if (k != own_rows.size()) {
+    return FailedPrecondition("evaluation step " + std::to_string(step) + " loaded " + std::to_string(own_rows.size()) +
+                              " rows of this rank but uses " + std::to_string(k) + " (a bug)");
+  }
+  for (const int64_t u : uses) uses_.push_back(place[static_cast<size_t>(u)]);
+  return Status::Ok();
+}
+
+Status EvalRound::Fetch(uint64_t round) {
+  const int world = sharded_->dp()->world_size(), me = sharded_->dp()->rank();
+  use_begin_.resize(static_cast<size_t>(world) + 1, 0);
+  for (; next_rank_ <= world; ++next_rank_) use_begin_[static_cast<size_t>(next_rank_)] = uses_.size();
+  const uint64_t w = sharded_->width();
+  std::vector<float*> own(own_rows_.size());
+  for (size_t i = 0; i < own.size(); ++i) own[i] = own_values_.data() + i * w;
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(round, rows_, uses_, use_begin_, own, own_rows_, RowsTo::kEvaluationUses));
+  const uint64_t lo = use_begin_[static_cast<size_t>(me)], hi = use_begin_[static_cast<size_t>(me) + 1];
+  my_uses_.assign(uses_.begin() + static_cast<int64_t>(lo), uses_.begin() + static_cast<int64_t>(hi));
+  rows_.clear(), own_rows_.clear(), uses_.clear(), own_values_.clear(), index_.clear();
+  next_rank_ = 0;
+  return Status::Ok();
 }
 
 }  // namespace sluice

@@ -16,12 +16,17 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "train/data_parallel.h"
 
 namespace sluice {
+
+// Which ranks receive a step's rows: those whose uses read them (a training step, counted in the
+// summary's row statistics; or an evaluation step, not counted), or every rank.
+enum class RowsTo { kTrainingUses, kEvaluationUses, kEveryRank };
 
 class ShardedRows {
  public:
@@ -31,17 +36,18 @@ class ShardedRows {
 
   int OwnerOf(uint64_t row) const;
   const std::vector<uint64_t>& bounds() const { return bounds_; }
+  DataParallel* dp() const { return dp_; }
   uint64_t width() const { return width_; }
 
   // Step `step`'s rows to where they are used. `rows`: its distinct rows (global numbers);
   // `uses`: each use's index in `rows`, every shard's uses end to end in shard order;
   // `use_begin`: world + 1 positions, rank q's shards using uses [use_begin[q], use_begin[q + 1]);
   // `own`: the addresses of this rank's rows among `rows`, in their order there, and
-  // `own_rows` their numbers (checked: a loaded row that is not the one used is a bug). With
-  // `every_row` every rank receives every row (evaluation: each scores the whole batch).
+  // `own_rows` their numbers (checked: a loaded row that is not the one used is a bug). `to`:
+  // who receives which rows (RowsTo).
   Status Fetch(uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
                std::span<const uint64_t> use_begin, std::span<float* const> own,
-               std::span<const uint64_t> own_rows, bool every_row);
+               std::span<const uint64_t> own_rows, RowsTo to);
   // Step `step` (the next one Fetch will be asked for, its arguments as Fetch's) while the step
   // of the last Fetch computes: its rows the last Fetch's step does not use start travelling now.
   // One process: nothing (no row is another rank's).
@@ -105,6 +111,33 @@ class ShardedRows {
   DataParallel::PendingAllToAll ahead_op_;
   std::vector<float*> ptrs_;
   std::vector<float> use_grads_;
+};
+
+// Evaluation split between the ranks, each step computed by one rank while every rank loads its
+// own rows of every step: a round of steps, at most one of each rank, whose rows (each once, in
+// first-use order across the round) travel by one all-to-all, each to the ranks whose steps use
+// it. Node classification and recommendation split their evaluation so.
+class EvalRound {
+ public:
+  explicit EvalRound(ShardedRows* sharded) : sharded_(sharded) {}
+
+  // Rank q's step of the round (q ascending; a rank without one adds nothing), its arguments as
+  // ShardedRows::Fetch's. This rank's rows are copied now: the step's batch may go after.
+  Status Add(int q, uint64_t step, std::span<const uint64_t> rows, std::span<const int64_t> uses,
+             std::span<float* const> own, std::span<const uint64_t> own_rows);
+  // The round's all-to-all; then ptrs() as ShardedRows::ptrs() and this rank's step's uses
+  // index it. Starts the next round.
+  Status Fetch(uint64_t round);
+  std::span<const int64_t> MyUses() const { return my_uses_; }
+  std::span<float* const> ptrs() const { return sharded_->ptrs(); }
+
+ private:
+  ShardedRows* sharded_;
+  std::vector<uint64_t> rows_, own_rows_, use_begin_;
+  std::vector<int64_t> uses_, my_uses_;
+  std::vector<float> own_values_;
+  std::unordered_map<uint64_t, int64_t> index_;  // a row -> its place in rows_
+  int next_rank_ = 0;
 };
 
 }  // namespace sluice

@@ -267,15 +267,19 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
         assert out.returncode == 0, out.stderr
         assert re.search(r", 0 of \d+ rows from other ranks \(0%\) fetched a step ahead", out.stdout), out.stdout
         assert model_bytes(sluice_bin, base / f"two-{setting}") == reference
-    for name in ("two", "three"):
+    epochs = lambda run_dir: [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all("auc" in e["test"] for e in epochs(base / "one")), epochs(base / "one")  # no valid split: test's
+    for name in ("two", "three", "two-mem"):
         assert model_bytes(sluice_bin, base / name) == reference, f"{name} ranks trained another model"
-        losses = [json.loads(l)["loss"] for l in (base / name / "metrics.jsonl").read_text().splitlines()]
-        assert losses == [json.loads(l)["loss"] for l in (base / "one/metrics.jsonl").read_text().splitlines()]
+        # Every epoch's loss and validation metrics: validation's steps split between the ranks
+        # (rank 0 computed its part), the scores gathered in step order.
+        assert [(e["loss"], e["test"]) for e in epochs(base / name)] == [(e["loss"], e["test"]) for e in epochs(base / "one")]
+        assert_evaluation_split(base / name, 3 if name == "three" else 2)
         # Rank 0 alone writes the run's checkpoints, metrics and summary; the others keep their
         # tables in RUN/rank-R.
-        for r in range(1, 2 if name == "two" else 3):
+        for r in range(1, 3 if name == "three" else 2):
             own = base / name / f"rank-{r}"
-            assert (own / "tables").is_dir()
+            assert (own / "tables").is_dir() or name == "two-mem"  # in memory: none
             assert not any((own / f).exists() for f in ("checkpoints", "metrics.jsonl", "summary.txt")), own
 
 
@@ -516,19 +520,28 @@ def nc_config(tmp_path_factory) -> pathlib.Path:
     cfg.write_text(f"task: node_classification\ndataset: {d / 'ds'}\nrun_dir: {d / 'run'}\nprogress: false\n"
                    "model: {kind: graphsage, layers: 2, hidden: 16, fanouts: [5, 3], dropout: 0.3}\n"
                    "train: {epochs: 2, batch: 128, lr: 0.01, seed: 2, virtual_shards: 6}\n"
-                   "eval: {every: 1, fanouts: [5, 3]}\n"
+                   "eval: {every: 1, fanouts: [5, 3], batch: 64}\n"
                    "storage: {mode: out_of_core, cache_rows: 2800, run_ahead: 2}\n"
                    "dist: {interface: lo, rendezvous_timeout: 30, op_timeout: 60, prefetch_rows: on}\n")
     return cfg
 
 
 def nc_model(run_dir: pathlib.Path) -> dict:
-    """The latest checkpoint's parameters and the optimizer's tensors, and every epoch's loss."""
+    """The latest checkpoint's parameters and the optimizer's tensors, and every epoch's loss and
+    validation metrics."""
     latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
     with zipfile.ZipFile(latest / "dense_optimizer.pt") as z:
         state = sorted(z.read(n) for n in z.namelist() if "/data/" in n)
-    losses = [json.loads(l)["loss"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"dense.pt": (latest / "dense.pt").read_bytes(), "optimizer tensors": state, "losses": losses}
+    epochs = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {"dense.pt": (latest / "dense.pt").read_bytes(), "optimizer tensors": state,
+            "losses": [e["loss"] for e in epochs], "valid": [e["valid"] for e in epochs]}
+
+
+def assert_evaluation_split(run_dir: pathlib.Path, ranks: int) -> None:
+    """Rank 0 computed its part of evaluation's steps, not all of them (its summary): of a pass of
+    S steps at most ceil(S / ranks)."""
+    s = json.loads((run_dir / "summary.json").read_text())["evaluation"]
+    assert 0 < s["steps_computed"] <= s["steps"] / ranks + s["passes"], s
 
 
 def test_node_classification_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(sluice_bin, nc_config, gloo):
@@ -547,10 +560,24 @@ def test_node_classification_trains_bitwise_the_same_model_at_world_sizes_1_2_an
         assert out.returncode == 0, out.stderr
         assert f"data parallel: rank 0 of {n}, 6 virtual shards a batch" in out.stdout, out.stdout
         assert nc_model(base / f"ranks-{n}") == reference, f"{n} ranks trained another model"
+        # Validation's 5 steps a pass are split between the ranks; every rank reports them all.
+        assert_evaluation_split(base / f"ranks-{n}", n)
     # Features in memory on two ranks: the same model again.
     out = launch(nc_config, 2, base / "two-mem", "--set", "storage.mode=in_memory")
     assert out.returncode == 0, out.stderr
     assert nc_model(base / "two-mem") == reference
+    # Validation over every neighbour, layer by layer: each rank computes its part of every
+    # layer's steps and the ranks share the outputs (through each rank's row file out of core).
+    full = ["--set", "eval.fanouts=[]"]
+    out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'one-full'}", *full)
+    assert out.returncode == 0, out.stderr
+    layerwise = nc_model(base / "one-full")
+    assert layerwise["dense.pt"] == reference["dense.pt"] and layerwise["valid"] != reference["valid"]
+    for n, mode in ((3, "out_of_core"), (2, "in_memory")):
+        out = launch(nc_config, n, base / f"full-{n}", *full, "--set", f"storage.mode={mode}")
+        assert out.returncode == 0, out.stderr
+        assert nc_model(base / f"full-{n}") == layerwise, f"{n} ranks {mode}: another layer-wise validation"
+        assert_evaluation_split(base / f"full-{n}", n)
 
 
 def test_node_classification_through_the_spill_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(
@@ -605,8 +632,10 @@ def test_node_classification_stopped_on_one_rank_resumes_at_another_world_size_b
 
 def nc_embedding_model(sluice_bin, run_dir: pathlib.Path) -> dict:
     """nc_model, the latest checkpoint's node embeddings with their optimizer state (whole or in
-    the ranks' shards) and what `sluice export` infers from it (every node's probabilities)."""
+    the ranks' shards) and what `sluice export` infers from it (every node's probabilities);
+    without the validation metrics (the tests compare those where the runs validate alike)."""
     model = nc_model(run_dir)
+    del model["valid"]
     latest = run_dir / "checkpoints" / (run_dir / "checkpoints/latest").read_text().strip()
     table = table_bytes(latest, "nodes.bin")  # padded as a row file is (4 KiB) or to 512 bytes (shards)
     rows = 3000 * (8 + 1) * 4  # each node's embedding and its row-wise Adagrad state
@@ -667,8 +696,9 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
         model = nc_embedding_model(sluice_bin, base / f"emb-{n}")
         for key in reference:
             assert model[key] == reference[key], f"{n} ranks: {key} differs"
-        # Each rank's metrics: the same validation as one process (every rank evaluates).
+        # Rank 0's metrics: the same validation as one process (each rank computed its part).
         assert [json.loads(l)["valid"]["accuracy"] for l in (base / f"emb-{n}/metrics.jsonl").read_text().splitlines()] == valid
+        assert_evaluation_split(base / f"emb-{n}", n)
     out = launch(nc_config, 2, base / "emb-2-mem", *NC_EMB, "--set", "storage.mode=in_memory", "--set", "eval.fanouts=[]")
     assert out.returncode == 0, out.stderr
     assert_rows_travel_ahead(out.stdout)
@@ -682,6 +712,7 @@ def test_node_classification_learnable_embeddings_train_bitwise_the_same_model_a
     assert out.returncode == 0, out.stderr
     assert nc_embedding_model(sluice_bin, base / "emb-3-full") == reference
     assert [json.loads(l)["valid"] for l in (base / "emb-3-full/metrics.jsonl").read_text().splitlines()] == full
+    assert_evaluation_split(base / "emb-3-full", 3)
     # Stopped after step 5 on 2 ranks out of core, resumed on 3 out of core, then in one process
     # in memory for a third epoch: one process's 3 epochs.
     out = run(sluice_bin, "train", str(nc_config), "--set", f"run_dir={base / 'emb-three'}", *NC_EMB,

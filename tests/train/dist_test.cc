@@ -184,7 +184,7 @@ TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
   const std::vector<uint64_t> rows = {5, 7, 2};
   const std::vector<int64_t> uses = {0, 1, 0, 2, 0};  // row 5 three times
   const std::vector<uint64_t> use_begin = {0, 5};
-  ASSERT_TRUE(sharded.Fetch(1, rows, uses, use_begin, own, rows, false).ok());
+  ASSERT_TRUE(sharded.Fetch(1, rows, uses, use_begin, own, rows, RowsTo::kTrainingUses).ok());
   ASSERT_EQ(sharded.ptrs().size(), 3u);
   EXPECT_EQ(sharded.ptrs()[1][1], 70.0f);
   EXPECT_EQ(sharded.rows_needed(), 3u);
@@ -198,10 +198,10 @@ TEST(ShardedRowsTest, OneProcessFetchesItsRowsAndSumsEachRowsUsesInUseOrder) {
   EXPECT_EQ((*sums)[1][0].item<float>(), 3.0f);
   EXPECT_EQ((*sums)[2][1].item<float>(), 4.0f);
   // Loaded rows that do not match the step's own rows are a bug, said as one.
-  Status bad = sharded.Fetch(2, rows, uses, use_begin, {own.data(), 2}, {rows.data(), 2}, false);
+  Status bad = sharded.Fetch(2, rows, uses, use_begin, {own.data(), 2}, {rows.data(), 2}, RowsTo::kTrainingUses);
   EXPECT_NE(bad.message().find("3 rows of this rank but 2 were loaded"), std::string::npos) << bad.ToString();
   const std::vector<uint64_t> swapped = {7, 5, 2};
-  bad = sharded.Fetch(3, rows, uses, use_begin, own, swapped, false);
+  bad = sharded.Fetch(3, rows, uses, use_begin, own, swapped, RowsTo::kTrainingUses);
   EXPECT_NE(bad.message().find("not the same rows in the same order"), std::string::npos) << bad.ToString();
 }
 
@@ -251,7 +251,7 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
     const std::vector<int64_t> uses0 = {0, 1, 1};
     const std::vector<uint64_t> own0 = {r == 0 ? uint64_t{1} : uint64_t{5}};
     const std::vector<float*> ptr0 = {at(own0[0])};
-    if (Status s = sharded.Fetch(0, rows0, uses0, begin0, ptr0, own0, false); !s.ok()) return fail(s);
+    if (Status s = sharded.Fetch(0, rows0, uses0, begin0, ptr0, own0, RowsTo::kTrainingUses); !s.ok()) return fail(s);
     // Step 1: rows {5, 6, 2}; shard 0 uses rows 5 and 6, shard 1 rows 2 and 5.
     const std::vector<uint64_t> rows1 = {5, 6, 2}, begin1 = {0, 2, 4};
     const std::vector<int64_t> uses1 = {0, 1, 2, 0};
@@ -261,7 +261,7 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
     if (Status s = sharded.Prefetch(1, rows1, uses1, begin1, ptr1, own1); !s.ok()) return fail(s);
     *at(own0[0]) += 1000;                     // step 0's update of its rows
     *at(r == 0 ? 2 : 6) = 9999;               // after the prefetch left
-    if (Status s = sharded.Fetch(1, rows1, uses1, begin1, ptr1, own1, false); !s.ok()) return fail(s);
+    if (Status s = sharded.Fetch(1, rows1, uses1, begin1, ptr1, own1, RowsTo::kTrainingUses); !s.ok()) return fail(s);
     for (float* p : sharded.ptrs()) got[r].push_back(p != nullptr ? *p : -1.0f);
     // A prefetch the pass stops before: dropped on both ranks.
     if (Status s = sharded.Prefetch(2, rows0, uses0, begin0, ptr0, own0); !s.ok()) return fail(s);
@@ -280,6 +280,72 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
   EXPECT_EQ(ahead[0], 1u);
   EXPECT_EQ(remote[1], 1u);  // row 2, ahead
   EXPECT_EQ(ahead[1], 1u);
+}
+
+// Evaluation across processes: AllGatherV's pieces in rank order, a rank's piece possibly empty,
+// and an evaluation step's rows (RowsTo::kEvaluationUses) reach only the rank whose uses read them,
+// outside training's row counts.
+TEST(ShardedRowsTest, EvaluationGathersPiecesInRankOrderAndSendsRowsToTheirUsers) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  const int port = FreePort();
+  DistConfig config;
+  config.interface = "lo", config.rendezvous_timeout = 30, config.op_timeout = 30;
+  std::vector<float> gathered[2], empty_first[2], got[2];
+  uint64_t remote[2] = {9, 9};
+  std::string error[2];
+  auto rank = [&](int r) {
+    auto fail = [&](const Status& s) { error[r] = s.ToString(); };
+    DistPlace place{2, r, "127.0.0.1", port};
+    Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
+    if (!group.ok()) return fail(group.status());
+    DataParallel dp(group->get(), 2);
+    const std::vector<float> mine = r == 0 ? std::vector<float>{1, 2, 3} : std::vector<float>{4};
+    Result<std::vector<float>> all = dp.AllGatherV(mine, std::vector<uint64_t>{3, 1}, "test");
+    if (!all.ok()) return fail(all.status());
+    gathered[r] = *all;
+    const std::vector<float> none = r == 0 ? std::vector<float>{} : std::vector<float>{5, 6};
+    all = dp.AllGatherV(none, std::vector<uint64_t>{0, 2}, "test");
+    if (!all.ok()) return fail(all.status());
+    empty_first[r] = *all;
+    // Rows 0-1 are rank 0's, 2-3 rank 1's; the step's rows {3, 0}: rank 1's uses read both,
+    // rank 0's none.
+    ShardedRows sharded(&dp, {0, 2, 4}, 1);
+    std::vector<float> table = {10.0f + 2 * r, 11.0f + 2 * r};
+    const std::vector<uint64_t> rows = {3, 0}, begin = {0, 0, 2};
+    const std::vector<int64_t> uses = {0, 1};
+    const std::vector<uint64_t> own = {r == 0 ? uint64_t{0} : uint64_t{3}};
+    const std::vector<float*> ptr = {&table[r == 0 ? 0 : 1]};
+    if (Status s = sharded.Fetch(0, rows, uses, begin, ptr, own, RowsTo::kEvaluationUses); !s.ok()) return fail(s);
+    for (float* p : sharded.ptrs()) got[r].push_back(p != nullptr ? *p : -1.0f);
+    remote[r] = dp.remote_rows();
+    if (Status s = group->get()->Barrier(); !s.ok()) return fail(s);
+  };
+  std::thread one(rank, 1);
+  rank(0);
+  one.join();
+  ASSERT_EQ(error[0], "");
+  ASSERT_EQ(error[1], "");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(gathered[r], (std::vector<float>{1, 2, 3, 4})) << r;
+    EXPECT_EQ(empty_first[r], (std::vector<float>{5, 6})) << r;
+    EXPECT_EQ(remote[r], 0u) << r;
+  }
+  EXPECT_EQ(got[0], (std::vector<float>{-1, -1}));
+  EXPECT_EQ(got[1], (std::vector<float>{13, 10}));
+}
+
+// A rank whose piece is not the size every rank was told is a bug, named before any exchange.
+TEST(DataParallelTest, AllGatherVRefusesAPieceOfTheWrongSize) {
+  DataParallel dp(nullptr, 2);
+  const std::vector<float> mine = {1, 2};
+  Result<std::vector<float>> all = dp.AllGatherV(mine, std::vector<uint64_t>{3}, "the test's pieces");
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.status().ToString().find("the test's pieces: rank 0 sends 2 floats where 3 were expected"),
+            std::string::npos)
+      << all.status().ToString();
+  all = dp.AllGatherV(mine, std::vector<uint64_t>{2}, "the test's pieces");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, mine);
 }
 
 }  // namespace

@@ -375,7 +375,8 @@ Status DlrmTask::GatherStepRows(const RowBatch& b, bool every_row) {
   StepRows& s = step_rows_;
   MakeStepRows(b, s);
   const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-  return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, every_row);
+  return sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows,
+                         every_row ? RowsTo::kEveryRank : RowsTo::kTrainingUses);
 }
 
 Status DlrmTask::GatherTrainingRows(const RowBatch& b, const RowBatch* next) {
@@ -384,7 +385,7 @@ Status DlrmTask::GatherTrainingRows(const RowBatch& b, const RowBatch* next) {
     next_rows_.step = ~uint64_t{0};
     const StepRows& s = step_rows_;
     const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
-    SLUICE_RETURN_IF_ERROR(sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, false));
+    SLUICE_RETURN_IF_ERROR(sharded_->Fetch(b.step, s.rows, s.inverse, s.use_begin, own, s.own_rows, RowsTo::kTrainingUses));
   } else {
     SLUICE_RETURN_IF_ERROR(GatherStepRows(b, /*every_row=*/false));
   }
@@ -522,6 +523,92 @@ Result<EpochOutcome> DlrmTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSi
   return EpochOutcome{};
 }
 
+Status DlrmTask::ScoreStep(const ModelInput& in, const std::string& split, std::vector<float>& scores,
+                           std::vector<float>& labels) {
+  Result<torch::Tensor> logits = PredictStep(*net_, in);
+  if (!logits.ok()) return InvalidArgument("evaluate " + split + ": " + logits.status().message());
+  const torch::Tensor prob = torch::sigmoid(*logits).contiguous();
+  if (prob.dim() != 1 || prob.size(0) != in.labels.size(0) || prob.scalar_type() != torch::kFloat32) {
+    return InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
+                           std::to_string(in.labels.size(0)) + "] logits");
+  }
+  const float* pp = prob.data_ptr<float>();
+  const float* lp = in.labels.data_ptr<float>();
+  scores.insert(scores.end(), pp, pp + prob.size(0));
+  labels.insert(labels.end(), lp, lp + prob.size(0));
+  ++eval_steps_.computed;
+  return Status::Ok();
+}
+
+Status DlrmTask::ScoreSteps(Pipeline& p, const RecordSource& source, const std::string& split,
+                            std::vector<float>& scores, std::vector<float>& labels) {
+  for (uint64_t t = 0; t < source.steps(); ++t) {
+    Status s;
+    RowBatch* b = p.WaitReady(t, s);
+    Result<ModelInput> in = b != nullptr ? StepInput(*b, split, false) : Result<ModelInput>(s);
+    SLUICE_RETURN_IF_ERROR(in.status());
+    SLUICE_RETURN_IF_ERROR(ScoreStep(*in, split, scores, labels));
+    p.Computed(t);
+  }
+  return Status::Ok();
+}
+
+Status DlrmTask::ScoreRounds(Pipeline& p, const RecordSource& source, const std::string& split,
+                             std::vector<float>& scores, std::vector<float>& labels) {
+  const auto world = static_cast<uint64_t>(dp_->world_size()), me = static_cast<uint64_t>(dp_->rank());
+  EvalRound round(sharded_.get());
+  for (uint64_t first = 0; first < source.steps(); first += world) {
+    ModelInput in;
+    bool have_mine = false;
+    for (uint64_t t = first; t < std::min(first + world, source.steps()); ++t) {
+      Status s;
+      RowBatch* b = p.WaitReady(t, s);
+      if (b == nullptr) return s;
+      StepRows& r = step_rows_;
+      MakeStepRows(*b, r);
+      SLUICE_RETURN_IF_ERROR(round.Add(static_cast<int>(t - first), t, r.rows, r.inverse,
+                                       {reinterpret_cast<float* const*>(b->rows.data()), b->rows.size()}, r.own_rows));
+      if (t - first == me) {  // this rank's step: its records now (the batch goes at Computed)
+        SLUICE_RETURN_IF_ERROR(ReadBatch(*b, split, in.dense, in.labels));
+        in.key = {cfg_.train.seed, 0, b->step};
+        have_mine = true;
+      }
+      p.Computed(t);
+    }
+    SLUICE_RETURN_IF_ERROR(round.Fetch(first / world));
+    if (!have_mine) continue;
+    in.tables.push_back(GatherUses(round.ptrs(), {round.MyUses()}, tables_->width(), /*requires_grad=*/false));
+    in.training = false;
+    SLUICE_RETURN_IF_ERROR(ScoreStep(in, split, scores, labels));
+  }
+  return Status::Ok();
+}
+
+Status DlrmTask::GatherScores(const RecordSource& source, std::vector<float>& scores, std::vector<float>& labels) {
+  const auto world = static_cast<uint64_t>(dp_->world_size());
+  const auto batch = static_cast<uint64_t>(cfg_.train.batch);
+  const auto samples = [&](uint64_t t) { return std::min(batch, source.records() - t * batch); };
+  std::vector<uint64_t> sizes(world, 0);
+  for (uint64_t t = 0; t < source.steps(); ++t) sizes[t % world] += samples(t);
+  // Rank q's scores then its labels, as one piece each.
+  std::vector<float> mine = scores;
+  mine.insert(mine.end(), labels.begin(), labels.end());
+  std::vector<uint64_t> both(sizes);
+  for (uint64_t& n : both) n *= 2;
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->AllGatherV(mine, both, "the evaluation's scores"));
+  std::vector<uint64_t> at(world, 0);  // each rank's piece's start, then its next step's place
+  for (uint64_t q = 1; q < world; ++q) at[q] = at[q - 1] + both[q - 1];
+  scores.clear(), labels.clear();
+  for (uint64_t t = 0; t < source.steps(); ++t) {
+    const uint64_t q = t % world, n = samples(t);
+    const float* from = all.data() + at[q];
+    scores.insert(scores.end(), from, from + n);
+    labels.insert(labels.end(), from + sizes[q], from + sizes[q] + n);
+    at[q] += n;
+  }
+  return Status::Ok();
+}
+
 Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t max_samples,
                                               std::vector<float>* scores_out,
                                               std::vector<float>* labels_out) {
@@ -532,31 +619,14 @@ Result<DlrmMetrics> DlrmTask::EvaluateSamples(const std::string& split, uint64_t
   std::vector<float> scores, labels;
   scores.reserve(source.records());
   labels.reserve(source.records());
-  // An error ends the pass (the pipeline aborted and drained) before it is returned.
-  auto fail = [this, &p](Status err) {
-    p->Abort(err);
-    (void)FinishPass(*p);
-    return err;
-  };
-  for (uint64_t t = 0; t < source.steps(); ++t) {
-    Status s;
-    RowBatch* b = p->WaitReady(t, s);
-    Result<ModelInput> in = b != nullptr ? StepInput(*b, split, false) : Result<ModelInput>(s);
-    if (!in.ok()) return fail(in.status());
-    Result<torch::Tensor> logits = PredictStep(*net_, *in);
-    if (!logits.ok()) return fail(InvalidArgument("evaluate " + split + ": " + logits.status().message()));
-    const torch::Tensor prob = torch::sigmoid(*logits).contiguous();
-    if (prob.dim() != 1 || prob.size(0) != in->labels.size(0) || prob.scalar_type() != torch::kFloat32) {
-      return fail(InvalidArgument("evaluate " + split + ": the model's Predict must return float32 [" +
-                                  std::to_string(in->labels.size(0)) + "] logits"));
-    }
-    p->Computed(t);
-    const float* pp = prob.data_ptr<float>();
-    const float* lp = in->labels.data_ptr<float>();
-    scores.insert(scores.end(), pp, pp + prob.size(0));
-    labels.insert(labels.end(), lp, lp + prob.size(0));
-  }
-  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
+  eval_steps_.steps += source.steps(), ++eval_steps_.passes;
+  Status s = SplitsEvaluation() ? ScoreRounds(*p, source, split, scores, labels)
+                                : ScoreSteps(*p, source, split, scores, labels);
+  if (!s.ok()) p->Abort(s);  // an error ends the pass (the pipeline aborted and drained) first
+  const Status finished = FinishPass(*p);
+  SLUICE_RETURN_IF_ERROR(s);
+  SLUICE_RETURN_IF_ERROR(finished);
+  if (SplitsEvaluation()) SLUICE_RETURN_IF_ERROR(GatherScores(source, scores, labels));
   DlrmMetrics m = ClickMetrics(scores, labels);
   if (scores_out != nullptr) *scores_out = std::move(scores);
   if (labels_out != nullptr) *labels_out = std::move(labels);

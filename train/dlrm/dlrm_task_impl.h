@@ -154,6 +154,19 @@ class DlrmTask : public Task {
                        std::vector<float>& mine, std::vector<uint64_t>& sizes);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
                                       std::vector<float>* scores, std::vector<float>* labels);
+  // An evaluation pass's steps, each scored into `scores` and `labels` (ScoreStep): in one
+  // process every step; across processes (ScoreRounds) rank r computes steps r, r + N, ..., while
+  // every rank loads its rows of every step and sends them to the step's rank (EvalRound, one
+  // all-to-all a round of N steps), and GatherScores puts every rank's scores in step order.
+  Status ScoreSteps(Pipeline& p, const RecordSource& source, const std::string& split,
+                    std::vector<float>& scores, std::vector<float>& labels);
+  Status ScoreRounds(Pipeline& p, const RecordSource& source, const std::string& split,
+                     std::vector<float>& scores, std::vector<float>& labels);
+  Status ScoreStep(const ModelInput& in, const std::string& split, std::vector<float>& scores,
+                   std::vector<float>& labels);
+  Status GatherScores(const RecordSource& source, std::vector<float>& scores, std::vector<float>& labels);
+  bool SplitsEvaluation() const { return dp_ != nullptr && dp_->group() != nullptr; }
+  EvalSteps eval_steps_;
   Status SyncTables();
   Status WriteMemoryRows(const std::string& path);
   Status LoadMemoryRows(const std::string& dir);

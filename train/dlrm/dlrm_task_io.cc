@@ -618,6 +618,7 @@ void DlrmTask::Summarize(RunSummary& s) const {
   s.Set("prefetcher", "rows_loaded", rows_loaded_), s.Set("prefetcher", "rows_written", rows_written_);
   SummarizeEpochStartLoads(s, "cache", "rows", epoch_start_loads_);
   if (dp_ != nullptr) SummarizeDataParallel(*dp_, tables_->total_rows(), s);
+  SummarizeEvaluationSteps(eval_steps_, SplitsEvaluation(), s);
   if (!in_memory_) SummarizeLookahead(s);
   s.Set("memory", "mode", in_memory_ ? "in_memory" : "out_of_core");
   s.Set("memory", "budget_bytes", in_memory_ ? uint64_t{0} : cfg_.storage.budget.value);

@@ -142,7 +142,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
   }
   SLUICE_RETURN_IF_ERROR(ShardedUses(b, step_own_, cur_));
   SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, cur_.rows, cur_.uses, cur_.use_begin, cur_.own, cur_.own_rows,
-                                         /*every_row=*/false));
+                                         RowsTo::kTrainingUses));
   if (next_batch_ != nullptr) {  // its rows this step does not use travel while it computes
     if (next_batch_->shards.size() != static_cast<size_t>(shards)) {
       return FailedPrecondition("data parallel: step " + std::to_string(next_step_) + " was sampled in " +

@@ -41,11 +41,13 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   Pass pass{&all, sampler_.get(), &one_hop_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
   FitEvalPass(pass, in.cache);
   // Across processes the first layer reads learnable embeddings: each step's rows this rank owns
-  // through its cache, the others from their owners (every rank computes every step).
+  // through its cache, the others from their owners. Each rank computes its part of the steps.
   if (l == 0 && sharded_ != nullptr && across_processes()) {
     pass.own_keys = true;
     pass.own_begin = own_begin_, pass.own_end = own_end_;
   }
+  std::vector<std::pair<uint64_t, int>> rounds;
+  SplitEvalPass(pass, rounds);
   std::unique_ptr<IoSession> io;
   if (out_file) {  // a step's outputs are one run of rows: a few requests, a few slots
     IoConfig o = cfg_.io;
@@ -56,43 +58,42 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   p->Start();
   const int64_t width = gnn_->OutputWidth(l);
   std::vector<uint64_t> ids;
-  for (uint64_t t = 0; t < pass.steps(); ++t) {
-    Status st;
-    Batch* b = p->WaitReady(t, st);
-    Result<ModelInput> input = b == nullptr    ? Result<ModelInput>(st)
-                               : pass.own_keys ? FetchedStepInput(*b, pass, t)
-                                               : StepInput(*b, pass, t, false, in);
-    Status s = input.status();
-    if (s.ok()) {
-      try {
-        // On a device run the layer computes there (its input moved over, its rows back).
-        const torch::Device device = ModelDevice(*gnn_);
-        const ModelInput on = device.is_cpu() ? *input : InputOn(*input, device);
-        const torch::Tensor out =
-            gnn_->Apply(l, on.tables[0].uses, on.blocks[0], on.ids.at("nodes"), on).to(torch::kCPU).contiguous();
-        const std::vector<int64_t>& dst = b->sub.layers.front();  // this step's nodes, in order
-        const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
-        const size_t row_bytes = static_cast<size_t>(width) * 4;
-        if (logits) {
-          logits->Keep(dst.front(), dst.size(), out.data_ptr<float>());
-        } else if (out_memory) {
-          std::memcpy(out_memory->Row(RowKey{static_cast<uint64_t>(dst.front()), 0}), rows, dst.size() * row_bytes);
-        } else {
-          ids.assign(dst.begin(), dst.end());
-          s = out_file->WriteRows(*io, std::span<const uint64_t>(ids.data(), ids.size()), rows);
-        }
-      } catch (const std::exception& e) {
-        s = InvalidArgument("the model failed in layer-wise inference, layer " + std::to_string(l + 1) + ": " + e.what());
+  const auto compute = [&](uint64_t, const ModelInput& input, const SampledSubgraph& sub) -> Status {
+    try {
+      // On a device run the layer computes there (its input moved over, its rows back).
+      const torch::Device device = ModelDevice(*gnn_);
+      const ModelInput on = device.is_cpu() ? input : InputOn(input, device);
+      const torch::Tensor out =
+          gnn_->Apply(l, on.tables[0].uses, on.blocks[0], on.ids.at("nodes"), on).to(torch::kCPU).contiguous();
+      const std::vector<int64_t>& dst = sub.layers.front();  // this step's nodes, in order
+      const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
+      const size_t row_bytes = static_cast<size_t>(width) * 4;
+      if (logits) {
+        logits->Keep(dst.front(), dst.size(), out.data_ptr<float>());
+      } else if (out_memory) {
+        std::memcpy(out_memory->Row(RowKey{static_cast<uint64_t>(dst.front()), 0}), rows, dst.size() * row_bytes);
+      } else {
+        ids.assign(dst.begin(), dst.end());
+        return out_file->WriteRows(*io, std::span<const uint64_t>(ids.data(), ids.size()), rows);
       }
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return InvalidArgument("the model failed in layer-wise inference, layer " + std::to_string(l + 1) + ": " + e.what());
     }
-    if (!s.ok()) {
-      p->Abort(s);
-      (void)FinishPass(*p);
-      return s;
-    }
-    p->Computed(t);
-  }
-  return FinishPass(*p);
+  };
+  Status s = RunEvalPass(*p, pass, in, compute);
+  if (!s.ok()) p->Abort(s);
+  const Status finished = FinishPass(*p);
+  SLUICE_RETURN_IF_ERROR(s);
+  SLUICE_RETURN_IF_ERROR(finished);
+  if (!across_processes()) return Status::Ok();
+  // Every rank reads the next layer's inputs of every node, or reports every wanted node.
+  if (!logits) return ShareLayer(static_cast<uint32_t>(width), pass.batch, out_memory, out_file);
+  const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
+  return ShareLogits(logits->logits(), [&](uint64_t i) {
+    const auto step = static_cast<uint64_t>(logits->nodes()[i]) / pass.batch;
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), step) - bounds.begin()) - 1;
+  });
 }
 
 // The wanted nodes' positions sorted by node, so a step's consecutive nodes find theirs by one

@@ -971,31 +971,31 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
     pass.own_keys = true;
     pass.own_begin = own_begin_, pass.own_end = own_end_;
   }
+  // Across processes each rank computes its part of the steps; the logits are shared after.
+  std::vector<std::pair<uint64_t, int>> rounds;
+  SplitEvalPass(pass, rounds);
   auto p = MakePipeline(pass, source);
   p->Start();
   std::vector<torch::Tensor> logits;
-  for (uint64_t t = 0; t < pass.steps(); ++t) {
-    Status s;
-    Batch* b = p->WaitReady(t, s);
-    Result<ModelInput> in = b == nullptr    ? Result<ModelInput>(s)
-                            : pass.own_keys ? FetchedStepInput(*b, pass, t)
-                                            : StepInput(*b, pass, t, false, source);
-    if (!in.ok()) {
-      p->Abort(in.status());
-      (void)FinishPass(*p);
-      return in.status();
-    }
-    Result<torch::Tensor> out = PredictStep(*net_, *in);
-    if (!out.ok()) {
-      p->Abort(Aborted("the model failed"));
-      (void)FinishPass(*p);
-      return out.status();
-    }
-    logits.push_back(std::move(*out));
-    p->Computed(t);
-  }
-  SLUICE_RETURN_IF_ERROR(FinishPass(*p));
-  return logits.empty() ? torch::empty({0, classes_}) : torch::cat(logits);
+  Status s = RunEvalPass(*p, pass, source, [&](uint64_t, const ModelInput& in, const SampledSubgraph&) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(torch::Tensor out, PredictStep(*net_, in));
+    logits.push_back(std::move(out));
+    return Status::Ok();
+  });
+  if (!s.ok()) p->Abort(s);
+  const Status finished = FinishPass(*p);
+  SLUICE_RETURN_IF_ERROR(s);
+  SLUICE_RETURN_IF_ERROR(finished);
+  torch::Tensor mine = logits.empty() ? torch::empty({0, classes_}) : torch::cat(logits);
+  if (!across_processes()) return mine;
+  const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
+  const uint64_t batch = pass.batch, n = nodes.size();
+  torch::Tensor all = torch::empty({static_cast<int64_t>(n), classes_});
+  all.narrow(0, static_cast<int64_t>(std::min(bounds[static_cast<size_t>(dp_->rank())] * batch, n)), mine.size(0)).copy_(mine);
+  SLUICE_RETURN_IF_ERROR(ShareLogits(all, [&](uint64_t i) {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), i / batch) - bounds.begin()) - 1;
+  }));
+  return all;
 }
 
 std::unique_ptr<Task> MakeNcTask(const NcConfig& config) { return std::make_unique<NcTask>(config); }

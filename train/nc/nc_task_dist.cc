@@ -172,7 +172,7 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   };
   std::vector<uint64_t> use_begin;
   const std::span<float* const> own = plan(b, use_begin, own_rows_);
-  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, b.step_rows, b.uses, use_begin, own, own_rows_, /*every_row=*/false));
+  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, b.step_rows, b.uses, use_begin, own, own_rows_, RowsTo::kTrainingUses));
   if (next != nullptr) {
     std::vector<uint64_t> next_begin, next_own;
     const std::span<float* const> next_rows = plan(*next, next_begin, next_own);
@@ -216,24 +216,171 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   return loss / static_cast<double>(n);
 }
 
-// Every rank evaluates the whole step, so every rank receives every row of it.
-Result<ModelInput> NcTask::FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step) {
-  const std::vector<int64_t>& nodes = b.sub.layers.back();
-  const std::vector<uint64_t> rows(nodes.begin(), nodes.end());
-  std::vector<int64_t> uses(nodes.size());
-  std::iota(uses.begin(), uses.end(), int64_t{0});
-  std::vector<uint64_t> use_begin(static_cast<size_t>(dp_->world_size()) + 1, 0);
-  use_begin.back() = uses.size();
-  const std::span<float* const> own(reinterpret_cast<float* const*>(b.rows.rows.data()), b.rows.rows.size());
-  own_rows_.resize(own.size());
-  for (size_t k = 0; k < own.size(); ++k) own_rows_[k] = b.rows.unique[k].id;
-  SLUICE_RETURN_IF_ERROR(sharded_->Fetch(step, rows, uses, use_begin, own, own_rows_, /*every_row=*/true));
-  ModelInput in;
-  in.tables.push_back(GatherUses(sharded_->ptrs(), {uses}, feature_dim_, /*requires_grad=*/false));
-  AddSample(b.sub, in);
-  in.key = {pass.seed, pass.epoch, step};
-  in.training = false;
-  return in;
+std::vector<uint64_t> NcTask::EvalStepBounds(uint64_t steps) const {
+  const int world = across_processes() ? dp_->world_size() : 1;
+  std::vector<uint64_t> bounds;
+  for (int r = 0; r <= world; ++r) bounds.push_back(DataParallel::RowRange(r, world, steps).first);
+  bounds.back() = steps;
+  return bounds;
+}
+
+void NcTask::SplitEvalPass(Pass& pass, std::vector<std::pair<uint64_t, int>>& rounds) const {
+  if (!across_processes()) return;
+  const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
+  const int me = dp_->rank();
+  if (!pass.own_keys) {  // features, or a layer's outputs: every rank holds every row it reads
+    pass.first_step = bounds[static_cast<size_t>(me)], pass.end_step = bounds[static_cast<size_t>(me) + 1];
+    return;
+  }
+  // Round k: the k-th step of each rank's part (ranks whose part is shorter have none).
+  rounds.clear();
+  const int world = dp_->world_size();
+  for (uint64_t k = 0;; ++k) {
+    bool any = false;
+    for (int q = 0; q < world; ++q) {
+      if (bounds[static_cast<size_t>(q)] + k >= bounds[static_cast<size_t>(q) + 1]) continue;
+      rounds.emplace_back(bounds[static_cast<size_t>(q)] + k, 0);
+      any = true;
+    }
+    if (!any) break;
+  }
+  pass.units = &rounds, pass.shards = 1;  // a unit is a whole step, keyed on it
+}
+
+Status NcTask::RunEvalPass(Pipeline& p, const Pass& pass, const RowSource& source, const EvalCompute& compute) {
+  eval_steps_.steps += pass.steps(), ++eval_steps_.passes;
+  if (pass.units != nullptr) return RunEvalRounds(p, pass, compute);
+  const uint64_t end = std::min(pass.end_step, pass.steps());
+  for (uint64_t t = 0; pass.first_step + t < end; ++t) {
+    const uint64_t step = pass.first_step + t;
+    Status s;
+    Batch* b = p.WaitReady(t, s);
+    if (b != nullptr) {
+      Result<ModelInput> in = StepInput(*b, pass, step, false, source);
+      s = in.ok() ? compute(step, *in, b->sub) : in.status();
+      ++eval_steps_.computed;
+    }
+    SLUICE_RETURN_IF_ERROR(s);
+    p.Computed(t);
+  }
+  return Status::Ok();
+}
+
+// Every rank samples every step and loads its rows of it: they go to the rank that computes the
+// step, one all-to-all for a round of a step of each rank's part (EvalRound). A rank computes its
+// own step of the round.
+Status NcTask::RunEvalRounds(Pipeline& p, const Pass& pass, const EvalCompute& compute) {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
+  EvalRound round(sharded_.get());
+  std::vector<uint64_t> rows;
+  std::vector<int64_t> uses;
+  SampledSubgraph mine;
+  uint64_t t = 0, my_step = 0;
+  for (uint64_t k = 0; t < pass.units->size(); ++k) {
+    bool have_mine = false;
+    for (int q = 0; q < world && t < pass.units->size(); ++q) {  // the round's steps, in rank order
+      const uint64_t step = (*pass.units)[t].first;
+      if (step < bounds[static_cast<size_t>(q)] || step >= bounds[static_cast<size_t>(q) + 1]) continue;
+      Status s;
+      Batch* b = p.WaitReady(t, s);
+      if (b == nullptr) return s;
+      const std::vector<int64_t>& nodes = b->sub.layers.back();  // distinct: each node once
+      rows.assign(nodes.begin(), nodes.end());
+      uses.resize(nodes.size());
+      std::iota(uses.begin(), uses.end(), int64_t{0});
+      own_rows_.resize(b->rows.rows.size());
+      for (size_t i = 0; i < own_rows_.size(); ++i) own_rows_[i] = b->rows.unique[i].id;
+      SLUICE_RETURN_IF_ERROR(round.Add(
+          q, step, rows, uses, {reinterpret_cast<float* const*>(b->rows.rows.data()), b->rows.rows.size()}, own_rows_));
+      if (q == me) mine = b->sub, my_step = step, have_mine = true;
+      p.Computed(t++);
+    }
+    SLUICE_RETURN_IF_ERROR(round.Fetch(k));
+    if (!have_mine) continue;
+    ModelInput in;
+    in.tables.push_back(GatherUses(round.ptrs(), {round.MyUses()}, feature_dim_, /*requires_grad=*/false));
+    AddSample(mine, in);
+    in.key = {pass.seed, pass.epoch, my_step};
+    in.training = false;
+    SLUICE_RETURN_IF_ERROR(compute(my_step, in, mine));
+    ++eval_steps_.computed;
+  }
+  return Status::Ok();
+}
+
+Status NcTask::ShareLogits(const torch::Tensor& logits, const std::function<int(uint64_t)>& owner) {
+  if (!across_processes()) return Status::Ok();
+  const int world = dp_->world_size(), me = dp_->rank();
+  const auto n = static_cast<uint64_t>(logits.size(0)), width = static_cast<uint64_t>(logits.size(1));
+  float* data = logits.data_ptr<float>();
+  std::vector<std::vector<uint64_t>> at(static_cast<size_t>(world));  // each rank's positions
+  for (uint64_t i = 0; i < n; ++i) at[static_cast<size_t>(owner(i))].push_back(i);
+  std::vector<uint64_t> sizes(static_cast<size_t>(world));
+  for (int q = 0; q < world; ++q) sizes[static_cast<size_t>(q)] = at[static_cast<size_t>(q)].size() * width;
+  std::vector<float> send;
+  send.reserve(sizes[static_cast<size_t>(me)]);
+  for (const uint64_t i : at[static_cast<size_t>(me)]) send.insert(send.end(), data + i * width, data + (i + 1) * width);
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->AllGatherV(send, sizes, "the evaluation's logits"));
+  const float* from = all.data();
+  for (int q = 0; q < world; ++q) {
+    for (const uint64_t i : at[static_cast<size_t>(q)]) {
+      if (q != me) std::copy_n(from, width, data + i * width);
+      from += width;
+    }
+  }
+  return Status::Ok();
+}
+
+Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file) {
+  const int world = dp_->world_size(), me = dp_->rank();
+  const std::vector<uint64_t> steps = EvalStepBounds((num_nodes_ + batch - 1) / batch);
+  std::vector<uint64_t> begin(steps.size());  // rank q computed nodes [begin[q], begin[q + 1])
+  for (size_t q = 0; q < steps.size(); ++q) begin[q] = std::min(steps[q] * batch, num_nodes_);
+  const uint64_t row_bytes = uint64_t{width} * 4;
+  // 1 MiB a collective, each rank's next `chunk` rows (what the all-gather holds is a few times
+  // that: it is not in the memory plan).
+  const uint64_t chunk = std::max<uint64_t>(1, (1 << 20) / row_bytes / static_cast<uint64_t>(world));
+  uint64_t longest = 0;
+  for (int q = 0; q < world; ++q) longest = std::max(longest, begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
+  std::unique_ptr<IoSession> io;
+  if (file != nullptr) {
+    IoConfig o = cfg_.io;
+    o.queue_depth = std::min(o.EffectiveQueueDepth(), 4);
+    SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(o));
+  }
+  std::vector<uint64_t> first(static_cast<size_t>(world)), count(static_cast<size_t>(world)), sizes(first.size()), ids;
+  std::vector<float> send;
+  for (uint64_t c = 0; c * chunk < longest; ++c) {
+    for (int q = 0; q < world; ++q) {
+      const auto u = static_cast<size_t>(q);
+      first[u] = std::min(begin[u] + c * chunk, begin[u + 1]);
+      count[u] = std::min(first[u] + chunk, begin[u + 1]) - first[u];
+      sizes[u] = count[u] * width;
+    }
+    const auto m = static_cast<size_t>(me);
+    send.resize(sizes[m]);
+    auto* bytes = reinterpret_cast<std::byte*>(send.data());
+    if (count[m] > 0 && memory != nullptr) {
+      std::memcpy(bytes, memory->Row(RowKey{first[m], 0}), count[m] * row_bytes);
+    } else if (count[m] > 0) {
+      SLUICE_RETURN_IF_ERROR(file->ReadRange(*io, first[m], count[m], bytes));
+    }
+    SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->AllGatherV(send, sizes, "a layer's outputs"));
+    const auto* from = reinterpret_cast<const std::byte*>(all.data());
+    for (int q = 0; q < world; ++q) {
+      const auto u = static_cast<size_t>(q);
+      if (q != me && count[u] > 0 && memory != nullptr) {
+        std::memcpy(memory->Row(RowKey{first[u], 0}), from, count[u] * row_bytes);
+      } else if (q != me && count[u] > 0) {
+        ids.resize(count[u]);
+        std::iota(ids.begin(), ids.end(), first[u]);
+        SLUICE_RETURN_IF_ERROR(file->WriteRows(*io, ids, from));
+      }
+      from += count[u] * row_bytes;
+    }
+  }
+  return Status::Ok();
 }
 
 std::pair<uint64_t, uint64_t> NcTask::RowsToLoad() const {

@@ -126,11 +126,13 @@ class NcTask : public Task {
     // Sampled evaluation across processes: the keys are the rows of [own_begin, own_end) a step
     // samples; the others come from their owners (FetchedStepInput).
     bool own_keys = false;
+    // Evaluation split across processes: steps from end_step on are other ranks'.
+    uint64_t end_step = ~uint64_t{0};
     uint64_t steps() const { return (nodes->size() + batch - 1) / batch; }
     // Step `step`'s seeds (empty past the pass's end).
     std::span<const int64_t> Seeds(uint64_t step) const {
       const uint64_t begin = step * batch;
-      if (begin >= nodes->size()) return {};
+      if (begin >= nodes->size() || step >= end_step) return {};
       return {nodes->data() + begin, std::min<uint64_t>(batch, nodes->size() - begin)};
     }
     // The pipeline's unit t (counted from first_step): its seeds (empty past the end) and the
@@ -219,8 +221,24 @@ class NcTask : public Task {
   // `next`: the next step (its rows that this one does not use travel while it computes), or null.
   Result<double> TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step, const Batch* next);
   static void SampleWholeStep(const Pass& pass, uint64_t step, Batch& b);
-  // An evaluation step of a pass with own_keys: every row of its sample from its owner.
-  Result<ModelInput> FetchedStepInput(const Batch& b, const Pass& pass, uint64_t step);
+  // Evaluation across processes is split between the ranks (nc_task_dist.cc): of a pass of S
+  // steps rank r computes [S r / N, S (r + 1) / N); the N + 1 bounds (one process: {0, S}).
+  std::vector<uint64_t> EvalStepBounds(uint64_t steps) const;
+  // Makes `pass` this rank's part: its steps (first_step, end_step); or, reading learnable
+  // embeddings across processes, every step in rounds of one step of each rank's part
+  // (`rounds`, the pass's units), this rank's rows of each loaded to go to the step's rank.
+  void SplitEvalPass(Pass& pass, std::vector<std::pair<uint64_t, int>>& rounds) const;
+  // Runs this rank's steps of an evaluation pass made by SplitEvalPass, each through `compute`
+  // (its step, input and sample).
+  using EvalCompute = std::function<Status(uint64_t, const ModelInput&, const SampledSubgraph&)>;
+  Status RunEvalPass(Pipeline& p, const Pass& pass, const RowSource& source, const EvalCompute& compute);
+  // The rounds: every step's rows this rank owns go to the step's rank (one all-to-all a round).
+  Status RunEvalRounds(Pipeline& p, const Pass& pass, const EvalCompute& compute);
+  // Rows of `logits` ([n, width]) whose position another rank computed (`owner`) from it.
+  Status ShareLogits(const torch::Tensor& logits, const std::function<int(uint64_t)>& owner);
+  // Layer-wise inference split: the nodes of a layer's outputs the other ranks computed (steps
+  // of `batch` nodes) into this rank's `memory` or `file`.
+  Status ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file);
   // The plans' probe (BuildModel's) again for whole steps: this rank's rows a step.
   void ProbeWholeSteps();
   void ProbeShardUnits();
@@ -354,6 +372,7 @@ class NcTask : public Task {
   double gather_s_ = 0, compute_s_ = 0, wait_s_ = 0;
   StageTime sample_time_, plan_time_, io_time_;
   uint64_t rows_loaded_ = 0;
+  EvalSteps eval_steps_;  // evaluation's (layer-wise: every layer's)
   uint64_t io_requests_ = 0, io_bytes_ = 0;  // disk requests and bytes of training and evaluation
 };
 

@@ -98,6 +98,7 @@ void NcTask::Summarize(RunSummary& s) const {
   s.Set("pipeline", "compute_wait_s", wait_s_);
   s.Set("compute", "gather_s", gather_s_), s.Set("compute", "model_s", compute_s_);
   if (dp_ != nullptr) SummarizeDataParallel(*dp_, sharded_ != nullptr ? num_nodes_ : 0, s);
+  SummarizeEvaluationSteps(eval_steps_, across_processes(), s);
   if (cache_) {
     RowCacheStats cs = cache_->stats();
     cs.steps += earlier_cache_stats_.steps, cs.accesses += earlier_cache_stats_.accesses;

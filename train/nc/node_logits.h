@@ -19,6 +19,7 @@ class NodeLogits {
   void Keep(int64_t first, size_t n, const float* rows) const;
   // [wanted.size(), width]: wanted[i]'s row at i (rows no step kept are undefined).
   const torch::Tensor& logits() const { return logits_; }
+  const std::vector<int64_t>& nodes() const { return nodes_; }
 
  private:
   const std::vector<int64_t>& nodes_;
