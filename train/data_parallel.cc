@@ -201,7 +201,7 @@ Result<bool> TrainsInShards(bool training, int v, const DistGroup* group, int ba
 void SummarizeEvaluationSteps(const EvalSteps& e, bool across_processes, RunSummary& summary) {
   if (e.steps == 0) return;
   summary.Line("evaluation: this process computed " + std::to_string(e.computed) + " of " + std::to_string(e.steps) +
-               " steps in " + std::to_string(e.passes) + " passes" + (across_processes ? " (the other ranks the rest)" : ""));
+               " steps in " + std::to_string(e.passes) + (e.passes == 1 ? " pass" : " passes") + (across_processes ? " (the other ranks the rest)" : ""));
   summary.Set("evaluation", "passes", e.passes), summary.Set("evaluation", "steps", e.steps);
   summary.Set("evaluation", "steps_computed", e.computed);
 }
