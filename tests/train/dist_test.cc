@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -218,6 +220,26 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// Runs `body` on two ranks (threads of this process, on loopback), each then waiting at a
+// barrier; returns each rank's error ("" when none).
+std::array<std::string, 2> OnTwoRanks(const std::function<Status(int, DistGroup&)>& body) {
+  const int port = FreePort();
+  DistConfig config;
+  config.interface = "lo", config.rendezvous_timeout = 30, config.op_timeout = 30;
+  std::array<std::string, 2> error;
+  auto rank = [&](int r) {
+    DistPlace place{2, r, "127.0.0.1", port};
+    Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
+    Status s = group.ok() ? body(r, **group) : group.status();
+    if (s.ok()) s = (*group)->Barrier();
+    if (!s.ok()) error[static_cast<size_t>(r)] = s.ToString();
+  };
+  std::thread one(rank, 1);
+  rank(0);
+  one.join();
+  return error;
+}
+
 // Two ranks (threads of this process, on loopback) own rows 0-3 and 4-7 of a table one float
 // wide, row i starting at 100 + i. Step 0 uses rows 1 and 5; step 1 rows 5, 6 and 2. While step 0
 // computes, step 1's rows 6 and 2 (step 0 does not use them) travel ahead: their values when the
@@ -226,22 +248,14 @@ int FreePort() {
 // with its update.
 TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
   if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
-  const int port = FreePort();
-  DistConfig config;
-  config.interface = "lo", config.rendezvous_timeout = 30, config.op_timeout = 30;
   std::vector<float> got[2];
   uint64_t remote[2] = {0, 0}, ahead[2] = {0, 0};
-  std::string error[2];
-  auto rank = [&](int r) {
-    auto fail = [&](const Status& s) { error[r] = s.ToString(); };
-    DistPlace place{2, r, "127.0.0.1", port};
-    Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
-    if (!group.ok()) return fail(group.status());
-    if (group->get()->machines() != 1) return fail(FailedPrecondition("two ranks on one host counted as other machines"));
-    DataParallel dp(group->get(), 2);
+  const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
+    if (group.machines() != 1) return FailedPrecondition("two ranks on one host counted as other machines");
+    DataParallel dp(&group, 2);
     // dist.prefetch_rows: auto sends nothing ahead on one machine; on does.
     if (SendsRowsAhead(&dp, RowPrefetch::kAuto) || !SendsRowsAhead(&dp, RowPrefetch::kOn)) {
-      return fail(FailedPrecondition("dist.prefetch_rows resolved wrongly on one machine"));
+      return FailedPrecondition("dist.prefetch_rows resolved wrongly on one machine");
     }
     ShardedRows sharded(&dp, {0, 4, 8}, 1);
     std::vector<float> table = {100.0f + 4 * r, 101.0f + 4 * r, 102.0f + 4 * r, 103.0f + 4 * r};
@@ -251,27 +265,24 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
     const std::vector<int64_t> uses0 = {0, 1, 1};
     const std::vector<uint64_t> own0 = {r == 0 ? uint64_t{1} : uint64_t{5}};
     const std::vector<float*> ptr0 = {at(own0[0])};
-    if (Status s = sharded.Fetch(0, rows0, uses0, begin0, ptr0, own0, RowsTo::kTrainingUses); !s.ok()) return fail(s);
+    SLUICE_RETURN_IF_ERROR(sharded.Fetch(0, rows0, uses0, begin0, ptr0, own0, RowsTo::kTrainingUses));
     // Step 1: rows {5, 6, 2}; shard 0 uses rows 5 and 6, shard 1 rows 2 and 5.
     const std::vector<uint64_t> rows1 = {5, 6, 2}, begin1 = {0, 2, 4};
     const std::vector<int64_t> uses1 = {0, 1, 2, 0};
     const std::vector<uint64_t> own1 = r == 0 ? std::vector<uint64_t>{2} : std::vector<uint64_t>{5, 6};
     std::vector<float*> ptr1;
     for (uint64_t row : own1) ptr1.push_back(at(row));
-    if (Status s = sharded.Prefetch(1, rows1, uses1, begin1, ptr1, own1); !s.ok()) return fail(s);
+    SLUICE_RETURN_IF_ERROR(sharded.Prefetch(1, rows1, uses1, begin1, ptr1, own1));
     *at(own0[0]) += 1000;                     // step 0's update of its rows
     *at(r == 0 ? 2 : 6) = 9999;               // after the prefetch left
-    if (Status s = sharded.Fetch(1, rows1, uses1, begin1, ptr1, own1, RowsTo::kTrainingUses); !s.ok()) return fail(s);
+    SLUICE_RETURN_IF_ERROR(sharded.Fetch(1, rows1, uses1, begin1, ptr1, own1, RowsTo::kTrainingUses));
     for (float* p : sharded.ptrs()) got[r].push_back(p != nullptr ? *p : -1.0f);
     // A prefetch the pass stops before: dropped on both ranks.
-    if (Status s = sharded.Prefetch(2, rows0, uses0, begin0, ptr0, own0); !s.ok()) return fail(s);
-    if (Status s = sharded.DropPrefetch(); !s.ok()) return fail(s);
+    SLUICE_RETURN_IF_ERROR(sharded.Prefetch(2, rows0, uses0, begin0, ptr0, own0));
+    SLUICE_RETURN_IF_ERROR(sharded.DropPrefetch());
     remote[r] = dp.remote_rows(), ahead[r] = dp.rows_ahead();
-    if (Status s = group->get()->Barrier(); !s.ok()) return fail(s);
-  };
-  std::thread one(rank, 1);
-  rank(0);
-  one.join();
+    return Status::Ok();
+  });
   ASSERT_EQ(error[0], "");
   ASSERT_EQ(error[1], "");
   EXPECT_EQ(got[0], (std::vector<float>{1105, 106, -1}));  // rank 0's shard: rows 5 and 6
@@ -287,25 +298,17 @@ TEST(ShardedRowsTest, TheNextStepsRowsThatThisStepDoesNotUseTravelAhead) {
 // outside training's row counts.
 TEST(ShardedRowsTest, EvaluationGathersPiecesInRankOrderAndSendsRowsToTheirUsers) {
   if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
-  const int port = FreePort();
-  DistConfig config;
-  config.interface = "lo", config.rendezvous_timeout = 30, config.op_timeout = 30;
   std::vector<float> gathered[2], empty_first[2], got[2];
   uint64_t remote[2] = {9, 9};
-  std::string error[2];
-  auto rank = [&](int r) {
-    auto fail = [&](const Status& s) { error[r] = s.ToString(); };
-    DistPlace place{2, r, "127.0.0.1", port};
-    Result<std::unique_ptr<DistGroup>> group = DistGroup::Join(place, config);
-    if (!group.ok()) return fail(group.status());
-    DataParallel dp(group->get(), 2);
+  const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
+    DataParallel dp(&group, 2);
     const std::vector<float> mine = r == 0 ? std::vector<float>{1, 2, 3} : std::vector<float>{4};
     Result<std::vector<float>> all = dp.AllGatherV(mine, std::vector<uint64_t>{3, 1}, "test");
-    if (!all.ok()) return fail(all.status());
+    SLUICE_RETURN_IF_ERROR(all.status());
     gathered[r] = *all;
     const std::vector<float> none = r == 0 ? std::vector<float>{} : std::vector<float>{5, 6};
     all = dp.AllGatherV(none, std::vector<uint64_t>{0, 2}, "test");
-    if (!all.ok()) return fail(all.status());
+    SLUICE_RETURN_IF_ERROR(all.status());
     empty_first[r] = *all;
     // Rows 0-1 are rank 0's, 2-3 rank 1's; the step's rows {3, 0}: rank 1's uses read both,
     // rank 0's none.
@@ -315,14 +318,11 @@ TEST(ShardedRowsTest, EvaluationGathersPiecesInRankOrderAndSendsRowsToTheirUsers
     const std::vector<int64_t> uses = {0, 1};
     const std::vector<uint64_t> own = {r == 0 ? uint64_t{0} : uint64_t{3}};
     const std::vector<float*> ptr = {&table[r == 0 ? 0 : 1]};
-    if (Status s = sharded.Fetch(0, rows, uses, begin, ptr, own, RowsTo::kEvaluationUses); !s.ok()) return fail(s);
+    SLUICE_RETURN_IF_ERROR(sharded.Fetch(0, rows, uses, begin, ptr, own, RowsTo::kEvaluationUses));
     for (float* p : sharded.ptrs()) got[r].push_back(p != nullptr ? *p : -1.0f);
     remote[r] = dp.remote_rows();
-    if (Status s = group->get()->Barrier(); !s.ok()) return fail(s);
-  };
-  std::thread one(rank, 1);
-  rank(0);
-  one.join();
+    return Status::Ok();
+  });
   ASSERT_EQ(error[0], "");
   ASSERT_EQ(error[1], "");
   for (int r = 0; r < 2; ++r) {
