@@ -259,7 +259,7 @@ Status EvalRound::Add(int q, uint64_t step, std::span<const uint64_t> rows, std:
   const uint64_t w = sharded_->width();
   use_begin_.resize(static_cast<size_t>(sharded_->dp()->world_size()) + 1, 0);
   for (; next_rank_ <= q; ++next_rank_) use_begin_[static_cast<size_t>(next_rank_)] = uses_.size();
-  std::vector<int64_t> place(rows.size());  // the step's distinct rows in the round's
+  place_.resize(rows.size());
   size_t k = 0;  // this rank's rows of the step, in their order among `rows`
   for (size_t u = 0; u < rows.size(); ++u) {
     const bool mine = sharded_->OwnerOf(rows[u]) == me;
@@ -273,13 +273,13 @@ Status EvalRound::Add(int q, uint64_t step, std::span<const uint64_t> rows, std:
       if (mine) own_rows_.push_back(rows[u]), own_values_.insert(own_values_.end(), own[k], own[k] + w);
     }
     k += mine;
-    place[u] = it->second;
+    place_[u] = it->second;
   }
   if (k != own_rows.size()) {
     return FailedPrecondition("evaluation step " + std::to_string(step) + " loaded " + std::to_string(own_rows.size()) +
                               " rows of this rank but uses " + std::to_string(k) + " (a bug)");
   }
-  for (const int64_t u : uses) uses_.push_back(place[static_cast<size_t>(u)]);
+  for (const int64_t u : uses) uses_.push_back(place_[static_cast<size_t>(u)]);
   return Status::Ok();
 }
 

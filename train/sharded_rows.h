@@ -134,7 +134,7 @@ class EvalRound {
  private:
   ShardedRows* sharded_;
   std::vector<uint64_t> rows_, own_rows_, use_begin_;
-  std::vector<int64_t> uses_, my_uses_;
+  std::vector<int64_t> uses_, my_uses_, place_;  // place_: a step's distinct rows in the round's
   std::vector<float> own_values_;
   std::unordered_map<uint64_t, int64_t> index_;  // a row -> its place in rows_
   int next_rank_ = 0;

@@ -88,11 +88,10 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   SLUICE_RETURN_IF_ERROR(finished);
   if (!across_processes()) return Status::Ok();
   // Every rank reads the next layer's inputs of every node, or reports every wanted node.
-  if (!logits) return ShareLayer(static_cast<uint32_t>(width), pass.batch, out_memory, out_file);
+  if (!logits) return ShareLayer(static_cast<uint32_t>(width), pass.batch, out_memory, out_file, io.get());
   const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
   return ShareLogits(logits->logits(), [&](uint64_t i) {
-    const auto step = static_cast<uint64_t>(logits->nodes()[i]) / pass.batch;
-    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), step) - bounds.begin()) - 1;
+    return EvalStepOwner(bounds, static_cast<uint64_t>(logits->nodes()[i]) / pass.batch);
   });
 }
 

@@ -992,9 +992,7 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
   const uint64_t batch = pass.batch, n = nodes.size();
   torch::Tensor all = torch::empty({static_cast<int64_t>(n), classes_});
   all.narrow(0, static_cast<int64_t>(std::min(bounds[static_cast<size_t>(dp_->rank())] * batch, n)), mine.size(0)).copy_(mine);
-  SLUICE_RETURN_IF_ERROR(ShareLogits(all, [&](uint64_t i) {
-    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), i / batch) - bounds.begin()) - 1;
-  }));
+  SLUICE_RETURN_IF_ERROR(ShareLogits(all, [&](uint64_t i) { return EvalStepOwner(bounds, i / batch); }));
   return all;
 }
 

@@ -332,7 +332,7 @@ Status NcTask::ShareLogits(const torch::Tensor& logits, const std::function<int(
   return Status::Ok();
 }
 
-Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file) {
+Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file, IoSession* io) {
   const int world = dp_->world_size(), me = dp_->rank();
   const std::vector<uint64_t> steps = EvalStepBounds((num_nodes_ + batch - 1) / batch);
   std::vector<uint64_t> begin(steps.size());  // rank q computed nodes [begin[q], begin[q + 1])
@@ -343,12 +343,6 @@ Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, Ro
   const uint64_t chunk = std::max<uint64_t>(1, (1 << 20) / row_bytes / static_cast<uint64_t>(world));
   uint64_t longest = 0;
   for (int q = 0; q < world; ++q) longest = std::max(longest, begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
-  std::unique_ptr<IoSession> io;
-  if (file != nullptr) {
-    IoConfig o = cfg_.io;
-    o.queue_depth = std::min(o.EffectiveQueueDepth(), 4);
-    SLUICE_ASSIGN_OR_RETURN(io, IoSession::Create(o));
-  }
   std::vector<uint64_t> first(static_cast<size_t>(world)), count(static_cast<size_t>(world)), sizes(first.size()), ids;
   std::vector<float> send;
   for (uint64_t c = 0; c * chunk < longest; ++c) {

@@ -224,6 +224,10 @@ class NcTask : public Task {
   // Evaluation across processes is split between the ranks (nc_task_dist.cc): of a pass of S
   // steps rank r computes [S r / N, S (r + 1) / N); the N + 1 bounds (one process: {0, S}).
   std::vector<uint64_t> EvalStepBounds(uint64_t steps) const;
+  // The rank whose part holds `step` (bounds: EvalStepBounds's).
+  static int EvalStepOwner(const std::vector<uint64_t>& bounds, uint64_t step) {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), step) - bounds.begin()) - 1;
+  }
   // Makes `pass` this rank's part: its steps (first_step, end_step); or, reading learnable
   // embeddings across processes, every step in rounds of one step of each rank's part
   // (`rounds`, the pass's units), this rank's rows of each loaded to go to the step's rank.
@@ -238,7 +242,7 @@ class NcTask : public Task {
   Status ShareLogits(const torch::Tensor& logits, const std::function<int(uint64_t)>& owner);
   // Layer-wise inference split: the nodes of a layer's outputs the other ranks computed (steps
   // of `batch` nodes) into this rank's `memory` or `file`.
-  Status ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file);
+  Status ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file, IoSession* io);
   // The plans' probe (BuildModel's) again for whole steps: this rank's rows a step.
   void ProbeWholeSteps();
   void ProbeShardUnits();
