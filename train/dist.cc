@@ -15,6 +15,9 @@
 
 #include <torch/torch.h>
 
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +67,50 @@ std::string JoinedKey(int rank) { return "sluice/joined/" + std::to_string(rank)
 std::string FirstLine(const std::exception& e) {
   const std::string what = e.what();
   return what.substr(0, what.find('\n'));
+}
+
+// The master's address, checked before the store tries it. A name that does not resolve fails
+// at once (c10d would retry it until the rendezvous timeout, with a warning a second). Returns
+// whether the address is one of this machine's (a socket binds to it), as rank 0's must be.
+Result<bool> MasterIsLocal(const DistPlace& place, const std::string& who) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(place.master_addr.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    return InvalidArgument(who + ": the master's address '" + place.master_addr +
+                           "' (--master, else MASTER_ADDR) does not resolve: " + gai_strerror(rc));
+  }
+  bool local = false;
+  for (const addrinfo* a = found; a != nullptr && !local; a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any free one
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return local;
+}
+
+// dist.interface, when set, must be one of this machine's network interfaces (Gloo would fail
+// with an assertion's text).
+Status CheckInterface(const std::string& interface, const std::string& who) {
+  if (interface.empty()) return Status::Ok();
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return Status::Ok();  // Gloo says what it finds
+  std::set<std::string> names;
+  for (const ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr != nullptr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+      names.insert(i->ifa_name);
+    }
+  }
+  freeifaddrs(all);
+  if (names.count(interface) != 0) return Status::Ok();
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return InvalidArgument(who + ": dist.interface " + interface +
+                         ": this machine has no network interface of that name with an address (it has " + list + ")");
 }
 
 }  // namespace
@@ -228,6 +275,13 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
   impl->backend = backend;
   const std::string who = "rank " + std::to_string(place.rank) + " of " + std::to_string(place.world_size);
   const auto start = SteadyClock::now();
+  if (backend == DistBackend::kGloo) SLUICE_RETURN_IF_ERROR(CheckInterface(config.interface, who));
+  SLUICE_ASSIGN_OR_RETURN(const bool local, MasterIsLocal(place, who));
+  if (place.rank == 0 && !local) {  // its store's clients would knock at another machine
+    return InvalidArgument(who + ": rank 0 serves the rendezvous, and " + place.master_addr +
+                           " (--master, else MASTER_ADDR) is not an address of this machine: start rank 0 where " +
+                           place.master_addr + " is, or give this machine's address");
+  }
   try {
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(place.master_port);

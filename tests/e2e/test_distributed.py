@@ -167,6 +167,29 @@ def test_a_rank_that_never_comes_is_named_within_the_rendezvous_timeout(sluice_b
     assert "rank 1 of 2: could not reach the master at 127.0.0.1:" in err, err
 
 
+def test_a_wrong_master_or_interface_is_one_line_at_once(sluice_bin, config, gloo):
+    # The default rendezvous timeout is 120 s: each of these must fail well before it.
+    def one_line(rank, *args):
+        t0 = time.monotonic()
+        out = run(sluice_bin, "train", str(config), "--world-size", "2", "--rank", str(rank), *args)
+        assert out.returncode != 0 and time.monotonic() - t0 < 30
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr  # no c10d warning a second while it retries
+        return lines[0]
+
+    for rank in (0, 1):
+        line = one_line(rank, "--master", "no-such-host.invalid:29500")
+        assert (f"rank {rank} of 2: the master's address 'no-such-host.invalid' (--master, else MASTER_ADDR) "
+                "does not resolve") in line, line
+    line = one_line(0, "--set", "dist.interface=nosuch0")
+    assert "dist.interface nosuch0: this machine has no network interface of that name" in line, line
+    assert "lo" in line.split("(it has ")[1], line
+    # Rank 0 serves the rendezvous at the master's address: one not of this machine is named.
+    line = one_line(0, "--master", "192.0.2.1:29500")
+    assert ("rank 0 of 2: rank 0 serves the rendezvous, and 192.0.2.1 (--master, else MASTER_ADDR) is not an address "
+            "of this machine") in line, line
+
+
 def test_an_impossible_place_is_one_clear_line(sluice_bin, config):
     out = run(sluice_bin, "train", str(config), "--world-size", "2", "--rank", "2")
     assert out.returncode != 0
