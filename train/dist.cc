@@ -17,10 +17,12 @@
 
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -91,6 +93,37 @@ Result<bool> MasterIsLocal(const DistPlace& place, const std::string& who) {
   }
   freeaddrinfo(found);
   return local;
+}
+
+// Rank 0's port, checked before its store binds it: one in use fails at once (the store would
+// log its attempts and fail as if it had timed out).
+Status CheckPortFree(const DistPlace& place, const std::string& who) {
+  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  const int fd4 = fd < 0 ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+  if (fd < 0 && fd4 < 0) return Status::Ok();  // the store says what it finds
+  const int one = 1;
+  int rc = 0;
+  if (fd >= 0) {  // [::] with IPv4 mapped: every address, as the store listens
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(place.master_port));
+    a.sin6_addr = in6addr_any;
+    rc = bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  } else {
+    setsockopt(fd4, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(place.master_port));
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    rc = bind(fd4, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  }
+  const int err = errno;
+  close(fd >= 0 ? fd : fd4);
+  if (rc == 0 || err != EADDRINUSE) return Status::Ok();
+  return Unavailable(who + ": port " + std::to_string(place.master_port) +
+                     " is in use on this machine (another run's rendezvous, or another program): give the ranks "
+                     "another with --master ADDR:PORT, else MASTER_PORT");
 }
 
 // dist.interface, when set, must be one of this machine's network interfaces (Gloo would fail
@@ -282,6 +315,7 @@ Result<std::unique_ptr<DistGroup>> DistGroup::Join(const DistPlace& place, const
                            " (--master, else MASTER_ADDR) is not an address of this machine: start rank 0 where " +
                            place.master_addr + " is, or give this machine's address");
   }
+  if (place.rank == 0) SLUICE_RETURN_IF_ERROR(CheckPortFree(place, who));
   try {
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(place.master_port);

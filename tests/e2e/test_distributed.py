@@ -185,6 +185,12 @@ def test_a_wrong_master_or_interface_is_one_line_at_once(sluice_bin, config, glo
     assert "dist.interface nosuch0: this machine has no network interface of that name" in line, line
     assert "lo" in line.split("(it has ")[1], line
     # Rank 0 serves the rendezvous at the master's address: one not of this machine is named.
+    with socket.socket() as taken:  # a port another program listens on
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line(0, "--master", f"127.0.0.1:{port}")
+    assert f"rank 0 of 2: port {port} is in use on this machine" in line, line
     line = one_line(0, "--master", "192.0.2.1:29500")
     assert ("rank 0 of 2: rank 0 serves the rendezvous, and 192.0.2.1 (--master, else MASTER_ADDR) is not an address "
             "of this machine") in line, line
