@@ -13,7 +13,7 @@ eval.sampled_negatives sampled nodes.
 --task nc (node classification with learnable embeddings, --dim floats a node): a generated
 graph (gen-nc, --nodes and --edges, 1% of the nodes training ones), one epoch of GraphSAGE
 (2 layers, 64 hidden), then one validation layer by layer over every neighbour, out of core in
---nc-budget a rank.
+--nc-budget a rank; --classes and --valid-frac size the logits the ranks share.
 
 --task dlrm (recommendation): a generated click log (gen-clicks, --samples, 26 tables of
 100,000 rows of --dim floats with Adagrad), 5 training steps out of core in --nc-budget a rank,
@@ -21,6 +21,7 @@ then one evaluation of the test split (10% of the samples).
 
   /usr/bin/python3 bench/dist_eval_bench.py [--task lp|nc|dlrm] [--nodes 1000000] [--dim 64]
                                             [--ranks 1,2,3] [--rounds 3] [--ranking exact|sampled]
+                                            [--classes 8] [--valid-frac 0.1]
                                             [--before /tmp/before/sluice]
 """
 import argparse
@@ -49,10 +50,11 @@ def config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
     return cfg
 
 
-def make_nc_data(path: pathlib.Path, nodes: int, edges: int) -> None:
+def make_nc_data(path: pathlib.Path, nodes: int, edges: int, classes: int, valid_frac: float) -> None:
     out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", str(nodes), "--edges", str(edges),
-                          "--features", "4", "--classes", "8", "--train-frac", "0.01", "--valid-frac", "0.1",
-                          "--test-frac", "0.1", "--seed", "1", "--out", str(path)], capture_output=True, text=True)
+                          "--features", "4", "--classes", str(classes), "--train-frac", "0.01", "--valid-frac",
+                          str(valid_frac), "--test-frac", "0.1", "--seed", "1", "--out", str(path)],
+                         capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"dist_eval_bench: gen-nc failed: {out.stderr.strip()}")
 
@@ -114,6 +116,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=4_000_000)
     p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--classes", type=int, default=8, help="--task nc: classes (a validation node's logits)")
+    p.add_argument("--valid-frac", type=float, default=0.1, help="--task nc: the validation split's share of the nodes")
     p.add_argument("--max-edges", type=int, default=1000, help="validation edges ranked (eval.max_edges)")
     p.add_argument("--ranks", default="1,2,3")
     p.add_argument("--rounds", type=int, default=3)
@@ -129,7 +133,7 @@ def main() -> int:
             make_lp_data(tmp / "ds", args.nodes, args.edges)
             cfg = config(tmp, tmp / "ds", args)
         elif args.task == "nc":
-            make_nc_data(tmp / "ds", args.nodes, args.edges)
+            make_nc_data(tmp / "ds", args.nodes, args.edges, args.classes, args.valid_frac)
             cfg = nc_config(tmp, tmp / "ds", args)
         else:
             make_click_data(tmp / "ds", args.samples)
@@ -154,7 +158,7 @@ def main() -> int:
     else:
         table_mib = args.nodes * (args.dim + 1) * 4 / 2**20
         what = (f"node table {table_mib:.0f} MiB with row-wise Adagrad's state), layer-wise validation over every "
-                f"neighbour, {args.nc_budget} a rank")
+                f"neighbour of {args.valid_frac:.0%} of the nodes, {args.classes} classes, {args.nc_budget} a rank")
     print(f"{'' if args.task == 'dlrm' else f'{args.nodes:,} nodes, '}dim {args.dim} ({what}; medians of {args.rounds} rounds; "
           f"{metric} {'the same at every world size' if same else 'DIFFERS between world sizes'}\n")
     print(f"| build | ranks | validation s | peak RSS MiB (rank 0) | {metric} |\n|---|---:|---:|---:|---:|")

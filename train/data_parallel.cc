@@ -89,6 +89,34 @@ Result<std::vector<float>> DataParallel::AllGatherV(std::span<const float> mine,
   return out;
 }
 
+Status DataParallel::AllGatherItems(std::span<const uint64_t> counts, uint64_t width, uint64_t round_items,
+                                    const std::function<void(uint64_t k, float* out)>& pack,
+                                    const std::function<void(int q, uint64_t k, const float* from)>& unpack,
+                                    const char* what) {
+  if (group_ == nullptr) return Status::Ok();
+  round_items = std::max<uint64_t>(round_items, 1);
+  const uint64_t longest = *std::max_element(counts.begin(), counts.end());
+  std::vector<uint64_t> first(counts.size()), sizes(counts.size());
+  std::vector<float> mine;
+  for (uint64_t c = 0; c * round_items < longest; ++c) {
+    for (size_t q = 0; q < counts.size(); ++q) {
+      first[q] = std::min(c * round_items, counts[q]);
+      sizes[q] = (std::min(first[q] + round_items, counts[q]) - first[q]) * width;
+    }
+    const auto me = static_cast<size_t>(rank_);
+    mine.resize(sizes[me]);
+    for (uint64_t k = 0; k < sizes[me] / width; ++k) pack(first[me] + k, mine.data() + k * width);
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, AllGatherV(mine, sizes, what));
+    const float* from = all.data();
+    for (size_t q = 0; q < counts.size(); ++q) {
+      for (uint64_t k = 0; k < sizes[q] / width; ++k, from += width) {
+        if (q != me) unpack(static_cast<int>(q), first[q] + k, from);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Result<DataParallel::PendingAllToAll> DataParallel::StartAllToAll(std::span<const float> send,
                                                                    std::span<const uint64_t> send_counts,
                                                                    std::span<const uint64_t> recv_counts,

@@ -67,6 +67,15 @@ class DataParallel {
   Result<std::vector<float>> AllGatherV(std::span<const float> mine, std::span<const uint64_t> sizes,
                                         const char* what);
 
+  // Every rank's items to every rank, in rounds of at most `round_items` items a rank (bounded
+  // buffers, whatever the items' total): rank q has counts[q] items of `width` floats (every rank
+  // knows every rank's count); pack(k, out) writes this rank's item k; unpack(q, k, from) takes
+  // rank q's item k (q != this rank), items of a rank in order. One process: nothing travels.
+  Status AllGatherItems(std::span<const uint64_t> counts, uint64_t width, uint64_t round_items,
+                        const std::function<void(uint64_t k, float* out)>& pack,
+                        const std::function<void(int q, uint64_t k, const float* from)>& unpack,
+                        const char* what);
+
   // AllToAll in two halves: started now (`send` copied), finished later while the rank's other
   // work runs in between. Every rank starts and finishes the same ones in the same order.
   struct PendingAllToAll {

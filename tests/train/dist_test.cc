@@ -334,6 +334,38 @@ TEST(ShardedRowsTest, EvaluationGathersPiecesInRankOrderAndSendsRowsToTheirUsers
   EXPECT_EQ(got[1], (std::vector<float>{13, 10}));
 }
 
+// Items gathered in rounds: rank 0's 7 items and rank 1's 2 in rounds of 3 (three rounds, rank 1
+// sending none in the last two), each rank unpacking only the other's, in order.
+TEST(DataParallelTest, AllGatherItemsTravelInBoundedRounds) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  const std::vector<uint64_t> counts = {7, 2};
+  std::vector<std::vector<float>> got[2];
+  const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
+    DataParallel dp(&group, 2);
+    return dp.AllGatherItems(
+        counts, 2, 3,
+        [&](uint64_t k, float* out) { out[0] = static_cast<float>(100 * r + k), out[1] = -1.0f * static_cast<float>(k); },
+        [&](int q, uint64_t k, const float* from) {
+          got[r].push_back({static_cast<float>(q), static_cast<float>(k), from[0], from[1]});
+        },
+        "test");
+  });
+  ASSERT_EQ(error[0], "");
+  ASSERT_EQ(error[1], "");
+  const std::vector<std::vector<float>> from1 = {{1, 0, 100, 0}, {1, 1, 101, -1}};
+  EXPECT_EQ(got[0], from1);
+  std::vector<std::vector<float>> from0;
+  for (int k = 0; k < 7; ++k) from0.push_back({0, static_cast<float>(k), static_cast<float>(k), -1.0f * k});
+  EXPECT_EQ(got[1], from0);
+  // One process: nothing travels, nothing is unpacked.
+  DataParallel one(nullptr, 2);
+  bool called = false;
+  ASSERT_TRUE(one.AllGatherItems(std::vector<uint64_t>{3}, 1, 1, [&](uint64_t, float*) { called = true; },
+                                 [&](int, uint64_t, const float*) { called = true; }, "test")
+                  .ok());
+  EXPECT_FALSE(called);
+}
+
 // A rank whose piece is not the size every rank was told is a bug, named before any exchange.
 TEST(DataParallelTest, AllGatherVRefusesAPieceOfTheWrongSize) {
   DataParallel dp(nullptr, 2);

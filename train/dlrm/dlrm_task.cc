@@ -584,28 +584,32 @@ Status DlrmTask::ScoreRounds(Pipeline& p, const RecordSource& source, const std:
   return Status::Ok();
 }
 
+// Rank q scored steps q, q + N, ...: its k-th sample is in its (k / batch)-th step (only the
+// pass's last step is short, and it is the last of its rank's). In rounds of 1 MiB a rank, so
+// the exchange adds a few MiB beside the scores whatever the split's size.
 Status DlrmTask::GatherScores(const RecordSource& source, std::vector<float>& scores, std::vector<float>& labels) {
   const auto world = static_cast<uint64_t>(dp_->world_size());
   const auto batch = static_cast<uint64_t>(cfg_.train.batch);
-  const auto samples = [&](uint64_t t) { return std::min(batch, source.records() - t * batch); };
-  std::vector<uint64_t> sizes(world, 0);
-  for (uint64_t t = 0; t < source.steps(); ++t) sizes[t % world] += samples(t);
-  // Rank q's scores then its labels, as one piece each.
-  std::vector<float> mine = scores;
-  mine.insert(mine.end(), labels.begin(), labels.end());
-  std::vector<uint64_t> both(sizes);
-  for (uint64_t& n : both) n *= 2;
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->AllGatherV(mine, both, "the evaluation's scores"));
-  std::vector<uint64_t> at(world, 0);  // each rank's piece's start, then its next step's place
-  for (uint64_t q = 1; q < world; ++q) at[q] = at[q - 1] + both[q - 1];
-  scores.clear(), labels.clear();
-  for (uint64_t t = 0; t < source.steps(); ++t) {
-    const uint64_t q = t % world, n = samples(t);
-    const float* from = all.data() + at[q];
-    scores.insert(scores.end(), from, from + n);
-    labels.insert(labels.end(), from + sizes[q], from + sizes[q] + n);
-    at[q] += n;
+  const uint64_t records = source.records();
+  std::vector<uint64_t> counts(world, 0);
+  for (uint64_t t = 0; t < source.steps(); ++t) counts[t % world] += std::min(batch, records - t * batch);
+  const uint64_t me = static_cast<uint64_t>(dp_->rank());
+  if (scores.size() != counts[me] || labels.size() != counts[me]) {
+    return FailedPrecondition("evaluation: rank " + std::to_string(me) + " scored " + std::to_string(scores.size()) +
+                              " samples of its " + std::to_string(counts[me]) + " (a bug)");
   }
+  std::vector<float> all_scores(records), all_labels(records);
+  const auto place = [&](uint64_t q, uint64_t k) { return (q + world * (k / batch)) * batch + k % batch; };
+  for (uint64_t k = 0; k < scores.size(); ++k) all_scores[place(me, k)] = scores[k], all_labels[place(me, k)] = labels[k];
+  SLUICE_RETURN_IF_ERROR(dp_->AllGatherItems(
+      counts, 2, (1 << 20) / 8,
+      [&](uint64_t k, float* out) { out[0] = scores[k], out[1] = labels[k]; },
+      [&](int q, uint64_t k, const float* from) {
+        const uint64_t i = place(static_cast<uint64_t>(q), k);
+        all_scores[i] = from[0], all_labels[i] = from[1];
+      },
+      "the evaluation's scores"));
+  scores = std::move(all_scores), labels = std::move(all_labels);
   return Status::Ok();
 }
 

@@ -69,7 +69,7 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
       const auto* rows = reinterpret_cast<const std::byte*>(out.data_ptr<float>());
       const size_t row_bytes = static_cast<size_t>(width) * 4;
       if (logits) {
-        logits->Keep(dst.front(), dst.size(), out.data_ptr<float>());
+        logits->Keep(dst.front(), dst.size(), width, out.data_ptr<float>());
       } else if (out_memory) {
         std::memcpy(out_memory->Row(RowKey{static_cast<uint64_t>(dst.front()), 0}), rows, dst.size() * row_bytes);
       } else {
@@ -90,29 +90,12 @@ Status NcTask::LayerPass(int l, const RowSource& in, MemoryRows* out_memory, Row
   // Every rank reads the next layer's inputs of every node, or reports every wanted node.
   if (!logits) return ShareLayer(static_cast<uint32_t>(width), pass.batch, out_memory, out_file, io.get());
   const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
-  return ShareLogits(logits->logits(), [&](uint64_t i) {
+  return ShareLogits(*logits->sink(), logits->nodes().size(), [&](uint64_t i) {
     return EvalStepOwner(bounds, static_cast<uint64_t>(logits->nodes()[i]) / pass.batch);
   });
 }
 
-// The wanted nodes' positions sorted by node, so a step's consecutive nodes find theirs by one
-// search.
-NodeLogits::NodeLogits(const std::vector<int64_t>& wanted, int64_t width)
-    : nodes_(wanted), order_(wanted.size()), logits_(torch::empty({static_cast<int64_t>(wanted.size()), width})) {
-  std::iota(order_.begin(), order_.end(), int64_t{0});
-  std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) { return nodes_[a] < nodes_[b]; });
-}
-
-void NodeLogits::Keep(int64_t first, size_t n, const float* rows) const {
-  const int64_t width = logits_.size(1);
-  auto it = std::lower_bound(order_.begin(), order_.end(), first, [&](int64_t k, int64_t v) { return nodes_[k] < v; });
-  float* out = logits_.data_ptr<float>();
-  for (; it != order_.end() && nodes_[*it] < first + static_cast<int64_t>(n); ++it) {
-    std::memcpy(out + *it * width, rows + (nodes_[*it] - first) * width, static_cast<size_t>(width) * 4);
-  }
-}
-
-Result<torch::Tensor> NcTask::InferLayerwise(const std::vector<int64_t>& nodes) {
+Status NcTask::InferLayerwise(const std::vector<int64_t>& nodes, LogitSink* sink) {
   torch::NoGradGuard no_grad;
   gnn_->eval();
   const std::string dir = cfg_.run_dir + "/inference";
@@ -125,7 +108,7 @@ Result<torch::Tensor> NcTask::InferLayerwise(const std::vector<int64_t>& nodes) 
   std::unique_ptr<MemoryRows> held;             // in memory: the previous layer's outputs
   std::unique_ptr<ArrayBacking> file;           // out of core: the previous layer's row file
   std::unique_ptr<RowCache> cache;              // ... and a cache over it in the arena
-  const NodeLogits logits(nodes, classes_);
+  const NodeLogits logits(nodes, sink);
   Status s = Status::Ok();
   for (int l = 0; l < gnn_->layers() && s.ok(); ++l) {
     const bool last = l + 1 == gnn_->layers();
@@ -165,15 +148,14 @@ Result<torch::Tensor> NcTask::InferLayerwise(const std::vector<int64_t>& nodes) 
   file.reset();
   fs::remove_all(dir, ec);
   if (had_cache) ResetFeatureCache();
-  if (!s.ok()) return s;
-  return logits.logits();
+  return s;
 }
 
-Result<torch::Tensor> NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood) {
+Status NcTask::InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood, LogitSink* sink) {
   // A user's model (or encoder) has no per-layer outputs: it infers through blocks of every
   // neighbour. (Across processes each step's rows come from their owners, in either way.)
-  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes);
-  return InferLayerwise(nodes);
+  if (!full_neighbourhood || !cfg_.eval.layerwise || !gnn_ || !encoder_name_.empty()) return Infer(nodes, sink);
+  return InferLayerwise(nodes, sink);
 }
 
 }  // namespace sluice

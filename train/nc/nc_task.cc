@@ -961,7 +961,7 @@ Result<EpochOutcome> NcTask::TrainEpoch(uint64_t epoch, uint64_t first, StepSink
   return EpochOutcome{};
 }
 
-Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
+Status NcTask::Infer(const std::vector<int64_t>& nodes, LogitSink* sink) {
   torch::NoGradGuard no_grad;
   net_->eval();
   Pass pass{&nodes, sampler_.get(), &eval_options_, cfg_.eval.seed, 0, 0, static_cast<uint64_t>(cfg_.eval.batch)};
@@ -971,29 +971,34 @@ Result<torch::Tensor> NcTask::Infer(const std::vector<int64_t>& nodes) {
     pass.own_keys = true;
     pass.own_begin = own_begin_, pass.own_end = own_end_;
   }
-  // Across processes each rank computes its part of the steps; the logits are shared after.
+  // Across processes each rank computes its part of the steps; the sinks are shared after.
   std::vector<std::pair<uint64_t, int>> rounds;
   SplitEvalPass(pass, rounds);
   auto p = MakePipeline(pass, source);
   p->Start();
-  std::vector<torch::Tensor> logits;
-  Status s = RunEvalPass(*p, pass, source, [&](uint64_t, const ModelInput& in, const SampledSubgraph&) -> Status {
+  Status s = RunEvalPass(*p, pass, source, [&](uint64_t step, const ModelInput& in, const SampledSubgraph&) -> Status {
     SLUICE_ASSIGN_OR_RETURN(torch::Tensor out, PredictStep(*net_, in));
-    logits.push_back(std::move(out));
+    const auto seeds = static_cast<int64_t>(std::min<uint64_t>(pass.batch, nodes.size() - step * pass.batch));
+    if (out.dim() != 2 || out.size(0) != seeds || out.size(1) != classes_) {
+      std::string shape;
+      for (const int64_t d : out.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      return InvalidArgument("the model's output in evaluation step " + std::to_string(step) + " is [" + shape +
+                             "]; expected [" + std::to_string(seeds) + ", " + std::to_string(classes_) +
+                             "] (a row per node, a column per class)");
+    }
+    out = out.to(torch::kCPU, torch::kFloat32).contiguous();
+    const float* rows = out.data_ptr<float>();
+    for (int64_t k = 0; k < out.size(0); ++k) sink->Take(step * pass.batch + static_cast<uint64_t>(k), rows + k * classes_);
     return Status::Ok();
   });
   if (!s.ok()) p->Abort(s);
   const Status finished = FinishPass(*p);
   SLUICE_RETURN_IF_ERROR(s);
   SLUICE_RETURN_IF_ERROR(finished);
-  torch::Tensor mine = logits.empty() ? torch::empty({0, classes_}) : torch::cat(logits);
-  if (!across_processes()) return mine;
+  if (!across_processes()) return Status::Ok();
   const std::vector<uint64_t> bounds = EvalStepBounds(pass.steps());
-  const uint64_t batch = pass.batch, n = nodes.size();
-  torch::Tensor all = torch::empty({static_cast<int64_t>(n), classes_});
-  all.narrow(0, static_cast<int64_t>(std::min(bounds[static_cast<size_t>(dp_->rank())] * batch, n)), mine.size(0)).copy_(mine);
-  SLUICE_RETURN_IF_ERROR(ShareLogits(all, [&](uint64_t i) { return EvalStepOwner(bounds, i / batch); }));
-  return all;
+  const uint64_t batch = pass.batch;
+  return ShareLogits(*sink, nodes.size(), [&](uint64_t i) { return EvalStepOwner(bounds, i / batch); });
 }
 
 std::unique_ptr<Task> MakeNcTask(const NcConfig& config) { return std::make_unique<NcTask>(config); }

@@ -309,27 +309,21 @@ Status NcTask::RunEvalRounds(Pipeline& p, const Pass& pass, const EvalCompute& c
   return Status::Ok();
 }
 
-Status NcTask::ShareLogits(const torch::Tensor& logits, const std::function<int(uint64_t)>& owner) {
+// What the sinks keep travels in rounds of at most 1 MiB a rank, so the exchange adds a few MiB
+// beside them whatever the split's size.
+Status NcTask::ShareLogits(LogitSink& sink, uint64_t n, const std::function<int(uint64_t)>& owner) {
   if (!across_processes()) return Status::Ok();
   const int world = dp_->world_size(), me = dp_->rank();
-  const auto n = static_cast<uint64_t>(logits.size(0)), width = static_cast<uint64_t>(logits.size(1));
-  float* data = logits.data_ptr<float>();
   std::vector<std::vector<uint64_t>> at(static_cast<size_t>(world));  // each rank's positions
   for (uint64_t i = 0; i < n; ++i) at[static_cast<size_t>(owner(i))].push_back(i);
-  std::vector<uint64_t> sizes(static_cast<size_t>(world));
-  for (int q = 0; q < world; ++q) sizes[static_cast<size_t>(q)] = at[static_cast<size_t>(q)].size() * width;
-  std::vector<float> send;
-  send.reserve(sizes[static_cast<size_t>(me)]);
-  for (const uint64_t i : at[static_cast<size_t>(me)]) send.insert(send.end(), data + i * width, data + (i + 1) * width);
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->AllGatherV(send, sizes, "the evaluation's logits"));
-  const float* from = all.data();
-  for (int q = 0; q < world; ++q) {
-    for (const uint64_t i : at[static_cast<size_t>(q)]) {
-      if (q != me) std::copy_n(from, width, data + i * width);
-      from += width;
-    }
-  }
-  return Status::Ok();
+  std::vector<uint64_t> counts;
+  for (const std::vector<uint64_t>& positions : at) counts.push_back(positions.size());
+  const std::vector<uint64_t>& mine = at[static_cast<size_t>(me)];
+  const uint64_t width = sink.item_floats();
+  return dp_->AllGatherItems(
+      counts, width, (1 << 20) / (width * 4), [&](uint64_t k, float* out) { sink.Pack(mine[k], out); },
+      [&](int q, uint64_t k, const float* from) { sink.Unpack(at[static_cast<size_t>(q)][k], from); },
+      "the evaluation's logits");
 }
 
 Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file, IoSession* io) {

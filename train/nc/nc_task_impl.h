@@ -238,8 +238,8 @@ class NcTask : public Task {
   Status RunEvalPass(Pipeline& p, const Pass& pass, const RowSource& source, const EvalCompute& compute);
   // The rounds: every step's rows this rank owns go to the step's rank (one all-to-all a round).
   Status RunEvalRounds(Pipeline& p, const Pass& pass, const EvalCompute& compute);
-  // Rows of `logits` ([n, width]) whose position another rank computed (`owner`) from it.
-  Status ShareLogits(const torch::Tensor& logits, const std::function<int(uint64_t)>& owner);
+  // What `sink` keeps of n wanted nodes, from the rank that took each (`owner`) to every rank.
+  Status ShareLogits(LogitSink& sink, uint64_t n, const std::function<int(uint64_t)>& owner);
   // Layer-wise inference split: the nodes of a layer's outputs the other ranks computed (steps
   // of `batch` nodes) into this rank's `memory` or `file`.
   Status ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, RowFile* file, IoSession* io);
@@ -258,15 +258,15 @@ class NcTask : public Task {
   Status RestoreRows(const std::string& dir, uint64_t lo, uint64_t hi);
   // This process's embedding rows by global number (out of core synced first, at the first read).
   RowRangeReader HeldRowsReader();
-  // Logits [nodes, classes] of `nodes` with the evaluation sampler (no dropout).
-  Result<torch::Tensor> Infer(const std::vector<int64_t>& nodes);
-  // Logits [nodes, classes] of `nodes` with every neighbour, layer by layer over every node
-  // (nc_layerwise.cc).
-  Result<torch::Tensor> InferLayerwise(const std::vector<int64_t>& nodes);
-  // Logits of `nodes` the way the config says full-neighbourhood inference runs.
-  Result<torch::Tensor> InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood);
+  // `nodes`' logits to `sink` (node i's at i), with the evaluation sampler (no dropout); across
+  // processes every rank's sink ends holding every node's.
+  Status Infer(const std::vector<int64_t>& nodes, LogitSink* sink);
+  // ... with every neighbour, layer by layer over every node (nc_layerwise.cc).
+  Status InferLayerwise(const std::vector<int64_t>& nodes, LogitSink* sink);
+  // ... the way the config says full-neighbourhood inference runs.
+  Status InferNodes(const std::vector<int64_t>& nodes, bool full_neighbourhood, LogitSink* sink);
   // One layer over every node: reads `in`, writes Apply(l)'s rows to `out_memory`, `out_file`
-  // or `logits` (the last layer).
+  // or `logits`' sink (the last layer).
   Status LayerPass(int l, const RowSource& in, MemoryRows* out_memory, RowFile* out_file,
                    const NodeLogits* logits);
   // The feature (or embedding) cache: its stats kept and it gone, or a fresh one in its place.

@@ -16,14 +16,12 @@ namespace sluice {
 Result<Metrics> NcTask::Evaluate(const std::string& split) {
   const std::vector<int64_t>& nodes = Split(split);
   if (nodes.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + split + " split");
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(nodes, cfg_.eval.fanouts.empty()));
-  const torch::Tensor predicted = logits.argmax(1).contiguous();
-  std::vector<int64_t> pred(predicted.data_ptr<int64_t>(), predicted.data_ptr<int64_t>() + predicted.numel());
+  // Each node's loss and class, not its logits.
   std::vector<int64_t> labels(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) labels[i] = labels_[static_cast<size_t>(nodes[i])];
-  ClassMetrics m = ClassificationMetrics(pred, labels, classes_);
-  const torch::Tensor target = torch::from_blob(labels.data(), {static_cast<int64_t>(labels.size())}, torch::kLong);
-  m.loss = torch::nn::functional::cross_entropy(logits, target).item<double>();
+  NodeScores scores(labels, classes_);
+  SLUICE_RETURN_IF_ERROR(InferNodes(nodes, cfg_.eval.fanouts.empty(), &scores));
+  const ClassMetrics m = scores.Metrics();
   char text[160];
   std::snprintf(text, sizeof text, "accuracy %.4f macro-F1 %.4f loss %.4f (%llu %s nodes)", m.accuracy,
                 m.macro_f1, m.loss, static_cast<unsigned long long>(m.nodes), split.c_str());
@@ -53,8 +51,9 @@ Status NcTask::Save(CheckpointWriter& writer) {
 Status NcTask::Export(const std::string& dir) {
   std::vector<int64_t> all(num_nodes_);
   for (uint64_t v = 0; v < num_nodes_; ++v) all[v] = static_cast<int64_t>(v);
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(all, true));
-  const torch::Tensor prob = torch::softmax(logits, 1).contiguous();
+  LogitRows logits(all.size(), classes_);
+  SLUICE_RETURN_IF_ERROR(InferNodes(all, true, &logits));
+  const torch::Tensor prob = torch::softmax(logits.logits(), 1).contiguous();
   SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/probabilities.npy", "<f4", {prob.size(0), prob.size(1)},
                                   prob.data_ptr<float>(), static_cast<size_t>(prob.numel()) * 4));
   std::vector<int64_t> ids = all;  // the dataset's own ids when it kept the originals
@@ -68,8 +67,9 @@ Result<std::string> NcTask::Predict(const PredictRequest& request) {
   const std::vector<int64_t>& split = Split(request.split);
   if (split.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + request.split + " split");
   std::vector<int64_t> nodes(split.begin(), split.begin() + static_cast<int64_t>(std::min<uint64_t>(request.k, split.size())));
-  SLUICE_ASSIGN_OR_RETURN(torch::Tensor logits, InferNodes(nodes, true));
-  const torch::Tensor prob = torch::softmax(logits, 1);
+  LogitRows logits(nodes.size(), classes_);
+  SLUICE_RETURN_IF_ERROR(InferNodes(nodes, true, &logits));
+  const torch::Tensor prob = torch::softmax(logits.logits(), 1);
   const auto [p, c] = prob.max(1);
   std::vector<int64_t> original;
   if (dataset_.Has("nodes.original_ids")) {

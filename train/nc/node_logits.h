@@ -1,30 +1,84 @@
 #pragma once
-// The last layer's rows of some nodes, out of a pass over every node in order (layer-wise
-// inference, nc_layerwise.cc): `Keep` takes a step's rows of consecutive nodes and copies the
-// wanted ones to their places, so the logits of the wanted nodes alone are held, not every
-// node's. The wanted nodes come in any order, a node even more than once.
+// Where an inference pass's logits go, a row of `classes` floats per wanted node (its position
+// among the wanted nodes):
+//   LogitRows   keeps every row (export and predict hand them on);
+//   NodeScores  keeps what a node's metrics need, its loss and its predicted class (12 bytes a
+//               node instead of 4 x classes), so a split's evaluation holds no logits at all.
+// Across processes each rank takes its steps' nodes and the ranks then exchange what their sinks
+// keep (Pack/Unpack, `item_floats` floats a node; NcTask::ShareLogits), so every rank holds what
+// one process would.
+//
+// NodeLogits routes a pass over every node in order (layer-wise inference, nc_layerwise.cc) to a
+// sink: `Keep` takes a step's rows of consecutive nodes and hands the wanted ones on, the wanted
+// nodes in any order, a node even more than once.
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <vector>
 
+#include "train/nc/nc_model.h"
+
 namespace sluice {
+
+class LogitSink {
+ public:
+  virtual ~LogitSink() = default;
+  // Wanted node i's row (`classes` floats).
+  virtual void Take(uint64_t i, const float* row) = 0;
+  // What travels for node i: item_floats() floats (bit patterns, not always floats).
+  virtual uint64_t item_floats() const = 0;
+  virtual void Pack(uint64_t i, float* out) const = 0;
+  virtual void Unpack(uint64_t i, const float* in) = 0;
+};
+
+class LogitRows final : public LogitSink {
+ public:
+  LogitRows(uint64_t nodes, int64_t classes) : logits_(torch::empty({static_cast<int64_t>(nodes), classes})) {}
+  void Take(uint64_t i, const float* row) override;
+  uint64_t item_floats() const override { return static_cast<uint64_t>(logits_.size(1)); }
+  void Pack(uint64_t i, float* out) const override;
+  void Unpack(uint64_t i, const float* in) override { Take(i, in); }
+  // [nodes, classes]: node i's row at i (rows no step took are undefined).
+  const torch::Tensor& logits() const { return logits_; }
+
+ private:
+  torch::Tensor logits_;
+};
+
+class NodeScores final : public LogitSink {
+ public:
+  // `labels`: wanted node i's class at i; both must outlive this.
+  NodeScores(const std::vector<int64_t>& labels, int64_t classes);
+  // Cross-entropy in double (log-sum-exp less the label's logit) and the first largest logit's
+  // class, as torch's argmax picks (a NaN counts as the largest).
+  void Take(uint64_t i, const float* row) override;
+  uint64_t item_floats() const override { return 3; }  // the loss's 8 bytes, the class's 4
+  void Pack(uint64_t i, float* out) const override;
+  void Unpack(uint64_t i, const float* in) override;
+  // Accuracy and macro-F1 from the classes; the loss is the nodes' mean, added in node order.
+  ClassMetrics Metrics() const;
+
+ private:
+  const std::vector<int64_t>& labels_;
+  int64_t classes_;
+  std::vector<double> loss_;
+  std::vector<int32_t> predicted_;
+};
 
 class NodeLogits {
  public:
-  // `wanted` must outlive this; `width` floats a row.
-  NodeLogits(const std::vector<int64_t>& wanted, int64_t width);
-  // Rows [n, width] of nodes [first, first + n): the wanted ones into logits().
-  void Keep(int64_t first, size_t n, const float* rows) const;
-  // [wanted.size(), width]: wanted[i]'s row at i (rows no step kept are undefined).
-  const torch::Tensor& logits() const { return logits_; }
+  // `wanted` and `sink` must outlive this.
+  NodeLogits(const std::vector<int64_t>& wanted, LogitSink* sink);
+  // Rows [n, classes] of nodes [first, first + n): the wanted ones to the sink.
+  void Keep(int64_t first, size_t n, int64_t classes, const float* rows) const;
   const std::vector<int64_t>& nodes() const { return nodes_; }
+  LogitSink* sink() const { return sink_; }
 
  private:
   const std::vector<int64_t>& nodes_;
+  LogitSink* sink_;
   std::vector<int64_t> order_;  // positions in nodes_, sorted by node
-  torch::Tensor logits_;
 };
 
 }  // namespace sluice

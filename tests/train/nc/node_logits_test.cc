@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 namespace sluice {
@@ -11,14 +13,15 @@ namespace {
 // wanted node gets its own row at its place, in any order and as often as it is wanted.
 TEST(NodeLogitsTest, EachWantedNodeGetsItsRowAtItsPlace) {
   const std::vector<int64_t> wanted = {7, 2, 9, 2, 0, 5};
-  const NodeLogits kept(wanted, 2);
+  LogitRows rows_of(wanted.size(), 2);
+  const NodeLogits kept(wanted, &rows_of);
   for (int64_t first = 0; first < 10; first += 3) {
     const int64_t n = std::min<int64_t>(3, 10 - first);
     std::vector<float> rows;
     for (int64_t v = first; v < first + n; ++v) rows.insert(rows.end(), {10.0f * v, 10.0f * v + 1});
-    kept.Keep(first, static_cast<size_t>(n), rows.data());
+    kept.Keep(first, static_cast<size_t>(n), 2, rows.data());
   }
-  const torch::Tensor& got = kept.logits();
+  const torch::Tensor& got = rows_of.logits();
   ASSERT_EQ(got.sizes(), (std::vector<int64_t>{6, 2}));
   for (size_t i = 0; i < wanted.size(); ++i) {
     EXPECT_EQ(got[static_cast<int64_t>(i)][0].item<float>(), 10.0f * wanted[i]) << i;
@@ -29,14 +32,65 @@ TEST(NodeLogitsTest, EachWantedNodeGetsItsRowAtItsPlace) {
 // A step none of whose nodes is wanted writes nothing.
 TEST(NodeLogitsTest, AStepWithoutWantedNodesWritesNothing) {
   const std::vector<int64_t> wanted = {4};
-  const NodeLogits kept(wanted, 1);
-  kept.logits().fill_(-1.0f);
+  LogitRows rows_of(1, 1);
+  const NodeLogits kept(wanted, &rows_of);
+  rows_of.logits().fill_(-1.0f);
   const std::vector<float> rows = {1, 2, 3};
-  kept.Keep(0, 3, rows.data());
-  kept.Keep(5, 3, rows.data());
-  EXPECT_EQ(kept.logits()[0][0].item<float>(), -1.0f);
-  kept.Keep(3, 3, rows.data());
-  EXPECT_EQ(kept.logits()[0][0].item<float>(), 2.0f);
+  kept.Keep(0, 3, 1, rows.data());
+  kept.Keep(5, 3, 1, rows.data());
+  EXPECT_EQ(rows_of.logits()[0][0].item<float>(), -1.0f);
+  kept.Keep(3, 3, 1, rows.data());
+  EXPECT_EQ(rows_of.logits()[0][0].item<float>(), 2.0f);
+}
+
+// A node's scores are its cross-entropy and torch's argmax (the first largest; a NaN counts as
+// the largest); the metrics are the classes' accuracy and macro-F1 and the mean loss, as the
+// logits themselves would give them.
+TEST(NodeScoresTest, KeepTheLossAndTheClassTheLogitsWouldGive) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> rows = {{1, 3, 3}, {0.5f, -2, 0}, {2, nan, 9}, {-1, 0, 4}};
+  const std::vector<int64_t> labels = {1, 2, 1, 2};
+  NodeScores scores(labels, 3);
+  torch::Tensor logits = torch::empty({4, 3});
+  for (uint64_t i = 0; i < rows.size(); ++i) {
+    scores.Take(i, rows[i].data());
+    for (int64_t c = 0; c < 3; ++c) logits[static_cast<int64_t>(i)][c] = rows[i][static_cast<size_t>(c)];
+  }
+  const torch::Tensor argmax = logits.argmax(1);
+  const std::vector<int64_t> predicted = {1, 0, 1, 2};
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(argmax[i].item<int64_t>(), predicted[static_cast<size_t>(i)]) << i;
+  const ClassMetrics m = scores.Metrics();
+  const ClassMetrics want = ClassificationMetrics(predicted, labels, 3);
+  EXPECT_EQ(m.nodes, 4u);
+  EXPECT_EQ(m.accuracy, 0.75);  // nodes 0 (the first of two largest), 2 (the NaN) and 3
+  EXPECT_EQ(m.accuracy, want.accuracy);
+  EXPECT_EQ(m.macro_f1, want.macro_f1);
+  EXPECT_TRUE(std::isnan(m.loss));  // node 2's NaN
+  // Without the NaN the loss is torch's cross-entropy's.
+  NodeScores finite(labels, 3);
+  logits[2][1] = -5.0f;
+  for (int64_t i = 0; i < 4; ++i) finite.Take(static_cast<uint64_t>(i), logits[i].contiguous().data_ptr<float>());
+  const double torch_loss = torch::nn::functional::cross_entropy(logits, torch::tensor(labels)).item<double>();
+  EXPECT_NEAR(finite.Metrics().loss, torch_loss, 1e-6);
+}
+
+// What travels between ranks (Pack) restores a node's scores exactly (Unpack).
+TEST(NodeScoresTest, PackedScoresUnpackBitForBit) {
+  const std::vector<int64_t> labels = {0, 1};
+  NodeScores from(labels, 2), to(labels, 2);
+  const std::vector<float> a = {0.1f, 0.7f}, b = {3, -1};
+  from.Take(0, a.data());
+  from.Take(1, b.data());
+  ASSERT_EQ(from.item_floats(), 3u);
+  for (uint64_t i = 0; i < 2; ++i) {
+    float packed[3];
+    from.Pack(i, packed);
+    to.Unpack(i, packed);
+  }
+  const ClassMetrics x = from.Metrics(), y = to.Metrics();
+  EXPECT_EQ(x.loss, y.loss);
+  EXPECT_EQ(x.accuracy, y.accuracy);
+  EXPECT_EQ(x.macro_f1, y.macro_f1);
 }
 
 }  // namespace

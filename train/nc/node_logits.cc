@@ -1,0 +1,68 @@
+#include "train/nc/node_logits.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace sluice {
+
+void LogitRows::Take(uint64_t i, const float* row) {
+  const int64_t width = logits_.size(1);
+  std::memcpy(logits_.data_ptr<float>() + static_cast<int64_t>(i) * width, row, static_cast<size_t>(width) * 4);
+}
+
+void LogitRows::Pack(uint64_t i, float* out) const {
+  const int64_t width = logits_.size(1);
+  std::memcpy(out, logits_.data_ptr<float>() + static_cast<int64_t>(i) * width, static_cast<size_t>(width) * 4);
+}
+
+NodeScores::NodeScores(const std::vector<int64_t>& labels, int64_t classes)
+    : labels_(labels), classes_(classes), loss_(labels.size()), predicted_(labels.size()) {}
+
+void NodeScores::Take(uint64_t i, const float* row) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < classes_ && !std::isnan(row[best]); ++c) {
+    if (row[c] > row[best] || std::isnan(row[c])) best = c;
+  }
+  const double top = row[best];
+  double sum = 0;
+  for (int64_t c = 0; c < classes_; ++c) sum += std::exp(static_cast<double>(row[c]) - top);
+  loss_[i] = std::log(sum) + top - static_cast<double>(row[labels_[i]]);
+  predicted_[i] = static_cast<int32_t>(best);
+}
+
+void NodeScores::Pack(uint64_t i, float* out) const {
+  std::memcpy(out, &loss_[i], 8);
+  std::memcpy(out + 2, &predicted_[i], 4);
+}
+
+void NodeScores::Unpack(uint64_t i, const float* in) {
+  std::memcpy(&loss_[i], in, 8);
+  std::memcpy(&predicted_[i], in + 2, 4);
+}
+
+ClassMetrics NodeScores::Metrics() const {
+  ClassMetrics m = ClassificationMetrics(std::vector<int64_t>(predicted_.begin(), predicted_.end()), labels_, classes_);
+  double sum = 0;
+  for (const double l : loss_) sum += l;
+  m.loss = loss_.empty() ? 0 : sum / static_cast<double>(loss_.size());
+  return m;
+}
+
+// The wanted nodes' positions sorted by node, so a step's consecutive nodes find theirs by one
+// search.
+NodeLogits::NodeLogits(const std::vector<int64_t>& wanted, LogitSink* sink)
+    : nodes_(wanted), sink_(sink), order_(wanted.size()) {
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+  std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) { return nodes_[a] < nodes_[b]; });
+}
+
+void NodeLogits::Keep(int64_t first, size_t n, int64_t classes, const float* rows) const {
+  auto it = std::lower_bound(order_.begin(), order_.end(), first, [&](int64_t k, int64_t v) { return nodes_[k] < v; });
+  for (; it != order_.end() && nodes_[*it] < first + static_cast<int64_t>(n); ++it) {
+    sink_->Take(static_cast<uint64_t>(*it), rows + (nodes_[*it] - first) * classes);
+  }
+}
+
+}  // namespace sluice
