@@ -439,7 +439,7 @@ Status NcTask::LoadFeaturesInMemory() {
 Result<RowPlanInput> NcTask::PlanInput() {
   RowPlanInput in;
   in.budget_bytes = cfg_.storage.budget.value;
-  in.runtime_bytes = kRuntimeBytes + GraphBytes();
+  in.runtime_bytes = kRuntimeBytes + GraphBytes() + EvaluationBytes();
   if (Spilling()) {  // and the next epoch's order of the training nodes
     in.runtime_bytes += SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_) + Split("train").size() * 8 +
                         KHopNodeSet::ScratchBytes(num_nodes_) + SpillStepRows() * 16;
@@ -626,6 +626,18 @@ uint64_t NcTask::GraphBytes() const {
          static_cast<uint64_t>(in_degree_.defined() ? in_degree_.numel() * 8 : 0);
 }
 
+// What an evaluation holds a node of its split besides the pass: its label, loss and class
+// (NodeScores), the metrics' copy of the class, and its place among the wanted nodes (layer by
+// layer) or its rank's positions (across processes). The largest split other than training's.
+uint64_t NcTask::EvaluationBytes() const {
+  constexpr uint64_t kNodeBytes = 8 + 8 + 4 + 8 + 8;
+  uint64_t most = 0;
+  for (const auto& [name, nodes] : splits_) {
+    if (name != "train") most = std::max<uint64_t>(most, nodes.size());
+  }
+  return most * kNodeBytes;
+}
+
 std::string NcTask::DescribePlan() const {
   const uint64_t table = num_nodes_ * row_bytes_;
   const auto [lo, hi] = RowsToLoad();
@@ -638,7 +650,7 @@ std::string NcTask::DescribePlan() const {
          (pinned_rows_ ? ", " + FormatCount(static_cast<double>(pinned_rows_)) + " pinned" : std::string()) +
          CacheBelowStepsNote(plan_) +
          ", io in groups of " + std::to_string(cfg_.storage.io_group) + " steps), graph and sampler " +
-         FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) +
+         FormatBytes(GraphBytes()) + ", runtime " + FormatBytes(kRuntimeBytes) + ", evaluation " + FormatBytes(EvaluationBytes()) +
          (Spilling() ? ", spill every " + std::to_string(cfg_.storage.spill_steps) + " steps " +
                            FormatBytes(SpillBacking::MemoryBytes(SpillOpts(), SpillStepRows(), row_bytes_)) +
                            " (its file " +

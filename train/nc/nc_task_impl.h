@@ -194,6 +194,8 @@ class NcTask : public Task {
   void ProbeUnions(const std::vector<std::vector<int64_t>>& steps);
   static constexpr uint64_t kProbeSteps = 16;  // training steps sampled at set-up for the plans
   uint64_t GraphBytes() const;
+  // What evaluating the largest split holds per node (its scores), for the memory plan.
+  uint64_t EvaluationBytes() const;
   // Writes the cache's dirty embedding rows back (before a checkpoint, or before layer-wise
   // inference reuses the arena).
   Status SyncRows();
