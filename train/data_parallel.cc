@@ -93,7 +93,7 @@ Status DataParallel::AllGatherItems(std::span<const uint64_t> counts, uint64_t w
                                     const std::function<void(uint64_t k, float* out)>& pack,
                                     const std::function<void(int q, uint64_t k, const float* from)>& unpack,
                                     const char* what) {
-  if (group_ == nullptr) return Status::Ok();
+  if (group_ == nullptr || width == 0) return Status::Ok();
   round_items = std::max<uint64_t>(round_items, 1);
   const uint64_t longest = *std::max_element(counts.begin(), counts.end());
   std::vector<uint64_t> first(counts.size()), sizes(counts.size());

@@ -108,6 +108,9 @@ class DlrmTask : public Task {
   static constexpr uint64_t kMinKeptSteps = 16;
   Status ChooseKeptRows(uint64_t most);
   std::string DescribePlan() const;
+  // What evaluating the largest split holds per sample (scores, labels, the ranking), for the
+  // memory plan.
+  uint64_t EvaluationBytes() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
   Result<RecordSource> Source(const std::string& split, uint64_t max_records) const;

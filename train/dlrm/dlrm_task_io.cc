@@ -62,6 +62,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
     in.model_bytes = 0;
     in.step_bytes = DeviceHostBytes();
   }
+  in.runtime_bytes += EvaluationBytes();
   in.keys_per_step = static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
   in.step_record_bytes = static_cast<uint64_t>(cfg_.train.batch) * rec_.bytes();
   in.row_bytes = tables_->row_bytes();
@@ -309,6 +310,19 @@ Status DlrmTask::SizeWindow(RowPlanInput& in) {
   return Status::Ok();
 }
 
+// What an evaluation holds a sample of its split: its score and label, the ranking's order
+// (AreaUnderRoc) and, across processes, the gathered scores and labels. The largest split other
+// than training's, at most eval.max_samples of it in training.
+uint64_t DlrmTask::EvaluationBytes() const {
+  constexpr uint64_t kSampleBytes = 8 + 8 + 8;
+  uint64_t most = 0;
+  for (const auto& [split, records] : dataset_.manifest().samples) {
+    if (split != "train") most = std::max<uint64_t>(most, records);
+  }
+  if (purpose_ == Purpose::kTrain && cfg_.eval.max_samples > 0) most = std::min<uint64_t>(most, cfg_.eval.max_samples);
+  return most * kSampleBytes;
+}
+
 std::string DlrmTask::DescribePlan() const {
   const RowMemoryPlan& p = plan_;
   const uint64_t budget = cfg_.storage.budget.value;
@@ -325,7 +339,8 @@ std::string DlrmTask::DescribePlan() const {
          std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
   }
   const uint64_t runtime = kRuntimeBytes + (acc_ != nullptr ? acc_->RuntimeHostBytes() : 0);
-  s += "runtime " + FormatBytes(runtime) + ", dense model " + FormatBytes(net_->StateBytes()) +
+  s += "runtime " + FormatBytes(runtime) + ", evaluation " + FormatBytes(EvaluationBytes()) + ", dense model " +
+       FormatBytes(net_->StateBytes()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
                         : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + EnumName(planner_) + " window " +
