@@ -199,7 +199,10 @@ Status Run::Export(const std::string& out_dir, const std::string& checkpoint) {
     fs::remove_all(temp, ec);
     fs::create_directories(temp, ec);
     if (ec) return IoError("export: create " + temp + ": " + ec.message());
-    SLUICE_RETURN_IF_ERROR(impl_->Export(temp));
+    if (Status s = impl_->Export(temp); !s.ok()) {  // nothing half-written stays
+      fs::remove_all(temp, ec);
+      return s;
+    }
     fs::rename(temp, out_dir, ec);
     if (ec) return IoError("export: rename " + temp + " to " + out_dir + ": " + ec.message());
     return Status::Ok();

@@ -473,6 +473,26 @@ def test_layerwise_inference_equals_full_neighbourhood_evaluation_on_cora(sluice
         assert int(predicted) == int(row.argmax()) and abs(float(prob) - float(row.max())) < 1e-4, (line, row)
 
 
+def test_export_writes_probabilities_as_it_infers_and_a_full_disk_leaves_nothing(sluice_bin, cora, tmp_path):
+    """Export writes each node's probabilities into the .npy as its step computes (none held):
+    rows that are distributions, the file numpy reads; a disk that fills while it writes fails
+    in one line and leaves no export directory."""
+    train(sluice_bin, ROOT / "configs/cora_graphsage.yaml", "--set", f"dataset={cora}", "--set",
+          f"run_dir={tmp_path / 'r'}", "--set", "train.epochs=2", "--set", "progress=false")
+    out = run(sluice_bin, "export", str(tmp_path / "r"), "--out", str(tmp_path / "x"))
+    assert out.returncode == 0, out.stderr
+    prob = np.load(tmp_path / "x/probabilities.npy")
+    assert prob.shape == (2708, 7) and prob.dtype == np.float32
+    assert np.abs(prob.sum(1) - 1).max() < 1e-5 and prob.min() >= 0
+    env = dict(os.environ, SLUICE_FAULT="write:enospc:probabilities.npy:1:all")  # past the header
+    out = subprocess.run([str(sluice_bin), "export", str(tmp_path / "r"), "--out", str(tmp_path / "y")],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "probabilities.npy" in lines[0] and "No space left" in lines[0], out.stderr
+    assert not (tmp_path / "y").exists() and not (tmp_path / "y.tmp").exists()
+
+
 def test_non_finite_features_are_refused_by_prep_and_found_by_verify(sluice_bin, tmp_path):
     import zlib
     feats = np.ones((50, 4), np.float32)

@@ -51,11 +51,14 @@ Status NcTask::Save(CheckpointWriter& writer) {
 Status NcTask::Export(const std::string& dir) {
   std::vector<int64_t> all(num_nodes_);
   for (uint64_t v = 0; v < num_nodes_; ++v) all[v] = static_cast<int64_t>(v);
-  LogitRows logits(all.size(), classes_);
-  SLUICE_RETURN_IF_ERROR(InferNodes(all, true, &logits));
-  const torch::Tensor prob = torch::softmax(logits.logits(), 1).contiguous();
-  SLUICE_RETURN_IF_ERROR(WriteNpy(dir + "/probabilities.npy", "<f4", {prob.size(0), prob.size(1)},
-                                  prob.data_ptr<float>(), static_cast<size_t>(prob.numel()) * 4));
+  // Each node's probabilities go to the file as its step computes: none are held.
+  SLUICE_ASSIGN_OR_RETURN(NpyRowWriter probabilities,
+                          NpyRowWriter::Create(dir + "/probabilities.npy", "<f4", num_nodes_,
+                                               static_cast<uint64_t>(classes_), 4));
+  ProbabilityRows rows(&probabilities, classes_);
+  SLUICE_RETURN_IF_ERROR(InferNodes(all, true, &rows));
+  SLUICE_RETURN_IF_ERROR(rows.status());
+  SLUICE_RETURN_IF_ERROR(probabilities.Close());
   std::vector<int64_t> ids = all;  // the dataset's own ids when it kept the originals
   if (dataset_.Has("nodes.original_ids")) {
     SLUICE_ASSIGN_OR_RETURN(ids, dataset_.ReadInt64("nodes.original_ids"));

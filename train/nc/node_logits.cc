@@ -17,6 +17,23 @@ void LogitRows::Pack(uint64_t i, float* out) const {
   std::memcpy(out, logits_.data_ptr<float>() + static_cast<int64_t>(i) * width, static_cast<size_t>(width) * 4);
 }
 
+void ProbabilityRows::Take(uint64_t i, const float* row) {
+  const size_t c = row_.size();
+  const float top = *std::max_element(row, row + c);
+  double sum = 0;
+  for (size_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+  for (size_t k = 0; k < c; ++k) row_[k] = static_cast<float>(std::exp(static_cast<double>(row[k]) - top) / sum);
+  if (status_.ok()) status_ = out_->Write(i, row_.data());
+}
+
+void ProbabilityRows::Pack(uint64_t i, float* out) const {
+  if (status_.ok()) status_ = out_->Read(i, out);
+}
+
+void ProbabilityRows::Unpack(uint64_t i, const float* in) {
+  if (status_.ok()) status_ = out_->Write(i, in);
+}
+
 NodeScores::NodeScores(const std::vector<int64_t>& labels, int64_t classes)
     : labels_(labels), classes_(classes), loss_(labels.size()), predicted_(labels.size()) {}
 

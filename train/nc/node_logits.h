@@ -1,7 +1,8 @@
 #pragma once
 // Where an inference pass's logits go, a row of `classes` floats per wanted node (its position
 // among the wanted nodes):
-//   LogitRows   keeps every row (export and predict hand them on);
+//   LogitRows   keeps every row (predict hands them on);
+//   ProbabilityRows  writes every row's softmax to a .npy file (export), holding none;
 //   NodeScores  keeps what a node's metrics need, its loss and its predicted class (12 bytes a
 //               node instead of 4 x classes), so a split's evaluation holds no logits at all.
 // Across processes each rank takes its steps' nodes and the ranks then exchange what their sinks
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "train/nc/nc_model.h"
+#include "train/npy.h"
 
 namespace sluice {
 
@@ -44,6 +46,23 @@ class LogitRows final : public LogitSink {
 
  private:
   torch::Tensor logits_;
+};
+
+// Each node's class probabilities (softmax, in double) written as row i of a .npy file
+// (export): nothing held but a write's worth. Write errors are kept, the first one in status().
+class ProbabilityRows final : public LogitSink {
+ public:
+  ProbabilityRows(NpyRowWriter* out, int64_t classes) : out_(out), row_(static_cast<size_t>(classes)) {}
+  void Take(uint64_t i, const float* row) override;
+  uint64_t item_floats() const override { return row_.size(); }
+  void Pack(uint64_t i, float* out) const override;
+  void Unpack(uint64_t i, const float* in) override;
+  const Status& status() const { return status_; }
+
+ private:
+  NpyRowWriter* out_;
+  std::vector<float> row_;
+  mutable Status status_ = Status::Ok();
 };
 
 class NodeScores final : public LogitSink {

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <vector>
+
+#include "storage/file.h"
 
 namespace sluice {
 namespace {
@@ -91,6 +94,40 @@ TEST(NodeScoresTest, PackedScoresUnpackBitForBit) {
   EXPECT_EQ(x.loss, y.loss);
   EXPECT_EQ(x.accuracy, y.accuracy);
   EXPECT_EQ(x.macro_f1, y.macro_f1);
+}
+
+// Export's probabilities: rows written out of order (and in order, gathered) through the row
+// writer make the same file, byte for byte, as the whole array written at once; each row is the
+// softmax of its logits.
+TEST(ProbabilityRowsTest, WriteTheFileTheWholeArrayWould) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("sluice-probs-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<std::vector<float>> logits = {{0, 1, 2}, {5, 5, 5}, {-3, 0, 30}, {1, 0, 0}};
+  Result<NpyRowWriter> out = NpyRowWriter::Create((dir / "rows.npy").string(), "<f4", 4, 3, 4);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ProbabilityRows rows(&*out, 3);
+  for (const uint64_t i : {2, 0, 1, 3}) rows.Take(i, logits[i].data());
+  ASSERT_TRUE(rows.status().ok()) << rows.status().ToString();
+  ASSERT_TRUE(out->Close().ok());
+  std::vector<float> whole;
+  for (const std::vector<float>& row : logits) {
+    const torch::Tensor p = torch::softmax(torch::tensor(row), 0);
+    for (int64_t k = 0; k < 3; ++k) whole.push_back(p[k].item<float>());
+  }
+  ASSERT_TRUE(WriteNpy((dir / "whole.npy").string(), "<f4", {4, 3}, whole.data(), whole.size() * 4).ok());
+  Result<std::string> a = ReadFileToString((dir / "rows.npy").string());
+  Result<std::string> b = ReadFileToString((dir / "whole.npy").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  const size_t data = a->size() - whole.size() * 4;
+  EXPECT_EQ(a->substr(0, data), b->substr(0, data));  // the header
+  const auto* got = reinterpret_cast<const float*>(a->data() + data);
+  for (size_t k = 0; k < whole.size(); ++k) EXPECT_NEAR(got[k], whole[k], 1e-7) << k;
+  // A row read back is the row written.
+  float back[3];
+  rows.Pack(2, back);
+  EXPECT_EQ(std::vector<float>(back, back + 3), std::vector<float>(got + 6, got + 9));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
