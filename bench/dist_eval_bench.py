@@ -50,13 +50,16 @@ def config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
     return cfg
 
 
-def make_nc_data(path: pathlib.Path, nodes: int, edges: int, classes: int, valid_frac: float) -> None:
-    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-nc", "--nodes", str(nodes), "--edges", str(edges),
-                          "--features", "4", "--classes", str(classes), "--train-frac", "0.01", "--valid-frac",
-                          str(valid_frac), "--test-frac", "0.1", "--seed", "1", "--out", str(path)],
+def prep(verb: str, path: pathlib.Path, *args: str) -> None:
+    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), verb, *args, "--seed", "1", "--out", str(path)],
                          capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"dist_eval_bench: gen-nc failed: {out.stderr.strip()}")
+        sys.exit(f"dist_eval_bench: {verb} failed: {out.stderr.strip()}")
+
+
+def make_nc_data(path: pathlib.Path, nodes: int, edges: int, classes: int, valid_frac: float) -> None:
+    prep("gen-nc", path, "--nodes", str(nodes), "--edges", str(edges), "--features", "4", "--classes", str(classes),
+         "--train-frac", "0.01", "--valid-frac", str(valid_frac), "--test-frac", "0.1")
 
 
 def nc_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
@@ -73,11 +76,7 @@ def nc_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:
 
 
 def make_click_data(path: pathlib.Path, samples: int) -> None:
-    out = subprocess.run([PY, str(ROOT / "scripts/sluice_prep.py"), "gen-clicks", "--samples", str(samples),
-                          "--sparse", "26", "--dense", "13", "--vocab", "200000", "--seed", "1", "--out", str(path)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"dist_eval_bench: gen-clicks failed: {out.stderr.strip()}")
+    prep("gen-clicks", path, "--samples", str(samples), "--sparse", "26", "--dense", "13", "--vocab", "200000")
 
 
 def dlrm_config(tmp: pathlib.Path, data: pathlib.Path, args) -> pathlib.Path:

@@ -90,28 +90,24 @@ Result<std::vector<float>> DataParallel::AllGatherV(std::span<const float> mine,
 }
 
 Status DataParallel::AllGatherItems(std::span<const uint64_t> counts, uint64_t width, uint64_t round_items,
-                                    const std::function<void(uint64_t k, float* out)>& pack,
-                                    const std::function<void(int q, uint64_t k, const float* from)>& unpack,
-                                    const char* what) {
+                                    const PackItems& pack, const UnpackItems& unpack, const char* what) {
   if (group_ == nullptr || width == 0) return Status::Ok();
   round_items = std::max<uint64_t>(round_items, 1);
   const uint64_t longest = *std::max_element(counts.begin(), counts.end());
   std::vector<uint64_t> first(counts.size()), sizes(counts.size());
   std::vector<float> mine;
+  const auto me = static_cast<size_t>(rank_);
   for (uint64_t c = 0; c * round_items < longest; ++c) {
     for (size_t q = 0; q < counts.size(); ++q) {
       first[q] = std::min(c * round_items, counts[q]);
       sizes[q] = (std::min(first[q] + round_items, counts[q]) - first[q]) * width;
     }
-    const auto me = static_cast<size_t>(rank_);
     mine.resize(sizes[me]);
-    for (uint64_t k = 0; k < sizes[me] / width; ++k) pack(first[me] + k, mine.data() + k * width);
+    if (sizes[me] > 0) SLUICE_RETURN_IF_ERROR(pack(first[me], sizes[me] / width, mine.data()));
     SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, AllGatherV(mine, sizes, what));
     const float* from = all.data();
-    for (size_t q = 0; q < counts.size(); ++q) {
-      for (uint64_t k = 0; k < sizes[q] / width; ++k, from += width) {
-        if (q != me) unpack(static_cast<int>(q), first[q] + k, from);
-      }
+    for (size_t q = 0; q < counts.size(); from += sizes[q], ++q) {
+      if (q != me && sizes[q] > 0) SLUICE_RETURN_IF_ERROR(unpack(static_cast<int>(q), first[q], sizes[q] / width, from));
     }
   }
   return Status::Ok();

@@ -69,12 +69,12 @@ class DataParallel {
 
   // Every rank's items to every rank, in rounds of at most `round_items` items a rank (bounded
   // buffers, whatever the items' total): rank q has counts[q] items of `width` floats (every rank
-  // knows every rank's count); pack(k, out) writes this rank's item k; unpack(q, k, from) takes
-  // rank q's item k (q != this rank), items of a rank in order. One process: nothing travels.
+  // knows every rank's count). pack(k, n, out) writes this rank's items [k, k + n); unpack(q, k,
+  // n, from) takes rank q's items [k, k + n) (q != this rank). One process: nothing travels.
+  using PackItems = std::function<Status(uint64_t k, uint64_t n, float* out)>;
+  using UnpackItems = std::function<Status(int q, uint64_t k, uint64_t n, const float* from)>;
   Status AllGatherItems(std::span<const uint64_t> counts, uint64_t width, uint64_t round_items,
-                        const std::function<void(uint64_t k, float* out)>& pack,
-                        const std::function<void(int q, uint64_t k, const float* from)>& unpack,
-                        const char* what);
+                        const PackItems& pack, const UnpackItems& unpack, const char* what);
 
   // AllToAll in two halves: started now (`send` copied), finished later while the rank's other
   // work runs in between. Every rank starts and finishes the same ones in the same order.

@@ -344,9 +344,18 @@ TEST(DataParallelTest, AllGatherItemsTravelInBoundedRounds) {
     DataParallel dp(&group, 2);
     return dp.AllGatherItems(
         counts, 2, 3,
-        [&](uint64_t k, float* out) { out[0] = static_cast<float>(100 * r + k), out[1] = -1.0f * static_cast<float>(k); },
-        [&](int q, uint64_t k, const float* from) {
-          got[r].push_back({static_cast<float>(q), static_cast<float>(k), from[0], from[1]});
+        [&](uint64_t k, uint64_t n, float* out) {
+          EXPECT_LE(n, 3u);  // a round's items at most
+          for (uint64_t j = 0; j < n; ++j) {
+            out[2 * j] = static_cast<float>(100 * r + k + j), out[2 * j + 1] = -1.0f * static_cast<float>(k + j);
+          }
+          return Status::Ok();
+        },
+        [&](int q, uint64_t k, uint64_t n, const float* from) {
+          for (uint64_t j = 0; j < n; ++j) {
+            got[r].push_back({static_cast<float>(q), static_cast<float>(k + j), from[2 * j], from[2 * j + 1]});
+          }
+          return Status::Ok();
         },
         "test");
   });
@@ -360,8 +369,10 @@ TEST(DataParallelTest, AllGatherItemsTravelInBoundedRounds) {
   // One process: nothing travels, nothing is unpacked.
   DataParallel one(nullptr, 2);
   bool called = false;
-  ASSERT_TRUE(one.AllGatherItems(std::vector<uint64_t>{3}, 1, 1, [&](uint64_t, float*) { called = true; },
-                                 [&](int, uint64_t, const float*) { called = true; }, "test")
+  ASSERT_TRUE(one.AllGatherItems(
+                     std::vector<uint64_t>{3}, 1, 1,
+                     [&](uint64_t, uint64_t, float*) { return called = true, Status::Ok(); },
+                     [&](int, uint64_t, uint64_t, const float*) { return called = true, Status::Ok(); }, "test")
                   .ok());
   EXPECT_FALSE(called);
 }

@@ -603,10 +603,16 @@ Status DlrmTask::GatherScores(const RecordSource& source, std::vector<float>& sc
   for (uint64_t k = 0; k < scores.size(); ++k) all_scores[place(me, k)] = scores[k], all_labels[place(me, k)] = labels[k];
   SLUICE_RETURN_IF_ERROR(dp_->AllGatherItems(
       counts, 2, (1 << 20) / 8,
-      [&](uint64_t k, float* out) { out[0] = scores[k], out[1] = labels[k]; },
-      [&](int q, uint64_t k, const float* from) {
-        const uint64_t i = place(static_cast<uint64_t>(q), k);
-        all_scores[i] = from[0], all_labels[i] = from[1];
+      [&](uint64_t k, uint64_t n, float* out) {
+        for (uint64_t j = 0; j < n; ++j) out[2 * j] = scores[k + j], out[2 * j + 1] = labels[k + j];
+        return Status::Ok();
+      },
+      [&](int q, uint64_t k, uint64_t n, const float* from) {
+        for (uint64_t j = 0; j < n; ++j) {
+          const uint64_t i = place(static_cast<uint64_t>(q), k + j);
+          all_scores[i] = from[2 * j], all_labels[i] = from[2 * j + 1];
+        }
+        return Status::Ok();
       },
       "the evaluation's scores"));
   scores = std::move(all_scores), labels = std::move(all_labels);

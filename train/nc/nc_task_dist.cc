@@ -321,8 +321,15 @@ Status NcTask::ShareLogits(LogitSink& sink, uint64_t n, const std::function<int(
   const std::vector<uint64_t>& mine = at[static_cast<size_t>(me)];
   const uint64_t width = sink.item_floats();
   return dp_->AllGatherItems(
-      counts, width, (1 << 20) / (width * 4), [&](uint64_t k, float* out) { sink.Pack(mine[k], out); },
-      [&](int q, uint64_t k, const float* from) { sink.Unpack(at[static_cast<size_t>(q)][k], from); },
+      counts, width, (1 << 20) / (width * 4),
+      [&](uint64_t k, uint64_t items, float* out) {
+        for (uint64_t j = 0; j < items; ++j) sink.Pack(mine[k + j], out + j * width);
+        return Status::Ok();
+      },
+      [&](int q, uint64_t k, uint64_t items, const float* from) {
+        for (uint64_t j = 0; j < items; ++j) sink.Unpack(at[static_cast<size_t>(q)][k + j], from + j * width);
+        return Status::Ok();
+      },
       "the evaluation's logits");
 }
 
@@ -331,44 +338,30 @@ Status NcTask::ShareLayer(uint32_t width, uint64_t batch, MemoryRows* memory, Ro
   const std::vector<uint64_t> steps = EvalStepBounds((num_nodes_ + batch - 1) / batch);
   std::vector<uint64_t> begin(steps.size());  // rank q computed nodes [begin[q], begin[q + 1])
   for (size_t q = 0; q < steps.size(); ++q) begin[q] = std::min(steps[q] * batch, num_nodes_);
+  std::vector<uint64_t> counts;
+  for (int q = 0; q < world; ++q) counts.push_back(begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
   const uint64_t row_bytes = uint64_t{width} * 4;
-  // 1 MiB a collective, each rank's next `chunk` rows (what the all-gather holds is a few times
-  // that: it is not in the memory plan).
-  const uint64_t chunk = std::max<uint64_t>(1, (1 << 20) / row_bytes / static_cast<uint64_t>(world));
-  uint64_t longest = 0;
-  for (int q = 0; q < world; ++q) longest = std::max(longest, begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
-  std::vector<uint64_t> first(static_cast<size_t>(world)), count(static_cast<size_t>(world)), sizes(first.size()), ids;
-  std::vector<float> send;
-  for (uint64_t c = 0; c * chunk < longest; ++c) {
-    for (int q = 0; q < world; ++q) {
-      const auto u = static_cast<size_t>(q);
-      first[u] = std::min(begin[u] + c * chunk, begin[u + 1]);
-      count[u] = std::min(first[u] + chunk, begin[u + 1]) - first[u];
-      sizes[u] = count[u] * width;
-    }
-    const auto m = static_cast<size_t>(me);
-    send.resize(sizes[m]);
-    auto* bytes = reinterpret_cast<std::byte*>(send.data());
-    if (count[m] > 0 && memory != nullptr) {
-      std::memcpy(bytes, memory->Row(RowKey{first[m], 0}), count[m] * row_bytes);
-    } else if (count[m] > 0) {
-      SLUICE_RETURN_IF_ERROR(file->ReadRange(*io, first[m], count[m], bytes));
-    }
-    SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->AllGatherV(send, sizes, "a layer's outputs"));
-    const auto* from = reinterpret_cast<const std::byte*>(all.data());
-    for (int q = 0; q < world; ++q) {
-      const auto u = static_cast<size_t>(q);
-      if (q != me && count[u] > 0 && memory != nullptr) {
-        std::memcpy(memory->Row(RowKey{first[u], 0}), from, count[u] * row_bytes);
-      } else if (q != me && count[u] > 0) {
-        ids.resize(count[u]);
-        std::iota(ids.begin(), ids.end(), first[u]);
-        SLUICE_RETURN_IF_ERROR(file->WriteRows(*io, ids, from));
-      }
-      from += count[u] * row_bytes;
-    }
-  }
-  return Status::Ok();
+  std::vector<uint64_t> ids;
+  // 1 MiB a collective: each rank's next rows, read from its copy and written into the others'.
+  return dp_->AllGatherItems(
+      counts, width, (1 << 20) / row_bytes / static_cast<uint64_t>(world),
+      [&](uint64_t k, uint64_t n, float* out) -> Status {
+        const uint64_t node = begin[static_cast<size_t>(me)] + k;
+        if (memory == nullptr) return file->ReadRange(*io, node, n, reinterpret_cast<std::byte*>(out));
+        std::memcpy(out, memory->Row(RowKey{node, 0}), n * row_bytes);
+        return Status::Ok();
+      },
+      [&](int q, uint64_t k, uint64_t n, const float* from) -> Status {
+        const uint64_t node = begin[static_cast<size_t>(q)] + k;
+        if (memory != nullptr) {
+          std::memcpy(memory->Row(RowKey{node, 0}), from, n * row_bytes);
+          return Status::Ok();
+        }
+        ids.resize(n);
+        std::iota(ids.begin(), ids.end(), node);
+        return file->WriteRows(*io, ids, reinterpret_cast<const std::byte*>(from));
+      },
+      "a layer's outputs");
 }
 
 std::pair<uint64_t, uint64_t> NcTask::RowsToLoad() const {
