@@ -11,13 +11,14 @@ namespace sluice {
 ShardedRowCache::ShardedRowCache(const RowCacheOptions& options, uint32_t shards) {
   SLUICE_CHECK(shards >= 1 && options.capacity_rows >= shards, "sharded row cache: %u shards for %llu rows",
                shards, static_cast<unsigned long long>(options.capacity_rows));
-  SLUICE_CHECK(shards == 1 || (options.kind != PlannerKind::kOracle && options.kind != PlannerKind::kStatic),
-               "sharded row cache: the oracle and static kinds plan in one cache");
+  SLUICE_CHECK(shards == 1 || options.kind != PlannerKind::kStatic,
+               "sharded row cache: the static kind plans in one cache");
   uint32_t base = 0;
   for (uint32_t s = 0; s < shards; ++s) {
     RowCacheOptions o = options;
     o.capacity_rows = options.capacity_rows / shards + (s < options.capacity_rows % shards ? 1 : 0);
     o.window_rows = options.window_rows / shards;
+    if (shards > 1) o.total_rows = 0;  // a shard's index is hashed (Shards)
     caches_.push_back(std::make_unique<RowCache>(o));
     base_.push_back(base);
     base += static_cast<uint32_t>(o.capacity_rows);
@@ -29,9 +30,10 @@ ShardedRowCache::ShardedRowCache(const RowCacheOptions& options, uint32_t shards
 }
 
 uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps,
-                                 uint64_t max_rows, uint64_t total_rows, uint32_t threads) {
-  if (kind == PlannerKind::kOracle || kind == PlannerKind::kStatic || max_rows == 0 ||
-      RowCacheUsesDenseIndex(kind, capacity_rows, 0, total_rows)) {
+                                 uint64_t max_rows, uint64_t total_rows, uint32_t threads, uint64_t window_rows) {
+  // (The oracle's dense entries are as large as its hashed ones: shards plan faster.)
+  if (kind == PlannerKind::kStatic || max_rows == 0 ||
+      (kind != PlannerKind::kOracle && RowCacheUsesDenseIndex(kind, capacity_rows, window_rows, total_rows))) {
     return 1;
   }
   const uint64_t steps = uint64_t{protect_steps} + 1;
@@ -42,11 +44,12 @@ uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint3
   return 1;
 }
 
-uint64_t ShardedRowCache::IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows) {
+uint64_t ShardedRowCache::IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows,
+                                     uint64_t window_rows) {
   uint64_t bytes = 0;
   for (uint32_t s = 0; s < shards; ++s) {
     const uint64_t rows = capacity_rows / shards + (s < capacity_rows % shards ? 1 : 0);
-    bytes += RowCacheIndexBytes(kind, rows, 0, total_rows);
+    bytes += RowCacheIndexBytes(kind, rows, window_rows / shards, shards > 1 ? 0 : total_rows);
   }
   return bytes;
 }
@@ -72,15 +75,28 @@ Status ShardedRowCache::Merge(RowStepPlan& out) const {
   return first_full;
 }
 
-Status ShardedRowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
-  out.Clear();
-  if (caches_.size() == 1) return caches_[0]->Plan(rows, writes, out);
+void ShardedRowCache::Split(std::span<const RowKey> rows) {
   for (uint32_t s = 0; s < shards(); ++s) keys_[s].clear(), where_[s].clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     const uint32_t s = ShardOf(rows[i]);
     keys_[s].push_back(rows[i]);
     where_[s].push_back(static_cast<uint32_t>(i));
   }
+}
+
+void ShardedRowCache::Append(std::span<const RowKey> rows) {
+  if (caches_[0]->options().kind != PlannerKind::kOracle) return;
+  if (caches_.size() == 1) return caches_[0]->Append(rows);
+  Split(rows);  // each shard's share in the step's order, as Plan splits it
+  tbb::parallel_for(uint32_t{0}, shards(), [&](uint32_t s) { caches_[s]->Append(keys_[s]); });
+}
+
+uint64_t ShardedRowCache::appended_unplanned() const { return caches_[0]->appended_unplanned(); }
+
+Status ShardedRowCache::Plan(std::span<const RowKey> rows, bool writes, RowStepPlan& out) {
+  out.Clear();
+  if (caches_.size() == 1) return caches_[0]->Plan(rows, writes, out);
+  Split(rows);
   out.slots.resize(rows.size());
   tbb::parallel_for(uint32_t{0}, shards(), [&](uint32_t s) {
     status_[s] = caches_[s]->Plan(keys_[s], writes, plans_[s]);

@@ -10,8 +10,10 @@
 //
 // Each shard evicts its own least recently used rows, so which rows stay can differ from one
 // RowCache's choice; what a step is given (every row in a slot, loads named) is the same
-// contract. For the kinds without lookahead (lru, none): the oracle's window and the static
-// kind's pinned rows would need each shard's share of them planned, and are left to one cache.
+// contract. The oracle's window is appended shard by shard (each shard sees its share of every
+// step, in the step's order, as Plan splits it), so a shard keeps the rows its share of the next
+// steps uses as one oracle would. The static kind's pinned rows would need each shard's share of
+// them planned, and are left to one cache.
 //
 // Thread safety: none (one planner thread; the shards' tasks run inside Plan).
 
@@ -32,13 +34,19 @@ class ShardedRowCache {
 
   // How many shards a cache may be cut into: at most `threads`, and each shard must hold its
   // share of the protect_steps + 1 steps in flight (steps of at most max_rows rows) a quarter
-  // over, plus 256 rows, so that no step fails for the hash's unevenness. 1 for the oracle and
-  // static kinds, for a dense index (total_rows small enough that rows are indexed by id, which
-  // is faster still) and when max_rows is 0 (not known).
+  // over, plus 256 rows, so that no step fails for the hash's unevenness. 1 for the static
+  // kind, for lru and none with a dense index (total_rows small enough that rows are
+  // indexed by id in 8 bytes, which is faster still; window_rows as RowCacheOptions'), and when
+  // max_rows is 0 (not known). Shards' indexes are hashed.
   static uint32_t Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps, uint64_t max_rows,
-                         uint64_t total_rows, uint32_t threads);
-  // The bookkeeping's RAM (RowCacheIndexBytes for each shard).
-  static uint64_t IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows);
+                         uint64_t total_rows, uint32_t threads, uint64_t window_rows = 0);
+  // The bookkeeping's RAM (RowCacheIndexBytes for each shard, each with its share of window_rows).
+  static uint64_t IndexBytes(PlannerKind kind, uint64_t capacity_rows, uint32_t shards, uint64_t total_rows,
+                             uint64_t window_rows = 0);
+
+  // RowCache::Append (the oracle; the other kinds ignore it): the next step's distinct rows.
+  void Append(std::span<const RowKey> rows);
+  uint64_t appended_unplanned() const;
 
   // RowCache::Plan for a step's distinct rows: out.slots (in the rows' order) in [0, capacity);
   // loads and write-backs shard by shard. A shard that cannot place its rows fails the step;
@@ -62,6 +70,8 @@ class ShardedRowCache {
     return static_cast<uint32_t>((RowCache::Hash(k) & 0xFFFFFFFFull) * caches_.size() >> 32);
   }
 
+  // A step's rows into keys_ and where_, shard by shard, in the step's order.
+  void Split(std::span<const RowKey> rows);
   // Shard s's plan into out: its rows' slots, its loads and write-backs in the shared range.
   void MapShard(uint32_t s, RowStepPlan& out);
   // Appends the shards' loads and write-backs (mapped) to out; the first failure's status.

@@ -84,6 +84,11 @@ void RunAheadRing::End(uint32_t stage, uint64_t total) {
   cv_.notify_all();
 }
 
+bool RunAheadRing::Published(uint32_t stage, uint64_t t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_[stage] > t;
+}
+
 Status RunAheadRing::WaitReady(uint64_t t) {
   const auto start = SteadyClock::now();
   std::unique_lock<std::mutex> lock(mu_);

@@ -66,6 +66,9 @@ class RunAheadRing {
   void Publish(uint32_t stage, uint64_t t) EXCLUDES(mu_);
   void End(uint32_t stage, uint64_t total) EXCLUDES(mu_);
 
+  // Whether `stage` has published step t (without waiting).
+  bool Published(uint32_t stage, uint64_t t) const EXCLUDES(mu_);
+
   // Compute side. Ok when every stage published step t; else the abort status, Aborted when
   // stopped, OutOfRange when a stage ended before t.
   Status WaitReady(uint64_t t) EXCLUDES(mu_);

@@ -39,10 +39,12 @@ struct DeviceConfig {
             "(libtorch's activations are reported, not planned); 0: the steps in flight only, no "
             "row cache", InRange(Bytes{0}, Bytes{uint64_t{1} << 50}));
     v.Field("planner", planner,
-            "device row cache: lru (rows recently used stay), none (only the steps in flight) or "
-            "static (node classification's feature rows: the highest in-degree nodes stay once "
-            "loaded, as Quiver places them by access probability; the rest pass through)",
-            OneOfEnum({PlannerKind::kLru, PlannerKind::kNone, PlannerKind::kStatic}));
+            "device row cache: lru (rows recently used stay), oracle (rows the next steps use "
+            "stay, as far ahead as the sampler has filled them, at most 4 steps; among the others "
+            "the least often used go first), none (only the steps in flight) or static (node "
+            "classification's feature rows: the highest in-degree nodes stay once loaded, as "
+            "Quiver places them by access probability; the rest pass through)",
+            OneOfEnum({PlannerKind::kLru, PlannerKind::kOracle, PlannerKind::kNone, PlannerKind::kStatic}));
     v.Field("deterministic", deterministic,
             "deterministic GPU kernels (torch's deterministic algorithms, cuBLAS workspace "
             ":4096:8): a GPU run repeats bit for bit, in memory and out of core");

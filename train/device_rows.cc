@@ -56,13 +56,18 @@ void Reserve(Accelerator& acc, torch::Tensor& host, torch::Tensor* dev, int64_t 
   if (dev != nullptr) *dev = acc.DeviceBytes(size);
 }
 
+// Rows the oracle's window may hold besides the cached ones: the appended steps' rows.
+uint64_t DeviceWindowRows(const DeviceRowsOptions& o) {
+  return o.planner == PlannerKind::kOracle && !o.direct ? uint64_t{kDeviceLookahead + 1} * o.max_step_rows : 0;
+}
+
 }  // namespace
 
 uint32_t DeviceCacheShards(const DeviceRowsOptions& o) {
   if (o.direct) return 1;
   const auto threads = static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   return ShardedRowCache::Shards(o.planner, o.capacity_rows, /*protect_steps=*/1, o.max_step_rows, o.total_rows,
-                                 threads);
+                                 threads, DeviceWindowRows(o));
 }
 
 uint64_t DeviceStagingHostBytes(const DeviceRowsOptions& o, uint64_t max_uses, uint64_t max_rows,
@@ -119,7 +124,7 @@ Result<DevicePlan> PlanDevice(const DeviceConfig& config, DeviceRowsOptions opti
   plan.options = options;
   plan.host_bytes = DeviceStagingHostBytes(options, shape.uses, shape.rows, shape.extra_bytes) +
                     ShardedRowCache::IndexBytes(options.planner, options.capacity_rows, DeviceCacheShards(options),
-                                                options.total_rows);
+                                                options.total_rows, DeviceWindowRows(options));
   if (device_is_host) {
     plan.host_bytes += DeviceRowsBytes(options, shape.uses, shape.rows, shape.extra_bytes) + model_step_bytes;
   }
@@ -131,15 +136,24 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   const DeviceRowsStats& r = rows.stats();
   const double hidden_s = std::max(0.0, t.copy_s - t.stall_s);
   const double hit_rate = r.rows > 0 ? 1.0 - static_cast<double>(r.loads) / static_cast<double>(r.rows) : 0;
-  char line[512];
+  const double lookahead = r.steps > 0 ? static_cast<double>(r.lookahead_steps) / static_cast<double>(r.steps) : 0;
+  char planner[64];
+  if (rows.wants_lookahead()) {
+    std::snprintf(planner, sizeof planner, "oracle looking %.1f steps ahead", lookahead);
+  } else {
+    std::snprintf(planner, sizeof planner, "%s", EnumName(rows.planner()));
+  }
+  char line[640];
   std::snprintf(line, sizeof line,
                 "device: %s; busy %.3f s of %.3f s (%.0f%%); copies in %.3f s, %.3f s of them hidden "
-                "behind compute; %llu of %llu step rows copied in (device cache %llu rows in %u shards, hits %.1f%%); "
+                "behind compute; %llu of %llu step rows copied in (device cache %llu rows in %u shards, %s, "
+                "hits %.1f%%); "
                 "staging on the host: cache plan %.3f s, packing %.3f s; peak device memory %s",
                 acc.Describe().c_str(), t.busy_s, wall_s, wall_s > 0 ? 100 * t.busy_s / wall_s : 0.0,
                 t.copy_s, hidden_s, static_cast<unsigned long long>(r.loads),
                 static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(rows.capacity_rows()),
-                rows.cache_shards(), 100 * hit_rate, r.plan_s, r.pack_s, FormatBytes(acc.PeakDeviceBytes()).c_str());
+                rows.cache_shards(), rows.direct() ? "direct" : planner, 100 * hit_rate, r.plan_s, r.pack_s,
+                FormatBytes(acc.PeakDeviceBytes()).c_str());
   s.Line(line);
   if (r.shared_steps > 0 && !rows.direct()) {  // (direct: every row is copied each step anyway)
     std::snprintf(line, sizeof line,
@@ -157,6 +171,8 @@ void SummarizeDevice(RunSummary& s, const Accelerator& acc, const DeviceRows& ro
   s.Set("device", "rows", r.rows), s.Set("device", "rows_loaded", r.loads);
   s.Set("device", "cache_rows", rows.capacity_rows());
   s.Set("device", "cache_shards", rows.cache_shards());
+  s.Set("device", "planner", std::string(rows.direct() ? "direct" : EnumName(rows.planner())));
+  s.Set("device", "lookahead_steps", lookahead);
   s.Set("device", "stage_plan_s", r.plan_s), s.Set("device", "stage_pack_s", r.pack_s);
   s.Set("device", "peak_device_bytes", acc.PeakDeviceBytes());
 }
@@ -192,6 +208,10 @@ Status DeviceRows::PlanSlots(std::span<const RowKey> keys, Lane& lane) {
     stats_.rows += keys.size(), stats_.loads += keys.size();
     ++stats_.steps;
     return Status::Ok();
+  }
+  if (wants_lookahead()) {
+    if (cache_->appended_unplanned() == 0) cache_->Append(keys);  // (a task without lookahead)
+    stats_.lookahead_steps += cache_->appended_unplanned() - 1;
   }
   Status s = cache_->Plan(keys, /*writes=*/false, plan_);
   if (!s.ok() && cache_->step_unplaced()) {
@@ -378,6 +398,15 @@ void DeviceRows::End() {
   running_ = -1;
 }
 
+void DeviceRows::Lookahead(std::span<const RowKey> keys) {
+  if (!wants_lookahead()) return;
+  SLUICE_CHECK(cache_->appended_unplanned() <= kDeviceLookahead, "device rows: %llu steps appended ahead",
+               static_cast<unsigned long long>(cache_->appended_unplanned()));
+  const auto start = SteadyClock::now();
+  cache_->Append(keys);
+  stats_.plan_s += SecondsSince(start);
+}
+
 void DeviceRows::Reset() {
   acc_->Synchronize();
   for (Lane& lane : lanes_) lane.staged = false;
@@ -389,6 +418,8 @@ void DeviceRows::Reset() {
   co.pinned = options_.pinned;
   co.total_rows = options_.total_rows;
   co.protect_steps = 1;  // the running step's rows stay while the next is planned
+  co.window_steps = wants_lookahead() ? kDeviceLookahead : 0;
+  co.window_rows = DeviceWindowRows(options_);
   cache_.emplace(co, DeviceCacheShards(options_));
 }
 

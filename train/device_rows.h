@@ -4,7 +4,10 @@
 // current rows in the host cache or the in-memory table) and its uses (per use, its distinct
 // row) are staged into page-locked host memory and copied to the device on the copy stream
 // while the previous step computes; rows already on the device are not copied again (the device
-// row cache: slots within device.gpu_budget, planned by cache/RowCache, lru or none).
+// row cache: slots within device.gpu_budget, planned by cache/RowCache: oracle, lru, static or
+// none). With the oracle, the steps after the staged one that the task's pipeline has already
+// sampled (at most kDeviceLookahead) are appended to the cache's window first (Lookahead), so a
+// row they use stays; among the other rows the least often used goes first.
 //
 // Per step, in this order (step t + 1 is staged between Update(t) and Finish(t)):
 //   Stage(keys, host, parts, extras)  host: plans the device slots, packs what the device lacks
@@ -47,6 +50,11 @@
 #include "train/row_optimizers.h"
 
 namespace sluice {
+
+// The most steps after the staged one the device cache's oracle looks at (RunDevicePass appends
+// those its pipeline has sampled). On Zipf-skewed rows the oracle's gain over lru is mostly its
+// ranking by past use; a longer window adds little (docs/benchmarks.md) and costs index room.
+inline constexpr uint32_t kDeviceLookahead = 4;
 
 struct DeviceRowsOptions {
   int64_t dim = 0;         // floats of a row the model reads (the embedding)
@@ -118,6 +126,7 @@ struct DeviceRowsStats {
   // Steps that did not fit the slots beside the running step and took its slots (see Stage).
   uint64_t shared_steps = 0;
   double plan_s = 0, pack_s = 0;            // host seconds staging: the device cache's plan, packing
+  uint64_t lookahead_steps = 0;             // oracle: steps appended ahead of the staged one, summed
 };
 
 class DeviceRows {
@@ -144,11 +153,19 @@ class DeviceRows {
   void End();
   // Forgets every device row and a step staged but not begun (a pass ended or failed).
   void Reset();
+  // planner oracle: appends a later step's distinct rows to the device cache's window (the keys
+  // Stage will get for it, steps in order; a step Stage gets that was not appended is appended
+  // then). At most kDeviceLookahead steps beyond the one staged next. Other planners: nothing.
+  void Lookahead(std::span<const RowKey> keys);
+  bool wants_lookahead() const { return options_.planner == PlannerKind::kOracle && !options_.direct; }
+  // Steps appended and not yet staged.
+  uint64_t appended_steps() const { return cache_->appended_unplanned(); }
 
   const DeviceRowsStats& stats() const { return stats_; }
   uint64_t capacity_rows() const { return options_.capacity_rows; }
   uint32_t cache_shards() const { return cache_->shards(); }
   bool direct() const { return options_.direct; }
+  PlannerKind planner() const { return options_.planner; }
   // The row optimizer's learning rate from the next update on (train.lr_decay).
   void set_lr(float lr) { options_.lr = lr; }
 

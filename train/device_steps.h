@@ -12,11 +12,14 @@
 // On an error the loop returns it at once: the caller aborts its pipeline and resets its
 // DeviceRows (a step may be staged or running).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "prefetch/row_prefetcher.h"
 #include "train/device_rows.h"
 #include "train/task.h"
 
@@ -58,7 +61,8 @@ Result<uint64_t> RunDeviceSteps(uint64_t first, uint64_t end, const DeviceLoop<P
 }
 
 // A training pass of steps [first, steps) on a device, fed by a row pipeline already started
-// (WaitReady, Computed, Abort): each step staged, launched and finished by the task; its
+// (WaitReady, Peek, Computed, Abort): each step staged, launched and finished by the task (with
+// the device cache's oracle, the steps the sampler has filled appended to its window first); its
 // units and loss go to the sink once its updates are in place, then the pipeline may refill
 // its slot. Every task's device pass; `finish_pass` stops the pipeline and adds its times.
 template <class Batch, class Pipeline>
@@ -85,7 +89,18 @@ Result<EpochOutcome> RunDevicePass(const DevicePass<Batch, Pipeline>& d, StepSin
     if (b == nullptr) return st;
     return b;
   };
-  loop.stage = [&](uint64_t, Batch& b) { return d.stage(b); };
+  uint64_t appended = first;  // the device cache's oracle: steps appended to its window so far
+  loop.stage = [&](uint64_t s, Batch& b) {
+    if (d.rows->wants_lookahead()) {  // the steps the sampler has filled, this one first
+      for (appended = std::max(appended, s); appended < steps && appended <= s + kDeviceLookahead; ++appended) {
+        const RowBatch* later = p.Peek(appended - first);
+        if (later == nullptr) break;
+        d.rows->Lookahead(later->unique);
+      }
+      SLUICE_CHECK(appended > s, "device pass: step %llu is ready but not filled", static_cast<unsigned long long>(s));
+    }
+    return d.stage(b);
+  };
   loop.launch = [&](uint64_t s, Batch& b) { return d.launch(s, b); };
   loop.finish = [&](uint64_t s, Batch& b) -> Result<bool> {
     SLUICE_ASSIGN_OR_RETURN(const double loss, d.finish(b));

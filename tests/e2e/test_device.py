@@ -99,7 +99,9 @@ def test_dlrm_out_of_core_equals_in_memory_on_device(sluice_bin, clicks, tmp_pat
     runs = {"mem": ["storage.mode=in_memory"],
             "ooc": [],  # the device holds the two steps in flight only
             "ooc-cached": ["device.gpu_budget=16MiB"],  # every row fits on the device
-            "ooc-evicting": ["device.gpu_budget=1MiB"]}  # about 11K of 24K rows: the cache evicts
+            "ooc-evicting": ["device.gpu_budget=1MiB"],  # about 11K of 24K rows: the cache evicts
+            # the same slots, the oracle looking at the next steps the sampler has filled
+            "ooc-oracle": ["device.gpu_budget=1MiB", "device.planner=oracle"]}
     out, tables, dense, metrics = {}, {}, {}, {}
     for name, sets in runs.items():
         r = tmp_path / name
@@ -111,20 +113,25 @@ def test_dlrm_out_of_core_equals_in_memory_on_device(sluice_bin, clicks, tmp_pat
         metrics[name] = [json.loads(l)["test"] for l in (r / "metrics.jsonl").read_text().splitlines()]
     cache = [l for l in out["ooc"].splitlines() if "cache:" in l][0]
     assert "write-backs 0" not in cache, f"no row was ever evicted: {cache}"
-    for name in ("ooc", "ooc-cached", "ooc-evicting"):
+    for name in ("ooc", "ooc-cached", "ooc-evicting", "ooc-oracle"):
         assert tables[name] == tables["mem"], f"{name}: tables differ from in memory"
         assert dense[name] == dense["mem"], f"{name}: dense parameters differ from in memory"
         assert metrics[name] == metrics["mem"]
     # The device cache changed what was copied, not what was trained.
-    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached", "ooc-evicting")}
+    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1])
+              for n in ("ooc", "ooc-cached", "ooc-evicting", "ooc-oracle")}
     assert copied["ooc-cached"] < copied["ooc-evicting"] < copied["ooc"], copied
+    # Skewed ids: keeping the rows the next steps use, then the most used, copies fewer than lru.
+    assert copied["ooc-oracle"] < copied["ooc-evicting"], copied
+    ahead = float(re.search(r"oracle looking ([\d.]+) steps ahead", device_line(out["ooc-oracle"])).group(1))
+    assert ahead >= 1.0, device_line(out["ooc-oracle"])  # the window held later steps, not just the staged one
     # With room to spare the device cache is planned in shards on the host's cores
     # (cache/sharded_row_cache.h); two steps' rows and no more (gpu_budget 0) is one cache.
     shards = {n: int(re.search(r"device cache \d+ rows in (\d+) shards", device_line(out[n])).group(1))
-              for n in ("ooc", "ooc-cached", "ooc-evicting")}
+              for n in ("ooc", "ooc-cached", "ooc-evicting", "ooc-oracle")}
     assert shards["ooc"] == 1, shards
     if (os.cpu_count() or 1) > 1:
-        assert shards["ooc-cached"] > 1 and shards["ooc-evicting"] > 1, shards
+        assert shards["ooc-cached"] > 1 and shards["ooc-evicting"] > 1 and shards["ooc-oracle"] > 1, shards
 
 
 def test_dlrm_device_matches_cpu(sluice_bin, clicks, tmp_path, device):
@@ -180,7 +187,9 @@ def test_lp_out_of_core_equals_in_memory_on_device(sluice_bin, graph, tmp_path, 
     cfg = lp_config(tmp_path / "c.yaml", graph, device)
     out, nodes, rels = {}, {}, {}
     for name, sets in {"mem": ["storage.mode=in_memory"], "ooc": [],
-                       "ooc-cached": ["device.gpu_budget=16MiB"]}.items():
+                       "ooc-cached": ["device.gpu_budget=16MiB"],
+                       # link prediction's pass gives the oracle no steps ahead: it ranks by use
+                       "ooc-oracle": ["device.gpu_budget=16MiB", "device.planner=oracle"]}.items():
         r = tmp_path / name
         out[name] = train(sluice_bin, cfg, f"run_dir={r}", *sets).stdout
         nodes[name] = (r / "tables/nodes.bin").read_bytes()
@@ -188,7 +197,8 @@ def test_lp_out_of_core_equals_in_memory_on_device(sluice_bin, graph, tmp_path, 
     assert "4 of 16 partitions resident" in out["ooc"]
     loads = [l for l in out["ooc"].splitlines() if "partition loads" in l][0]
     assert "partition loads 0," not in loads, "the out-of-core run never swapped a partition"
-    for name in ("ooc", "ooc-cached"):
+    assert "oracle looking 0.0 steps ahead" in device_line(out["ooc-oracle"])
+    for name in ("ooc", "ooc-cached", "ooc-oracle"):
         assert nodes[name] == nodes["mem"], f"{name}: node table differs from in memory"
         assert rels[name] == rels["mem"], f"{name}: relations differ from in memory"
     assert "busy" in device_line(out["ooc"])
@@ -298,7 +308,8 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
     for run_name, sets in {"mem": ["storage.mode=in_memory"], "ooc": [],
                            "ooc-cached": ["device.gpu_budget=64MiB"],
                            # the hubs stay on the device, the rest pass through
-                           "ooc-static": ["device.gpu_budget=2400KiB", "device.planner=static"]}.items():
+                           "ooc-static": ["device.gpu_budget=2400KiB", "device.planner=static"],
+                           "ooc-oracle": ["device.gpu_budget=2400KiB", "device.planner=oracle"]}.items():
         r = tmp_path / run_name
         out[run_name] = train(sluice_bin, cfg, f"run_dir={r}", *sets).stdout
         dense[run_name] = (latest(r) / "dense.pt").read_bytes()
@@ -307,7 +318,7 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
             rows[run_name] = (latest(r) / "nodes.bin").read_bytes()
     summary = json.loads((tmp_path / "ooc/summary.json").read_text())
     assert summary["cache"]["rows_loaded"] > 1.5 * 20000, summary["cache"]  # rows were evicted and read again
-    for run_name in ("ooc", "ooc-cached", "ooc-static"):
+    for run_name in ("ooc", "ooc-cached", "ooc-static", "ooc-oracle"):
         assert dense[run_name] == dense["mem"], f"{run_name}: dense parameters differ from in memory"
         assert metrics[run_name] == metrics["mem"], run_name
         if rows:
@@ -315,9 +326,13 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
     if name == "graphsage":  # 4 classes: it learned
         assert metrics["mem"][-1]["accuracy"] > 0.4, metrics["mem"]
     # The device cache changed what was copied, not what was trained.
-    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1]) for n in ("ooc", "ooc-cached", "ooc-static")}
+    copied = {n: int(device_line(out[n]).split(" of ")[2].split()[-1])
+              for n in ("ooc", "ooc-cached", "ooc-static", "ooc-oracle")}
     assert copied["ooc-cached"] < copied["ooc"] / 2, copied
     assert copied["ooc-static"] < copied["ooc"], copied
+    assert copied["ooc-oracle"] < copied["ooc"], copied
+    ahead = float(re.search(r"oracle looking ([\d.]+) steps ahead", device_line(out["ooc-oracle"])).group(1))
+    assert ahead >= 1.0, device_line(out["ooc-oracle"])
 
 
 def test_static_device_planner_is_for_node_classification(sluice_bin, clicks, tmp_path):

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -71,11 +72,18 @@ void RunOnHost(std::vector<float>& table, const std::vector<Step>& steps, RowOpt
 
 // The device loop's order: step t + 1 staged between Update(t) and Finish(t). The uses the
 // device gathers must be the host rows' current values.
+// `lookahead`: the later steps appended to the oracle's window before a step is staged (as
+// RunDevicePass appends the steps its sampler has filled).
 void RunOnDevice(Accelerator& acc, DeviceRowsOptions o, std::vector<float>& table,
-                 const std::vector<Step>& steps, DeviceRowsStats* stats = nullptr, uint32_t* shards = nullptr) {
+                 const std::vector<Step>& steps, DeviceRowsStats* stats = nullptr, uint32_t* shards = nullptr,
+                 size_t lookahead = 0) {
   DeviceRows rows(&acc, o);
   if (shards != nullptr) *shards = rows.cache_shards();
+  size_t appended = 0;
   auto stage = [&](size_t t) {
+    for (; lookahead > 0 && appended < steps.size() && appended <= t + lookahead; ++appended) {
+      rows.Lookahead(steps[appended].keys);
+    }
     std::vector<float*> host = Addresses(table, steps[t], o.row_floats);
     ASSERT_TRUE(rows.Stage(steps[t].keys, host, {steps[t].use_rows}, {steps[t].grads}).ok());
   };
@@ -184,6 +192,32 @@ TEST_P(DeviceRowsTest, RowsDoNotDependOnTheDeviceCache) {
     EXPECT_GT(shards, 1u);
   }
   EXPECT_EQ(sharded, small);
+}
+
+// The oracle: the steps ahead appended to its window keep their rows on the device, which
+// copies fewer rows than lru in the same slots; the rows trained are the same bits. A task that
+// appends nothing ahead (link prediction) gets a window of the staged step alone.
+TEST_P(DeviceRowsTest, TheOracleCopiesFewerRowsAndTrainsTheSameBits) {
+  const std::vector<Step> steps = MakeSteps(60, 3000, 120, 9);
+  const std::vector<float> start = MakeTable(3000, 13);
+  std::vector<float> lru = start, oracle = start, alone = start;
+  DeviceRowsStats lru_stats, oracle_stats, alone_stats;
+  DeviceRowsOptions o = Options(RowOptimizer::kAdagrad, 400);
+  o.max_step_rows = 120;
+  RunOnDevice(*acc_, o, lru, steps, &lru_stats);
+  o.planner = PlannerKind::kOracle;
+  uint32_t shards = 0;
+  RunOnDevice(*acc_, o, oracle, steps, &oracle_stats, &shards, kDeviceLookahead);
+  RunOnDevice(*acc_, o, alone, steps, &alone_stats);
+  EXPECT_EQ(oracle, lru);  // bit for bit
+  EXPECT_EQ(alone, lru);
+  EXPECT_NE(lru, start) << "nothing was trained";
+  EXPECT_LT(oracle_stats.loads, lru_stats.loads);
+  uint64_t ahead = 0;  // step t sees min(4, 59 - t) steps after it
+  for (uint64_t t = 0; t < steps.size(); ++t) ahead += std::min<uint64_t>(kDeviceLookahead, steps.size() - 1 - t);
+  EXPECT_EQ(oracle_stats.lookahead_steps, ahead);
+  EXPECT_EQ(alone_stats.lookahead_steps, 0u);
+  EXPECT_EQ(shards, DeviceCacheShards(o));
 }
 
 TEST_P(DeviceRowsTest, StepsTooLargeForTheSlotsFail) {
