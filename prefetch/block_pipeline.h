@@ -50,6 +50,9 @@ class BlockPipeline {
     SLUICE_RETURN_IF_ERROR(ring_.WaitReady(t));
     return &sampler_.slot(t);
   }
+  // Step t's payload once the sampler stage has filled it, without waiting (nullptr before): a
+  // later step's rows for a device cache's lookahead. Call only for steps not computed yet.
+  const Payload* Peek(uint64_t t) { return ring_.Published(0, t) ? &sampler_.slot(t) : nullptr; }
   void Computed(uint64_t t) {
     ring_.Computed(t);
     sampler_.Kick();

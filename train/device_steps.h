@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "common/check.h"
 #include "common/clock.h"
@@ -60,6 +61,21 @@ Result<uint64_t> RunDeviceSteps(uint64_t first, uint64_t end, const DeviceLoop<P
   return end;
 }
 
+// The device cache's oracle (DeviceRows::wants_lookahead): before step s is staged, appends to
+// its window the steps from `appended` (the first not appended yet; it advances) through
+// s + kDeviceLookahead, below `end`, as far as `keys_of(u)` gives step u's distinct rows without
+// waiting (nullptr: not filled yet). Step s is ready, so it is always appended.
+template <class KeysOf>
+void AppendLookahead(DeviceRows& rows, uint64_t s, uint64_t end, uint64_t& appended, const KeysOf& keys_of) {
+  if (!rows.wants_lookahead()) return;
+  for (appended = std::max(appended, s); appended < end && appended <= s + kDeviceLookahead; ++appended) {
+    const std::vector<RowKey>* keys = keys_of(appended);
+    if (keys == nullptr) break;
+    rows.Lookahead(*keys);
+  }
+  SLUICE_CHECK(appended > s, "device pass: step %llu is ready but not filled", static_cast<unsigned long long>(s));
+}
+
 // A training pass of steps [first, steps) on a device, fed by a row pipeline already started
 // (WaitReady, Peek, Computed, Abort): each step staged, launched and finished by the task (with
 // the device cache's oracle, the steps the sampler has filled appended to its window first); its
@@ -91,14 +107,10 @@ Result<EpochOutcome> RunDevicePass(const DevicePass<Batch, Pipeline>& d, StepSin
   };
   uint64_t appended = first;  // the device cache's oracle: steps appended to its window so far
   loop.stage = [&](uint64_t s, Batch& b) {
-    if (d.rows->wants_lookahead()) {  // the steps the sampler has filled, this one first
-      for (appended = std::max(appended, s); appended < steps && appended <= s + kDeviceLookahead; ++appended) {
-        const RowBatch* later = p.Peek(appended - first);
-        if (later == nullptr) break;
-        d.rows->Lookahead(later->unique);
-      }
-      SLUICE_CHECK(appended > s, "device pass: step %llu is ready but not filled", static_cast<unsigned long long>(s));
-    }
+    AppendLookahead(*d.rows, s, steps, appended, [&](uint64_t u) -> const std::vector<RowKey>* {
+      const RowBatch* later = p.Peek(u - first);
+      return later != nullptr ? &later->unique : nullptr;
+    });
     return d.stage(b);
   };
   loop.launch = [&](uint64_t s, Batch& b) { return d.launch(s, b); };

@@ -124,7 +124,7 @@ def test_dlrm_out_of_core_equals_in_memory_on_device(sluice_bin, clicks, tmp_pat
     # Skewed ids: keeping the rows the next steps use, then the most used, copies fewer than lru.
     assert copied["ooc-oracle"] < copied["ooc-evicting"], copied
     ahead = float(re.search(r"oracle looking ([\d.]+) steps ahead", device_line(out["ooc-oracle"])).group(1))
-    assert ahead >= 1.0, device_line(out["ooc-oracle"])  # the window held later steps, not just the staged one
+    assert ahead > 0, device_line(out["ooc-oracle"])  # the window held later steps, not just the staged one
     # With room to spare the device cache is planned in shards on the host's cores
     # (cache/sharded_row_cache.h); two steps' rows and no more (gpu_budget 0) is one cache.
     shards = {n: int(re.search(r"device cache \d+ rows in (\d+) shards", device_line(out[n])).group(1))
@@ -188,7 +188,6 @@ def test_lp_out_of_core_equals_in_memory_on_device(sluice_bin, graph, tmp_path, 
     out, nodes, rels = {}, {}, {}
     for name, sets in {"mem": ["storage.mode=in_memory"], "ooc": [],
                        "ooc-cached": ["device.gpu_budget=16MiB"],
-                       # link prediction's pass gives the oracle no steps ahead: it ranks by use
                        "ooc-oracle": ["device.gpu_budget=16MiB", "device.planner=oracle"]}.items():
         r = tmp_path / name
         out[name] = train(sluice_bin, cfg, f"run_dir={r}", *sets).stdout
@@ -197,7 +196,9 @@ def test_lp_out_of_core_equals_in_memory_on_device(sluice_bin, graph, tmp_path, 
     assert "4 of 16 partitions resident" in out["ooc"]
     loads = [l for l in out["ooc"].splitlines() if "partition loads" in l][0]
     assert "partition loads 0," not in loads, "the out-of-core run never swapped a partition"
-    assert "oracle looking 0.0 steps ahead" in device_line(out["ooc-oracle"])
+    ahead = float(re.search(r"oracle looking ([\d.]+) steps ahead", device_line(out["ooc-oracle"])).group(1))
+    # How far the sampler is ahead depends on timing; DeviceRowsTest counts the window exactly.
+    assert ahead > 0, device_line(out["ooc-oracle"])  # the sampler's steps ahead joined the window
     for name in ("ooc", "ooc-cached", "ooc-oracle"):
         assert nodes[name] == nodes["mem"], f"{name}: node table differs from in memory"
         assert rels[name] == rels["mem"], f"{name}: relations differ from in memory"
@@ -332,7 +333,7 @@ def test_nc_out_of_core_equals_in_memory_on_device(sluice_bin, nc_graph, tmp_pat
     assert copied["ooc-static"] < copied["ooc"], copied
     assert copied["ooc-oracle"] < copied["ooc"], copied
     ahead = float(re.search(r"oracle looking ([\d.]+) steps ahead", device_line(out["ooc-oracle"])).group(1))
-    assert ahead >= 1.0, device_line(out["ooc-oracle"])
+    assert ahead > 0, device_line(out["ooc-oracle"])
 
 
 def test_static_device_planner_is_for_node_classification(sluice_bin, clicks, tmp_path):

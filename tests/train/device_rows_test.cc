@@ -195,8 +195,8 @@ TEST_P(DeviceRowsTest, RowsDoNotDependOnTheDeviceCache) {
 }
 
 // The oracle: the steps ahead appended to its window keep their rows on the device, which
-// copies fewer rows than lru in the same slots; the rows trained are the same bits. A task that
-// appends nothing ahead (link prediction) gets a window of the staged step alone.
+// copies fewer rows than lru in the same slots; the rows trained are the same bits. Staged with
+// nothing appended ahead, a step is appended alone (the window is the staged step).
 TEST_P(DeviceRowsTest, TheOracleCopiesFewerRowsAndTrainsTheSameBits) {
   const std::vector<Step> steps = MakeSteps(60, 3000, 120, 9);
   const std::vector<float> start = MakeTable(3000, 13);

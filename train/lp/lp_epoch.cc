@@ -244,7 +244,25 @@ Result<EpochOutcome> LpEpoch::RunOnDevice(StepSink& sink) {
   LpStepper& stepper = ctx_.stepper;
   DeviceLoop<LinkBatch> loop;
   loop.ready = [this](uint64_t s) { return Ready(s); };
-  loop.stage = [&](uint64_t, LinkBatch& b) { return stepper.Stage(b, block_base_); };
+  uint64_t appended = first_;  // the device cache's oracle: steps appended to its window so far
+  std::vector<RowKey> keys;
+  auto keys_of = [&](uint64_t u) -> const std::vector<RowKey>* {  // as LpStepper::Stage keys them
+    const LinkBatch* later = nullptr;
+    if (rows_pipe_ != nullptr) {
+      const LpRowStep* p = rows_pipe_->PeekPayload(u - first_);
+      later = p != nullptr ? &p->link : nullptr;
+    } else {
+      later = pipe_->Peek(u - first_);
+    }
+    if (later == nullptr) return nullptr;
+    keys.resize(later->unique.size());
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = RowKey{static_cast<uint64_t>(later->unique[i]), 0};
+    return &keys;
+  };
+  loop.stage = [&](uint64_t s, LinkBatch& b) {
+    AppendLookahead(*ctx_.device_rows, s, steps_.size(), appended, keys_of);
+    return stepper.Stage(b, block_base_);
+  };
   loop.launch = [&](uint64_t s, LinkBatch& b) { return stepper.Launch(b, epoch_, s); };
   loop.finish = [&](uint64_t s, LinkBatch&) -> Result<bool> {
     SLUICE_ASSIGN_OR_RETURN(const double loss, stepper.Finish());
