@@ -33,7 +33,8 @@
 #                                         (gpu_bench.py --nc-configs) make a shorter call
 #   bash scripts/gpu_check.sh close tests|bench [SECONDS]   there: the GPU issues' closing checks
 #                                         in two calls on one machine (tests and bench --nc; then
-#                                         the 20M-edge graph 4x, DLRM, FB15k-237); logs in $OUT
+#                                         the 20M-edge graph 4x, DLRM, FB15k-237, and with
+#                                         DEVCACHE=1 bench/device_cache_bench.py); logs in $OUT
 #   bash scripts/gpu_check.sh all [SECONDS]  there: every step above in one call, each time-boxed
 #                                         so the whole ends within SECONDS (default 500); logs
 #                                         and bench.md in $OUT (default build/gpu-out)
@@ -359,6 +360,11 @@ PY
       el bench dlrm; timeout "$(left 99)" "$SLUICE_PYTHON" bench/gpu_bench.py --dlrm $d/clicks8 --steps 20 --warmup 5 \
         --bin "$build/train/sluice" --tmp "$root/build" > "$out/bench-dlrm.md" 2> "$out/bench-dlrm.err" || true
       cat "$out/bench-dlrm.md"; tail -6 "$out/bench-dlrm.err"
+      if [[ "${DEVCACHE:-0}" == 1 ]]; then  # the device cache's planners (lru against the oracle) on the GPU
+        el bench device cache; timeout "$(left 99)" "$SLUICE_PYTHON" bench/device_cache_bench.py --device cuda \
+          --rounds 1 --workloads dlrm --bin "$build/train/sluice" > "$out/bench-devcache.md" 2>&1 || true
+        cat "$out/bench-devcache.md"
+      fi
     fi
     el done
     ;;

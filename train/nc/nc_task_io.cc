@@ -70,10 +70,8 @@ Result<std::string> NcTask::Predict(const PredictRequest& request) {
   const std::vector<int64_t>& split = Split(request.split);
   if (split.empty()) return InvalidArgument("dataset " + cfg_.dataset + " has no " + request.split + " split");
   std::vector<int64_t> nodes(split.begin(), split.begin() + static_cast<int64_t>(std::min<uint64_t>(request.k, split.size())));
-  LogitRows logits(nodes.size(), classes_);
-  SLUICE_RETURN_IF_ERROR(InferNodes(nodes, true, &logits));
-  const torch::Tensor prob = torch::softmax(logits.logits(), 1);
-  const auto [p, c] = prob.max(1);
+  TopClasses top(nodes.size(), classes_);  // 8 bytes a node, not its logits
+  SLUICE_RETURN_IF_ERROR(InferNodes(nodes, true, &top));
   std::vector<int64_t> original;
   if (dataset_.Has("nodes.original_ids")) {
     SLUICE_ASSIGN_OR_RETURN(original, dataset_.ReadInt64("nodes.original_ids"));
@@ -82,8 +80,8 @@ Result<std::string> NcTask::Predict(const PredictRequest& request) {
   out << "node\tpredicted\tp\tlabel\n";
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto v = static_cast<size_t>(nodes[i]);
-    out << (original.empty() ? nodes[i] : original[v]) << "\t" << c[static_cast<int64_t>(i)].item<int64_t>() << "\t"
-        << p[static_cast<int64_t>(i)].item<float>() << "\t" << labels_[v] << "\n";
+    out << (original.empty() ? nodes[i] : original[v]) << "\t" << top.predicted(i) << "\t" << top.probability(i)
+        << "\t" << labels_[v] << "\n";
   }
   return out.str();
 }

@@ -7,21 +7,46 @@
 
 namespace sluice {
 
-void LogitRows::Take(uint64_t i, const float* row) {
-  const int64_t width = logits_.size(1);
-  std::memcpy(logits_.data_ptr<float>() + static_cast<int64_t>(i) * width, row, static_cast<size_t>(width) * 4);
+namespace {
+
+// The first largest logit's class, as torch's argmax picks it (a NaN counts as the largest).
+int64_t TopClass(const float* row, int64_t classes) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < classes && !std::isnan(row[best]); ++c) {
+    if (row[c] > row[best] || std::isnan(row[c])) best = c;
+  }
+  return best;
 }
 
-void LogitRows::Pack(uint64_t i, float* out) const {
-  const int64_t width = logits_.size(1);
-  std::memcpy(out, logits_.data_ptr<float>() + static_cast<int64_t>(i) * width, static_cast<size_t>(width) * 4);
+// The sum of exp(logit - top) over the classes, in double.
+double SumExpFrom(const float* row, int64_t classes, double top) {
+  double sum = 0;
+  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c]) - top);
+  return sum;
+}
+
+}  // namespace
+
+void TopClasses::Take(uint64_t i, const float* row) {
+  const int64_t best = TopClass(row, classes_);
+  top_[i].predicted = static_cast<int32_t>(best);
+  top_[i].probability = static_cast<float>(1.0 / SumExpFrom(row, classes_, row[best]));
+}
+
+void TopClasses::Pack(uint64_t i, float* out) const {
+  std::memcpy(out, &top_[i].predicted, 4);
+  out[1] = top_[i].probability;
+}
+
+void TopClasses::Unpack(uint64_t i, const float* in) {
+  std::memcpy(&top_[i].predicted, in, 4);
+  top_[i].probability = in[1];
 }
 
 void ProbabilityRows::Take(uint64_t i, const float* row) {
   const size_t c = row_.size();
   const float top = *std::max_element(row, row + c);
-  double sum = 0;
-  for (size_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+  const double sum = SumExpFrom(row, static_cast<int64_t>(c), top);
   for (size_t k = 0; k < c; ++k) row_[k] = static_cast<float>(std::exp(static_cast<double>(row[k]) - top) / sum);
   if (status_.ok()) status_ = out_->Write(i, row_.data());
 }
@@ -38,14 +63,9 @@ NodeScores::NodeScores(const std::vector<int64_t>& labels, int64_t classes)
     : labels_(labels), classes_(classes), loss_(labels.size()), predicted_(labels.size()) {}
 
 void NodeScores::Take(uint64_t i, const float* row) {
-  int64_t best = 0;
-  for (int64_t c = 1; c < classes_ && !std::isnan(row[best]); ++c) {
-    if (row[c] > row[best] || std::isnan(row[c])) best = c;
-  }
+  const int64_t best = TopClass(row, classes_);
   const double top = row[best];
-  double sum = 0;
-  for (int64_t c = 0; c < classes_; ++c) sum += std::exp(static_cast<double>(row[c]) - top);
-  loss_[i] = std::log(sum) + top - static_cast<double>(row[labels_[i]]);
+  loss_[i] = std::log(SumExpFrom(row, classes_, top)) + top - static_cast<double>(row[labels_[i]]);
   predicted_[i] = static_cast<int32_t>(best);
 }
 

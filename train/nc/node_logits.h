@@ -1,7 +1,8 @@
 #pragma once
 // Where an inference pass's logits go, a row of `classes` floats per wanted node (its position
 // among the wanted nodes):
-//   LogitRows   keeps every row (predict hands them on);
+//   TopClasses  keeps each node's most probable class and its probability (predict: 8 bytes a
+//               node instead of 4 x classes);
 //   ProbabilityRows  writes every row's softmax to a .npy file (export), holding none;
 //   NodeScores  keeps what a node's metrics need, its loss and its predicted class (12 bytes a
 //               node instead of 4 x classes), so a split's evaluation holds no logits at all.
@@ -34,18 +35,25 @@ class LogitSink {
   virtual void Unpack(uint64_t i, const float* in) = 0;
 };
 
-class LogitRows final : public LogitSink {
+// Each node's first largest logit's class (as torch's argmax; a NaN counts as the largest) and
+// that class's probability (softmax in double, as export writes it).
+class TopClasses final : public LogitSink {
  public:
-  LogitRows(uint64_t nodes, int64_t classes) : logits_(torch::empty({static_cast<int64_t>(nodes), classes})) {}
+  TopClasses(uint64_t nodes, int64_t classes) : classes_(classes), top_(nodes) {}
   void Take(uint64_t i, const float* row) override;
-  uint64_t item_floats() const override { return static_cast<uint64_t>(logits_.size(1)); }
+  uint64_t item_floats() const override { return 2; }  // the class's 4 bytes, the probability
   void Pack(uint64_t i, float* out) const override;
-  void Unpack(uint64_t i, const float* in) override { Take(i, in); }
-  // [nodes, classes]: node i's row at i (rows no step took are undefined).
-  const torch::Tensor& logits() const { return logits_; }
+  void Unpack(uint64_t i, const float* in) override;
+  int32_t predicted(uint64_t i) const { return top_[i].predicted; }
+  float probability(uint64_t i) const { return top_[i].probability; }
 
  private:
-  torch::Tensor logits_;
+  struct Top {
+    int32_t predicted = 0;
+    float probability = 0;
+  };
+  int64_t classes_;
+  std::vector<Top> top_;
 };
 
 // Each node's class probabilities (softmax, in double) written as row i of a .npy file

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <vector>
@@ -12,11 +13,27 @@
 namespace sluice {
 namespace {
 
+// A sink that records every row it is given, [nodes, classes].
+class Recorder final : public LogitSink {
+ public:
+  Recorder(uint64_t nodes, int64_t classes) : logits_(torch::empty({static_cast<int64_t>(nodes), classes})) {}
+  void Take(uint64_t i, const float* row) override {
+    std::memcpy(logits_[static_cast<int64_t>(i)].data_ptr<float>(), row, static_cast<size_t>(logits_.size(1)) * 4);
+  }
+  uint64_t item_floats() const override { return static_cast<uint64_t>(logits_.size(1)); }
+  void Pack(uint64_t, float*) const override {}
+  void Unpack(uint64_t, const float*) override {}
+  torch::Tensor& logits() { return logits_; }
+
+ private:
+  torch::Tensor logits_;
+};
+
 // A pass over nodes 0..9 in steps of 3 (the last of 1), each node's row {10 v, 10 v + 1}: every
 // wanted node gets its own row at its place, in any order and as often as it is wanted.
 TEST(NodeLogitsTest, EachWantedNodeGetsItsRowAtItsPlace) {
   const std::vector<int64_t> wanted = {7, 2, 9, 2, 0, 5};
-  LogitRows rows_of(wanted.size(), 2);
+  Recorder rows_of(wanted.size(), 2);
   const NodeLogits kept(wanted, &rows_of);
   for (int64_t first = 0; first < 10; first += 3) {
     const int64_t n = std::min<int64_t>(3, 10 - first);
@@ -35,7 +52,7 @@ TEST(NodeLogitsTest, EachWantedNodeGetsItsRowAtItsPlace) {
 // A step none of whose nodes is wanted writes nothing.
 TEST(NodeLogitsTest, AStepWithoutWantedNodesWritesNothing) {
   const std::vector<int64_t> wanted = {4};
-  LogitRows rows_of(1, 1);
+  Recorder rows_of(1, 1);
   const NodeLogits kept(wanted, &rows_of);
   rows_of.logits().fill_(-1.0f);
   const std::vector<float> rows = {1, 2, 3};
@@ -78,6 +95,30 @@ TEST(NodeScoresTest, KeepTheLossAndTheClassTheLogitsWouldGive) {
 }
 
 // What travels between ranks (Pack) restores a node's scores exactly (Unpack).
+// predict's sink: torch's argmax (ties to the first) and the softmax's largest value; packed
+// and unpacked bit for bit.
+TEST(TopClassesTest, KeepTorchsArgmaxAndItsProbability) {
+  const std::vector<std::vector<float>> rows = {{1, 3, 3}, {0.5f, -2, 0}, {-1, 0, 4}, {30, -40, 29.5f}};
+  TopClasses top(rows.size(), 3), copy(rows.size(), 3);
+  torch::Tensor logits = torch::empty({4, 3});
+  for (uint64_t i = 0; i < rows.size(); ++i) {
+    top.Take(i, rows[i].data());
+    for (int64_t c = 0; c < 3; ++c) logits[static_cast<int64_t>(i)][c] = rows[i][static_cast<size_t>(c)];
+  }
+  const auto [p, c] = torch::softmax(logits, 1).max(1);
+  for (uint64_t i = 0; i < rows.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    EXPECT_EQ(top.predicted(i), c[k].item<int64_t>()) << i;
+    EXPECT_NEAR(top.probability(i), p[k].item<float>(), 1e-6) << i;
+    float item[2];
+    top.Pack(i, item);
+    copy.Unpack(i, item);
+    EXPECT_EQ(copy.predicted(i), top.predicted(i));
+    EXPECT_EQ(copy.probability(i), top.probability(i));
+  }
+  EXPECT_EQ(top.predicted(0), 1);  // the tie goes to the first
+}
+
 TEST(NodeScoresTest, PackedScoresUnpackBitForBit) {
   const std::vector<int64_t> labels = {0, 1};
   NodeScores from(labels, 2), to(labels, 2);
