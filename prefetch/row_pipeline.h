@@ -66,10 +66,10 @@ class RowPipeline {
   // later step's distinct rows for a device cache's lookahead. Valid until Computed(t); call
   // only for steps not computed yet.
   const RowBatch* Peek(uint64_t t) {
-    const Payload* p = PeekPayload(t);
-    return p != nullptr ? &batch_of_(const_cast<Payload&>(*p)) : nullptr;
+    Payload* p = PeekPayload(t);
+    return p != nullptr ? &batch_of_(*p) : nullptr;
   }
-  const Payload* PeekPayload(uint64_t t) { return ring_.Published(0, t) ? &sampler_.slot(t) : nullptr; }
+  Payload* PeekPayload(uint64_t t) { return ring_.Published(0, t) ? &sampler_.slot(t) : nullptr; }
   // Whether step t + 1 can be ready before Computed(t) (WaitReady(t + 1) would not wait for
   // it): in memory, or out of core when a step's io (its group's) may start run_ahead steps
   // before compute reaches it and run_ahead covers a group. Then step t + 1's rows stay in place
