@@ -158,8 +158,6 @@ class DeviceRows {
   // then). At most kDeviceLookahead steps beyond the one staged next. Other planners: nothing.
   void Lookahead(std::span<const RowKey> keys);
   bool wants_lookahead() const { return options_.planner == PlannerKind::kOracle && !options_.direct; }
-  // Steps appended and not yet staged.
-  uint64_t appended_steps() const { return cache_->appended_unplanned(); }
 
   const DeviceRowsStats& stats() const { return stats_; }
   uint64_t capacity_rows() const { return options_.capacity_rows; }

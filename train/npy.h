@@ -26,7 +26,6 @@ class NpyRowWriter {
  public:
   static Result<NpyRowWriter> Create(const std::string& path, const char* descr, uint64_t rows, uint64_t cols,
                                      uint32_t elem_bytes);
-  uint64_t row_bytes() const { return row_bytes_; }
   Status Write(uint64_t row, const void* data);
   Status Read(uint64_t row, void* data);
   // Writes what is gathered and fsyncs.
