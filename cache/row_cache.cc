@@ -1,6 +1,7 @@
 #include "cache/row_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "common/check.h"
@@ -27,9 +28,9 @@ constexpr size_t kPrefetchAhead = 16;
 uint64_t IndexSlots(uint64_t rows) { return std::max<uint64_t>(1024, (4 * (rows + 1) + 2) / 3); }
 }  // namespace
 
-// Bytes of a dense index's entry: the oracle ranks rows by uses and pending steps (32-byte
-// entries); the others need only a slot and a last step (8 bytes).
-static uint64_t DenseEntryBytes(PlannerKind kind) { return kind == PlannerKind::kOracle ? 32 : 8; }
+// Bytes of a dense index's entry: a slot and a last step (8 bytes), and the oracle's counts of
+// uses and pending steps (4 more).
+static uint64_t DenseEntryBytes(PlannerKind kind) { return kind == PlannerKind::kOracle ? 12 : 8; }
 
 bool RowCacheUsesDenseIndex(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
   constexpr uint64_t kEntryBytes = 32;  // the hashed index's (RowCache::Entry, asserted beside it)
@@ -38,12 +39,13 @@ bool RowCacheUsesDenseIndex(PlannerKind kind, uint64_t capacity_rows, uint64_t w
 }
 
 uint64_t RowCacheIndexBytes(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows) {
-  constexpr uint64_t kEntryBytes = 32, kCandidateBytes = 24;
+  constexpr uint64_t kEntryBytes = 32;
   const uint64_t index = RowCacheUsesDenseIndex(kind, capacity_rows, window_rows, total_rows)
                              ? total_rows * DenseEntryBytes(kind)
                              : IndexSlots(capacity_rows + window_rows) * kEntryBytes;
   const bool fits = total_rows != 0 && capacity_rows >= total_rows;
-  return index + (fits ? 0 : (2 * capacity_rows + 4096) * kCandidateBytes) + capacity_rows * 4;
+  const uint32_t buckets = kind == PlannerKind::kOracle ? 256 : 1;  // (RowCache::kOracleBuckets)
+  return index + (fits ? 0 : CandidateQueue::Bytes(buckets, 2 * capacity_rows + 4096)) + capacity_rows * 4;
 }
 
 void RowStepPlan::Clear() {
@@ -60,14 +62,19 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
   dense_ = RowCacheUsesDenseIndex(options_.kind, options_.capacity_rows, options_.window_rows, options_.total_rows);
   fits_ = options_.total_rows != 0 && options_.capacity_rows >= options_.total_rows;
-  fifo_ = options_.kind != PlannerKind::kOracle;
-  slim_index_ = dense_ && options_.kind != PlannerKind::kOracle;
+  slim_index_ = dense_;
   if (slim_index_) {
     slim_.resize(options_.total_rows);
+    if (options_.kind == PlannerKind::kOracle) counts_.resize(options_.total_rows);
   } else {
     table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));
   }
-  if (!fits_) candidates_.resize(2 * options_.capacity_rows + 4096);
+  if (!fits_) {
+    const bool oracle = options_.kind == PlannerKind::kOracle;
+    static_assert(kOracleBuckets == 256);  // (RowCacheIndexBytes)
+    queue_.emplace(oracle ? kOracleBuckets : 1, 2 * options_.capacity_rows + 4096);
+    main_buckets_ = oracle ? kRankBuckets : 1;
+  }
   free_slots_.reserve(options_.capacity_rows);
   for (uint64_t s = options_.capacity_rows; s > 0; --s) free_slots_.push_back(static_cast<uint32_t>(s - 1));
 }
@@ -83,6 +90,9 @@ uint64_t RowCache::Hash(const RowKey& k) {
 template <class E>
 void RowCache::Prefetch(const RowKey& k) {
   __builtin_prefetch(&Table<E>()[std::is_same_v<E, Slim> ? k.id : Home(k)]);
+  if constexpr (std::is_same_v<E, Slim>) {
+    if (!counts_.empty()) __builtin_prefetch(&counts_[k.id]);  // (the oracle's, read beside it)
+  }
 }
 
 template <class E>
@@ -164,10 +174,45 @@ void RowCache::Erase(Entry* e) {
 }
 
 template <class E>
+uint16_t& RowCache::PendingOf(E& e) {
+  if constexpr (std::is_same_v<E, Slim>) {
+    return counts_[static_cast<size_t>(&e - slim_.data())].pending;
+  } else {
+    return e.pending;
+  }
+}
+
+template <class E>
+uint32_t RowCache::UsesOf(const E& e) const {
+  if constexpr (std::is_same_v<E, Slim>) {
+    return counts_[static_cast<size_t>(&e - slim_.data())].uses;
+  } else {
+    return e.uses;
+  }
+}
+
+template <class E>
+void RowCache::CountUse(E& e) {
+  if constexpr (std::is_same_v<E, Slim>) {
+    Counts& c = counts_[static_cast<size_t>(&e - slim_.data())];
+    --c.pending;
+    if (c.uses != 0xFFFF) ++c.uses;
+  } else {
+    --e.pending;
+    ++e.uses;
+  }
+}
+
+template <class E>
 void RowCache::MaybeErase(E* e) {
   if constexpr (std::is_same_v<E, Entry>) {
     if (e->slot == kNoSlot && e->pending == 0) Erase(e);
-  }  // (a slim entry stays: its slot says the row is not resident)
+  } else if (!counts_.empty()) {
+    // A slim entry stays (its slot says the row is not resident); its uses restart, as an
+    // erased entry's do, so both layouts plan alike.
+    Counts& c = counts_[static_cast<size_t>(e - slim_.data())];
+    if (e->slot == kNoSlot && c.pending == 0) c.uses = 0;
+  }
 }
 
 bool RowCache::PinnedKey(const RowKey& k) const {
@@ -182,51 +227,37 @@ bool RowCache::Kept(const RowKey& key) const {
   return row / 64 < k->size() && ((*k)[row / 64] >> (row % 64) & 1);
 }
 
+uint32_t RowCache::Rank(uint32_t uses, bool kept) {
+  const uint32_t by_uses = uses < 48 ? uses : 48 + std::min<uint32_t>(15, std::bit_width(uses) - 6);
+  return (kept ? 64 : 0) + by_uses;
+}
+
 template <class E>
 void RowCache::PushCandidate(const E& e) {
   if (fits_) return;  // nothing is ever evicted
   const RowKey k = KeyOf(e);
   if (options_.kind == PlannerKind::kStatic && pinning_ && PinnedKey(k)) return;  // never evicted
-  uint64_t priority = e.Last();
-  if constexpr (std::is_same_v<E, Entry>) {
-    if (options_.kind == PlannerKind::kOracle) {
-      // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
-      priority = (uint64_t{Kept(k)} << 63) | (uint64_t{std::min<uint32_t>(e.uses, 0x7FFFFFFF)} << 32) | e.last_step;
-    }
-  }
+  // Kept rows (the next pass's first) after every other; then fewer uses, older last use.
+  const uint32_t bucket = options_.kind == PlannerKind::kOracle ? Rank(UsesOf(e), Kept(k)) : 0;
   // Stale candidates (rows used again since) pile up when evictions are rare: drop them. (At
   // most one candidate per resident row is live, so this always makes room.)
-  if (heap_n_ + window_n_ == candidates_.size()) CompactHeap();
-  SLUICE_CHECK(heap_n_ + window_n_ < candidates_.size(), "row cache: eviction candidates overflow");
-  candidates_[heap_n_++] = Candidate{priority, k.id, k.table, e.Last()};
-  if (!fifo_) std::push_heap(heap_begin(), heap_end());
+  if (queue_->Full()) CompactCandidates();
+  SLUICE_CHECK(!queue_->Full(), "row cache: eviction candidates overflow");
+  queue_->Push(bucket, EvictionCandidate{k.id, k.table, e.Last()});
 }
 
 // A candidate whose row was evicted or used again since it was pushed.
 template <class E>
-bool RowCache::Stale(const Candidate& c) {
+bool RowCache::Stale(const EvictionCandidate& c) {
   const E* e = Find<E>(RowKey{c.id, c.table});
   return e == nullptr || e->slot == kNoSlot || e->Last() != c.last_step;
 }
 
-void RowCache::CompactHeap() { slim_index_ ? CompactHeapIn<Slim>() : CompactHeapIn<Entry>(); }
+void RowCache::CompactCandidates() { slim_index_ ? CompactCandidatesIn<Slim>() : CompactCandidatesIn<Entry>(); }
 
 template <class E>
-void RowCache::CompactHeapIn() {
-  auto stale = [this](const Candidate& c) { return Stale<E>(c); };
-  if (fifo_) {  // the live candidates of the queue, in order, to the front (no window heap)
-    size_t out = 0;
-    for (size_t i = fifo_head_; i < heap_n_; ++i) {
-      if (!stale(candidates_[i])) candidates_[out++] = candidates_[i];
-    }
-    heap_n_ = out;
-    fifo_head_ = 0;
-    return;
-  }
-  heap_n_ = static_cast<size_t>(std::remove_if(heap_begin(), heap_end(), stale) - heap_begin());
-  std::make_heap(heap_begin(), heap_end());
-  window_n_ = static_cast<size_t>(std::remove_if(window_begin(), window_end(), stale) - window_begin());
-  std::make_heap(window_begin(), window_end());
+void RowCache::CompactCandidatesIn() {
+  queue_->RemoveIf([this](const EvictionCandidate& c) { return Stale<E>(c); });
 }
 
 void RowCache::ReleaseStep(const std::vector<RowKey>& rows, uint64_t step) {
@@ -251,20 +282,31 @@ void RowCache::ReleaseStepIn(const std::vector<RowKey>& rows, uint64_t step) {
 void RowCache::Append(std::span<const RowKey> rows) {
   if (options_.kind != PlannerKind::kOracle) return;
   SLUICE_CHECK(window_.size() < 0xFFFF, "row cache: window too long");
-  for (const RowKey& k : rows) ++FindOrInsert<Entry>(k).pending;
+  slim_index_ ? AppendIn<Slim>(rows) : AppendIn<Entry>(rows);
   window_.emplace_back(rows.begin(), rows.end());
 }
 
-void RowCache::DropWindow() {
+template <class E>
+void RowCache::AppendIn(std::span<const RowKey> rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kPrefetchAhead < rows.size()) Prefetch<E>(rows[i + kPrefetchAhead]);
+    ++PendingOf(FindOrInsert<E>(rows[i]));
+  }
+}
+
+void RowCache::DropWindow() { slim_index_ ? DropWindowIn<Slim>() : DropWindowIn<Entry>(); }
+
+template <class E>
+void RowCache::DropWindowIn() {
   for (const auto& rows : window_) {
     for (const RowKey& k : rows) {
-      Entry* e = Find<Entry>(k);  // (only the oracle appends: its entries are Entry)
-      SLUICE_CHECK(e != nullptr && e->pending > 0, "row cache: window out of sync");
-      if (--e->pending == 0) {
+      E* e = Find<E>(k);  // (only the oracle appends)
+      SLUICE_CHECK(e != nullptr && PendingOf(*e) > 0, "row cache: window out of sync");
+      if (--PendingOf(*e) == 0) {
         if (e->slot != kNoSlot) {
           PushCandidate(*e);
         } else {
-          Erase(e);
+          MaybeErase(e);
         }
       }
     }
@@ -299,13 +341,8 @@ void RowCache::SetPinning(bool on) {
   if (options_.kind != PlannerKind::kStatic || on == pinning_) return;
   pinning_ = on;
   if (fits_) return;  // nothing is ever evicted
-  if (on) {  // the pinned rows' candidates leave the queue (static's is a queue: fifo_)
-    size_t out = 0;
-    for (size_t i = fifo_head_; i < heap_n_; ++i) {
-      if (!PinnedKey(RowKey{candidates_[i].id, candidates_[i].table})) candidates_[out++] = candidates_[i];
-    }
-    heap_n_ = out;
-    fifo_head_ = 0;
+  if (on) {  // the pinned rows' candidates leave the queue
+    queue_->RemoveIf([this](const EvictionCandidate& c) { return PinnedKey(RowKey{c.id, c.table}); });
     return;
   }
   slim_index_ ? PushPinned<Slim>() : PushPinned<Entry>();
@@ -333,38 +370,31 @@ uint32_t RowCache::TakeSlot(RowStepPlan& out) {
     free_slots_.pop_back();
     return s;
   }
-  // Oracle: rows used within the window are set aside (in the window heap, same order); if nothing
-  // else is evictable (the window holds more rows than the cache), the best of them goes.
+  if (fits_) return kNoSlot;
+  // Oracle: rows used within the window are set aside (in the window's buckets, same rank); if
+  // nothing else is evictable (the window holds more rows than the cache), the best of them goes.
   uint32_t slot = kNoSlot;
-  while (heap_n_ > fifo_head_ || window_n_ > 0) {
-    const bool fallback = heap_n_ == fifo_head_;
-    Candidate c;
-    if (fallback) {
-      std::pop_heap(window_begin(), window_end());
-      c = *(window_end() - 1);
-      --window_n_;
-    } else if (fifo_) {
-      if (fifo_head_ + kPrefetchAhead < heap_n_) {
-        const Candidate& ahead = candidates_[fifo_head_ + kPrefetchAhead];
-        Prefetch<E>(RowKey{ahead.id, ahead.table});
-      }
-      c = candidates_[fifo_head_++];
-      if (fifo_head_ == heap_n_) fifo_head_ = heap_n_ = 0;
-    } else {
-      std::pop_heap(heap_begin(), heap_end());
-      c = *(heap_end() - 1);
-      --heap_n_;
+  const uint32_t all = options_.kind == PlannerKind::kOracle ? kOracleBuckets : main_buckets_;
+  for (;;) {
+    EvictionCandidate c;
+    bool fallback = false;
+    if (!queue_->Pop(0, main_buckets_, c)) {
+      if (main_buckets_ == all || !queue_->Pop(main_buckets_, all, c)) break;
+      fallback = true;
+    }
+    const uint32_t from = fallback ? main_buckets_ : 0, to = fallback ? all : main_buckets_;
+    if (const EvictionCandidate* ahead = queue_->Peek(from, to, kPrefetchAhead)) {
+      Prefetch<E>(RowKey{ahead->id, ahead->table});
     }
     E* e = Find<E>(RowKey{c.id, c.table});
     if (e == nullptr || e->slot == kNoSlot || e->Last() != c.last_step) continue;  // stale
-    if constexpr (std::is_same_v<E, Entry>) {
-      if (options_.kind == PlannerKind::kOracle && e->pending > 0 && !fallback) {
-        *window_end() = c;  // (the slot the main heap just gave up, or free space between them)
-        ++window_n_;
-        std::push_heap(window_begin(), window_end());
+    if (options_.kind == PlannerKind::kOracle && PendingOf(*e) > 0) {
+      if (!fallback) {
+        if (queue_->Full()) CompactCandidates();  // (c is out of the queue: it stays live)
+        queue_->Push(kRankBuckets + Rank(UsesOf(*e), Kept(RowKey{c.id, c.table})), c);
         continue;
       }
-      if (e->pending > 0) ++stats_.window_evictions;
+      ++stats_.window_evictions;
     }
     slot = e->slot;
     ++stats_.evictions;
@@ -422,10 +452,7 @@ Status RowCache::PlanIn(std::span<const RowKey> rows, bool writes, RowStepPlan& 
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i + kPrefetchAhead < rows.size()) Prefetch<E>(rows[i + kPrefetchAhead]);
     E& e = FindOrInsert<E>(rows[i]);
-    if constexpr (std::is_same_v<E, Entry>) {
-      if (oracle) --e.pending;
-      ++e.uses;
-    }
+    if (oracle) CountUse(e);
     e.SetLast(t);
     if (writes) e.SetDirty(true);
     if (e.slot != kNoSlot) {

@@ -10,6 +10,7 @@
 //           least MinCapacityRows(W, d, rows per step) that never happens). Among the others it
 //           evicts the row used least often so far, then the least recently used (on
 //           Zipf-skewed ids past frequency is the best predictor of reuse beyond the window).
+//           Uses rank exactly up to 47; beyond, by powers of two (64-127 uses rank alike).
 //   lru:    evicts the least recently used row; no lookahead (window 0).
 //   static: a fixed hot set (`pinned`, e.g. the highest-degree nodes, as Quiver and PaGraph
 //           place them) stays once loaded; the other rows pass through the remaining slots,
@@ -33,11 +34,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "cache/candidate_queue.h"
 #include "cache/planner.h"
 #include "common/status.h"
 #include "storage/kv_table.h"
@@ -67,9 +70,9 @@ struct RowCacheOptions {
   const std::vector<uint64_t>* keep = nullptr;
   const std::vector<uint64_t>* keep_offsets = nullptr;
   // Keys are table 0's ids below total_rows (0: any keys). The index is then an array by id
-  // when that takes at most twice the hashed index's memory (its entries are 8 bytes without
-  // the oracle, 32 with it), and with capacity_rows >= total_rows no row is ever evicted, so the
-  // cache keeps no eviction candidates.
+  // when that takes at most twice the hashed index's memory (its entries are 8 bytes, and the
+  // oracle's counts of uses and pending steps 4 more beside them; hashed ones are 32), and with
+  // capacity_rows >= total_rows no row is ever evicted, so the cache keeps no eviction candidates.
   uint64_t total_rows = 0;
 };
 
@@ -93,7 +96,7 @@ PassFit FitPass(uint64_t capacity_rows, uint32_t window_steps, uint32_t run_ahea
 // The index's bytes; with total_rows (RowCacheOptions::total_rows) the dense index's when the
 // cache would use one.
 uint64_t RowCacheIndexBytes(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows = 0);
-// Whether the cache indexes rows by id (total_rows entries of 32 bytes for the oracle, 8 for the
+// Whether the cache indexes rows by id (total_rows entries of 12 bytes for the oracle, 8 for the
 // others): when that takes at most twice the hashed index's bytes.
 bool RowCacheUsesDenseIndex(PlannerKind kind, uint64_t capacity_rows, uint64_t window_rows, uint64_t total_rows);
 
@@ -158,7 +161,9 @@ class RowCache {
   void MarkAllClean();
   uint64_t resident_rows() const { return resident_; }
   uint64_t index_slots() const { return slim_index_ ? slim_.size() : table_.size(); }
-  uint64_t index_bytes() const { return table_.size() * sizeof(Entry) + slim_.size() * sizeof(Slim); }
+  uint64_t index_bytes() const {
+    return table_.size() * sizeof(Entry) + slim_.size() * sizeof(Slim) + counts_.size() * sizeof(Counts);
+  }
   uint64_t next_step() const { return step_; }
   const RowCacheStats& stats() const { return stats_; }
   // The key's hash: its top 32 bits place it in the index; its low bits are free for others
@@ -167,8 +172,8 @@ class RowCache {
 
  private:
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
-  // 32 bytes: the hashed index's entry (and the oracle's dense one): the key's parts unpadded,
-  // steps relative to the cache's first (32 bits).
+  // 32 bytes: the hashed index's entry: the key's parts unpadded, steps relative to the cache's
+  // first (32 bits).
   struct Entry {
     uint64_t id = 0;
     uint32_t table = 0;
@@ -187,9 +192,10 @@ class RowCache {
     void SetDirty(bool d) { dirty = d ? 1 : 0; }
   };
   static_assert(sizeof(Entry) == 32);
-  // 8 bytes: the dense index's entry without the oracle (lru, static). Its key is its position;
-  // no uses or pending steps (only the oracle ranks by them); the last step (31 bits) beside the
-  // dirty bit. A row that is not resident keeps its entry (kNoSlot).
+  // 8 bytes: the dense index's entry. Its key is its position; the last step (31 bits) beside the
+  // dirty bit; the oracle's uses and pending steps apart (Counts), so the passes that need only
+  // slots and last steps (releasing a step, evicting) touch 8 bytes a row. A row that is not
+  // resident keeps its entry (kNoSlot).
   struct Slim {
     uint32_t slot = kNoSlot;
     uint32_t stamp = 0;  // last_step << 1 | dirty
@@ -200,13 +206,17 @@ class RowCache {
     void SetDirty(bool d) { stamp = (stamp & ~1u) | (d ? 1u : 0u); }
   };
   static_assert(sizeof(Slim) == 8);
-  struct Candidate {
-    uint64_t priority;  // smaller = evict first
-    uint64_t id;
-    uint32_t table;
-    uint32_t last_step;
-    bool operator<(const Candidate& o) const { return priority > o.priority; }  // min-heap
+  // The oracle's counts of a dense index's row (counts_[id]): uses saturate (they only rank).
+  struct Counts {
+    uint16_t pending = 0;  // appended, unplanned steps that use it (at most the window)
+    uint16_t uses = 0;     // planned steps that used it, at most 65535
   };
+  static_assert(sizeof(Counts) == 4);
+  // The oracle's candidate buckets: [0, 128) the main ones (a row's rank: kept rows after the
+  // others, then by uses), [128, 256) those set aside for rows used within the window, ranked
+  // the same. lru and static: one bucket.
+  static constexpr uint32_t kRankBuckets = 128, kOracleBuckets = 2 * kRankBuckets;
+  static uint32_t Rank(uint32_t uses, bool kept);
 
   // The index of either layout; the planning code is written once for both (row_cache.cc).
   template <class E>
@@ -233,15 +243,26 @@ class RowCache {
   void Grow();
   template <class E>
   void MaybeErase(E* e);  // drops an entry that is neither resident nor pending
+  // The oracle's counts of an entry (in it, or beside a slim one).
+  template <class E>
+  uint16_t& PendingOf(E& e);
+  template <class E>
+  uint32_t UsesOf(const E& e) const;
+  template <class E>
+  void CountUse(E& e);  // a planned step uses it
+  template <class E>
+  void AppendIn(std::span<const RowKey> rows);
+  template <class E>
+  void DropWindowIn();
   bool PinnedKey(const RowKey& k) const;
   bool Kept(const RowKey& k) const;
   template <class E>
   void PushCandidate(const E& e);
   template <class E>
-  bool Stale(const Candidate& c);
-  void CompactHeap();
+  bool Stale(const EvictionCandidate& c);
+  void CompactCandidates();
   template <class E>
-  void CompactHeapIn();
+  void CompactCandidatesIn();
   void ReleaseProtectedDownTo(size_t n);
   void ReleaseStep(const std::vector<RowKey>& rows, uint64_t step);
   template <class E>
@@ -262,28 +283,21 @@ class RowCache {
 
   RowCacheOptions options_;
   bool dense_ = false;  // the index is by id (total_rows entries, never grown)
-  bool slim_index_ = false;  // ... in slim_ (lru, static); otherwise in table_
+  bool slim_index_ = false;  // ... in slim_ (with counts_ for the oracle); otherwise in table_
   bool fits_ = false;   // every row fits: no candidates, no protected steps
   bool pinning_ = true;  // static: pinned rows are never evicted (SetPinning)
   std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full (or dense)
   std::vector<Slim> slim_;    // by id
+  std::vector<Counts> counts_;  // by id: the oracle's, beside slim_
   uint64_t size_ = 0;
   std::deque<std::vector<RowKey>> window_;     // appended, not yet planned
   std::deque<std::vector<RowKey>> protected_;  // the last protect_steps planned steps
   uint64_t protected_first_ = 0;               // the step of protected_.front()
-  // Eviction candidates: two heaps in one array allocated once (2 x capacity + 4096, the memory
-  // plan's figure; two growing vectors would double in turn): the main heap from the front, the
-  // window heap (oracle: candidates used within the window) from the back, reversed. lru and
-  // static push candidates in the order of their last use (a step's rows as it is released),
-  // so their main "heap" is a queue: [fifo_head_, heap_n_), popped from the head.
-  std::vector<Candidate> candidates_;
-  size_t heap_n_ = 0, window_n_ = 0;
-  bool fifo_ = false;
-  size_t fifo_head_ = 0;
-  auto heap_begin() { return candidates_.begin(); }
-  auto heap_end() { return candidates_.begin() + static_cast<std::ptrdiff_t>(heap_n_); }
-  auto window_begin() { return candidates_.rbegin(); }
-  auto window_end() { return candidates_.rbegin() + static_cast<std::ptrdiff_t>(window_n_); }
+  // Eviction candidates (none when every row fits): room for 2 x capacity + 4096 of them, the
+  // memory plan's figure, allocated once. Steps release their rows in step order, so each bucket
+  // holds its candidates oldest last use first.
+  std::optional<CandidateQueue> queue_;
+  uint32_t main_buckets_ = 1;  // Pop's range for the main candidates: [0, main_buckets_)
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> missing_;  // scratch of Plan: the step's rows without a slot
   static constexpr size_t kNoneUnplaced = ~size_t{0};

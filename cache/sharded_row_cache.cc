@@ -31,9 +31,8 @@ ShardedRowCache::ShardedRowCache(const RowCacheOptions& options, uint32_t shards
 
 uint32_t ShardedRowCache::Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps,
                                  uint64_t max_rows, uint64_t total_rows, uint32_t threads, uint64_t window_rows) {
-  // (The oracle's dense entries are as large as its hashed ones: shards plan faster.)
   if (kind == PlannerKind::kStatic || max_rows == 0 ||
-      (kind != PlannerKind::kOracle && RowCacheUsesDenseIndex(kind, capacity_rows, window_rows, total_rows))) {
+      RowCacheUsesDenseIndex(kind, capacity_rows, window_rows, total_rows)) {
     return 1;
   }
   const uint64_t steps = uint64_t{protect_steps} + 1;

@@ -35,9 +35,9 @@ class ShardedRowCache {
   // How many shards a cache may be cut into: at most `threads`, and each shard must hold its
   // share of the protect_steps + 1 steps in flight (steps of at most max_rows rows) a quarter
   // over, plus 256 rows, so that no step fails for the hash's unevenness. 1 for the static
-  // kind, for lru and none with a dense index (total_rows small enough that rows are
-  // indexed by id in 8 bytes, which is faster still; window_rows as RowCacheOptions'), and when
-  // max_rows is 0 (not known). Shards' indexes are hashed.
+  // kind, with a dense index (total_rows small enough that rows are indexed by id in 8 bytes,
+  // 12 with the oracle's counts, which is faster still; window_rows as RowCacheOptions'), and
+  // when max_rows is 0 (not known). Shards' indexes are hashed.
   static uint32_t Shards(PlannerKind kind, uint64_t capacity_rows, uint32_t protect_steps, uint64_t max_rows,
                          uint64_t total_rows, uint32_t threads, uint64_t window_rows = 0);
   // The bookkeeping's RAM (RowCacheIndexBytes for each shard, each with its share of window_rows).

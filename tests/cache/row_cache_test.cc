@@ -286,9 +286,10 @@ TEST(RowCache, DenseIndexAndEveryRowFittingReplayTheModel) {
   EXPECT_LT(RowCacheIndexBytes(PlannerKind::kLru, vocab, 0, vocab), RowCacheIndexBytes(PlannerKind::kLru, vocab, 0));
 }
 
-// Without the oracle an index by id takes 8 bytes a row, so it serves tables 4 times larger
-// than the 32-byte entries allow; lru and static plan exactly what the hashed index plans (the
-// same slots, loads and write-backs, step by step), and the oracle keeps its hashed index there.
+// An index by id takes 8 bytes a row (12 with the oracle's counts), so it serves tables 4 (2.7)
+// times larger than the 32-byte entries allow; every kind plans exactly what the hashed index
+// plans (the same slots, loads and write-backs, step by step: a row's uses restart when it
+// leaves, as an erased hashed entry's do).
 TEST(RowCache, SlimIndexByIdPlansAsTheHashedIndex) {
   const uint64_t vocab = 3000;
   const Steps steps = ZipfSteps(400, 60, 1, vocab, 9);
@@ -296,21 +297,31 @@ TEST(RowCache, SlimIndexByIdPlansAsTheHashedIndex) {
   std::vector<uint64_t> pinned(vocab / 64 + 1, 0);
   for (uint64_t id = 0; id < 40; ++id) pinned[id * 13 / 64] |= uint64_t{1} << (id * 13 % 64);
   EXPECT_TRUE(RowCacheUsesDenseIndex(PlannerKind::kLru, capacity, 0, vocab));
-  EXPECT_FALSE(RowCacheUsesDenseIndex(PlannerKind::kOracle, capacity, 0, vocab));
-  for (PlannerKind kind : {PlannerKind::kLru, PlannerKind::kStatic}) {
+  EXPECT_TRUE(RowCacheUsesDenseIndex(PlannerKind::kOracle, capacity, 0, vocab));  // 12 bytes a row
+  EXPECT_TRUE(RowCacheUsesDenseIndex(PlannerKind::kLru, capacity, 0, 2 * vocab));
+  EXPECT_FALSE(RowCacheUsesDenseIndex(PlannerKind::kOracle, capacity, 0, 2 * vocab));
+  for (PlannerKind kind : {PlannerKind::kLru, PlannerKind::kStatic, PlannerKind::kOracle}) {
+    const bool oracle = kind == PlannerKind::kOracle;
     RowCacheOptions o;
     o.kind = kind;
     o.capacity_rows = capacity;
     o.protect_steps = 2;
+    o.window_steps = oracle ? 3 : 0;  // (the oracle's index grows for the window: not sized for it)
     o.pinned = kind == PlannerKind::kStatic ? &pinned : nullptr;
     RowCache hashed(o);
     o.total_rows = vocab;
     RowCache slim(o);
-    EXPECT_EQ(slim.index_bytes(), vocab * 8);
+    const uint64_t entry_bytes = oracle ? 12 : 8;
+    EXPECT_EQ(slim.index_bytes(), vocab * entry_bytes);
     EXPECT_EQ(RowCacheIndexBytes(kind, capacity, 0, vocab) - RowCacheIndexBytes(kind, capacity, 0),
-              vocab * 8 - hashed.index_bytes());
+              vocab * entry_bytes - hashed.index_bytes());
     RowStepPlan a, b;
+    size_t appended = 0;
     for (size_t t = 0; t < steps.size(); ++t) {
+      for (; oracle && appended < steps.size() && appended <= t + 3; ++appended) {
+        hashed.Append(steps[appended]);
+        slim.Append(steps[appended]);
+      }
       const bool writes = t % 3 != 2;
       ASSERT_TRUE(hashed.Plan(steps[t], writes, a).ok());
       ASSERT_TRUE(slim.Plan(steps[t], writes, b).ok());
@@ -340,6 +351,7 @@ TEST(RowCache, SlimIndexByIdPlansAsTheHashedIndex) {
   // The model replay (values, protection, write-backs) through the slim index.
   RunModel(steps, PlannerKind::kLru, 0, 2, capacity, nullptr, vocab);
   RunModel(steps, PlannerKind::kStatic, 0, 2, capacity, &pinned, vocab);
+  RunModel(steps, PlannerKind::kOracle, 3, 2, MinCapacityRows(3, 2, 60) + 11, nullptr, vocab);
 }
 
 TEST(RowCache, OracleLoadsFewerRowsThanLru) {

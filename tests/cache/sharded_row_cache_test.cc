@@ -117,8 +117,9 @@ TEST(ShardedRowCacheTest, ShardsLeaveEachARoomySliceOrThereIsOne) {
   EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kLru, 8'000'000, 1, 0, 0, 16), 1u);
   // Every row fits an index by id: one cache (faster than shards).
   EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kLru, 8'000'000, 1, 500'000, 9'000'000, 16), 1u);
-  // The oracle's entries are 32 bytes by id or hashed: shards, each hashed.
-  EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kOracle, 8'000'000, 1, 500'000, 9'000'000, 16, 2'500'000), 16u);
+  // ... the oracle's too (12 bytes a row with its counts); a table too large for that: shards.
+  EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kOracle, 8'000'000, 1, 500'000, 9'000'000, 16, 2'500'000), 1u);
+  EXPECT_EQ(ShardedRowCache::Shards(PlannerKind::kOracle, 8'000'000, 1, 500'000, 900'000'000, 16, 2'500'000), 16u);
   EXPECT_EQ(ShardedRowCache::IndexBytes(PlannerKind::kOracle, 8000, 4, 9'000'000, 4000),
             4 * RowCacheIndexBytes(PlannerKind::kOracle, 2000, 1000, 0));
   EXPECT_EQ(ShardedRowCache::IndexBytes(PlannerKind::kLru, 8000, 1, 0), RowCacheIndexBytes(PlannerKind::kLru, 8000, 0, 0));
