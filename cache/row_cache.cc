@@ -60,14 +60,13 @@ RowCache::RowCache(const RowCacheOptions& options) : options_(options) {
   SLUICE_CHECK(options.kind != PlannerKind::kStatic || options.pinned != nullptr,
                "the static row cache needs its pinned rows");
   if (options_.kind != PlannerKind::kOracle) options_.window_steps = 0;
-  dense_ = RowCacheUsesDenseIndex(options_.kind, options_.capacity_rows, options_.window_rows, options_.total_rows);
   fits_ = options_.total_rows != 0 && options_.capacity_rows >= options_.total_rows;
-  slim_index_ = dense_;
+  slim_index_ = RowCacheUsesDenseIndex(options_.kind, options_.capacity_rows, options_.window_rows, options_.total_rows);
   if (slim_index_) {
     slim_.resize(options_.total_rows);
     if (options_.kind == PlannerKind::kOracle) counts_.resize(options_.total_rows);
   } else {
-    table_.resize(dense_ ? options_.total_rows : IndexSlots(options_.capacity_rows + options_.window_rows));
+    table_.resize(IndexSlots(options_.capacity_rows + options_.window_rows));
   }
   if (!fits_) {
     const bool oracle = options_.kind == PlannerKind::kOracle;
@@ -110,7 +109,7 @@ E* RowCache::Find(const RowKey& k) {
 
 template <class E>
 E& RowCache::FindOrInsert(const RowKey& k) {
-  if (dense_) {
+  if (slim_index_) {
     SLUICE_CHECK(k.table == 0 && k.id < options_.total_rows, "row cache: key %llu of table %u beyond the %llu rows",
                  static_cast<unsigned long long>(k.id), k.table,
                  static_cast<unsigned long long>(options_.total_rows));
@@ -160,7 +159,6 @@ void RowCache::Erase(Entry* e) {
   uint64_t hole = static_cast<uint64_t>(e - table_.data());
   table_[hole].used = 0;
   --size_;
-  if (dense_) return;  // every entry is at its home
   for (uint64_t i = Next(hole); table_[i].used; i = Next(i)) {
     const uint64_t home = Home(table_[i].key());
     // Move entry i into the hole if its home is not in the cyclic range (hole, i].

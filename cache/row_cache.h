@@ -227,9 +227,9 @@ class RowCache {
       return table_;
     }
   }
-  // A key's home in the index (any size below 2^32: the hash's top bits scaled), the next slot.
-  // Dense: the key's id.
-  uint64_t Home(const RowKey& k) const { return dense_ ? k.id : (Hash(k) >> 32) * table_.size() >> 32; }
+  // A key's home in the hashed index (any size below 2^32: the hash's top bits scaled), the
+  // next slot.
+  uint64_t Home(const RowKey& k) const { return (Hash(k) >> 32) * table_.size() >> 32; }
   uint64_t Next(uint64_t i) const { return i + 1 == table_.size() ? 0 : i + 1; }
   template <class E>
   void Prefetch(const RowKey& k);
@@ -282,11 +282,12 @@ class RowCache {
   Status FullError(uint64_t step, size_t step_rows, bool drained, uint32_t kept = 0) const;
 
   RowCacheOptions options_;
-  bool dense_ = false;  // the index is by id (total_rows entries, never grown)
-  bool slim_index_ = false;  // ... in slim_ (with counts_ for the oracle); otherwise in table_
+  // The index is by id (total_rows entries in slim_, with counts_ for the oracle; never grown);
+  // otherwise hashed in table_.
+  bool slim_index_ = false;
   bool fits_ = false;   // every row fits: no candidates, no protected steps
   bool pinning_ = true;  // static: pinned rows are never evicted (SetPinning)
-  std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full (or dense)
+  std::vector<Entry> table_;  // open addressing, linear probing, at most 3/4 full
   std::vector<Slim> slim_;    // by id
   std::vector<Counts> counts_;  // by id: the oracle's, beside slim_
   uint64_t size_ = 0;
