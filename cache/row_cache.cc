@@ -174,16 +174,16 @@ void RowCache::Erase(Entry* e) {
 template <class E>
 uint16_t& RowCache::PendingOf(E& e) {
   if constexpr (std::is_same_v<E, Slim>) {
-    return counts_[static_cast<size_t>(&e - slim_.data())].pending;
+    return CountsOf(e).pending;
   } else {
     return e.pending;
   }
 }
 
 template <class E>
-uint32_t RowCache::UsesOf(const E& e) const {
+uint32_t RowCache::UsesOf(const E& e) {
   if constexpr (std::is_same_v<E, Slim>) {
-    return counts_[static_cast<size_t>(&e - slim_.data())].uses;
+    return CountsOf(e).uses;
   } else {
     return e.uses;
   }
@@ -192,7 +192,7 @@ uint32_t RowCache::UsesOf(const E& e) const {
 template <class E>
 void RowCache::CountUse(E& e) {
   if constexpr (std::is_same_v<E, Slim>) {
-    Counts& c = counts_[static_cast<size_t>(&e - slim_.data())];
+    Counts& c = CountsOf(e);
     --c.pending;
     if (c.uses != 0xFFFF) ++c.uses;
   } else {
@@ -208,7 +208,7 @@ void RowCache::MaybeErase(E* e) {
   } else if (!counts_.empty()) {
     // A slim entry stays (its slot says the row is not resident); its uses restart, as an
     // erased entry's do, so both layouts plan alike.
-    Counts& c = counts_[static_cast<size_t>(e - slim_.data())];
+    Counts& c = CountsOf(*e);
     if (e->slot == kNoSlot && c.pending == 0) c.uses = 0;
   }
 }

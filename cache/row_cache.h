@@ -244,10 +244,11 @@ class RowCache {
   template <class E>
   void MaybeErase(E* e);  // drops an entry that is neither resident nor pending
   // The oracle's counts of an entry (in it, or beside a slim one).
+  Counts& CountsOf(const Slim& e) { return counts_[static_cast<size_t>(&e - slim_.data())]; }
   template <class E>
   uint16_t& PendingOf(E& e);
   template <class E>
-  uint32_t UsesOf(const E& e) const;
+  uint32_t UsesOf(const E& e);
   template <class E>
   void CountUse(E& e);  // a planned step uses it
   template <class E>
