@@ -6,15 +6,16 @@ forward/backward of its shards, row updates), local io (waiting for its own rows
 communication (rows and use gradients by all-to-all, losses and dense gradients by all-gather;
 waiting for the slowest rank included); bytes received per step measured against the formula
 
-    4 [ (N-1)/N D_r w  +  (N-1)/N (B/N) S w  +  (N-1) (ceil(V/N) (1 + P) + 1) ]
+    4 [ (N-1)/N D_r w  +  (N-1)/N (B/N) S w  +  (N-1) (ceil(V/N) (1 + P) + R) ]
 
 (D_r: the distinct rows rank r's shards use, from the run; w: row width; P: dense parameters;
-B: batch; S: tables; V: virtual shards; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
+B: batch; S: tables; V: virtual shards; R: the rounds the dense gradients travel in, one while
+N ceil(V/N) (1 + P) fits in 4M floats; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
 not scaling: every rank computes on the same two cores. One checkpoint at the end of the epoch
 (rank 0's seconds: each rank writes its shard of the tables, docs/distributed.md).
 
 --task nc: node classification (GraphSage, 2 layers, features out of core) on a generated graph;
-only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + 1) bytes a step;
+only the shards' losses and dense gradients travel, 4 (N-1) (ceil(V/N) (1 + P) + R) bytes a step;
 compute is sampling waits excluded (gathers, forward/backward of its shards, the optimizer).
 With --nc-embeddings D the nodes' inputs are learnable embeddings of D floats instead (row-wise
 Adagrad), sharded by row range: the formula is the recommendation one with U, the step's row
@@ -49,6 +50,8 @@ PY = sys.executable
 
 B, S, DIM, V = 2048, 26, 16, 12
 EMB_DIM = 0  # --nc-embeddings
+MLP = 0  # --dlrm-mlp
+DLRM_BUDGET = "400MiB"  # --dlrm-budget
 
 
 def make_data(path: pathlib.Path) -> None:
@@ -61,12 +64,13 @@ def make_data(path: pathlib.Path) -> None:
 
 def config(tmp: pathlib.Path, data: pathlib.Path) -> pathlib.Path:
     cfg = tmp / "dist.yaml"
+    mlps = f"bottom: [{MLP}, {MLP}, {DIM}], top: [{MLP}, {MLP}]" if MLP else f"bottom: [64, {DIM}], top: [64]"
     cfg.write_text(f"task: recommendation\ndataset: {data}\nrun_dir: {tmp / 'run'}\nprogress: false\n"
                    "checkpoint_every: 0\n"
-                   f"model: {{dim: {DIM}, bottom: [64, {DIM}], top: [64], ids: modulo, table_rows: 100000}}\n"
+                   f"model: {{dim: {DIM}, {mlps}, ids: modulo, table_rows: 100000}}\n"
                    f"train: {{epochs: 1, batch: {B}, lr: 0.05, seed: 1, virtual_shards: {V}}}\n"
                    "eval: {every: 0}\n"
-                   "storage: {mode: out_of_core, budget: 400MiB}\n"
+                   f"storage: {{mode: out_of_core, budget: {DLRM_BUDGET}}}\n"
                    "dist: {interface: lo}\n")
     return cfg
 
@@ -128,10 +132,15 @@ def lp_rows() -> int:
     return 4 * 50_000
 
 
+ROUND_FLOATS = 4 << 20  # DataParallel::kExchangeRoundFloats
+
+
 def dense_bytes(dp: dict, n: int) -> float:
     """Every other rank's shard losses and dense gradients (each rank's part padded to ceil(V/N)
-    shards) and its stop flag."""
-    return 4 * (n - 1) * (math.ceil(V / n) * (1 + dp["dense_floats"]) + 1)
+    shards) and its stop flag, in R rounds of at most ROUND_FLOATS gathered floats."""
+    width = 1 + dp["dense_floats"]
+    rounds = math.ceil(width / max(1, (ROUND_FLOATS // n - 1) // math.ceil(V / n)))
+    return 4 * (n - 1) * (math.ceil(V / n) * width + rounds)
 
 
 def row_bytes(dp: dict, n: int, uses: float, w: int) -> float:
@@ -148,6 +157,7 @@ def figures(s: dict, predicted: float, compute_s: float, wait_s: float) -> dict:
             "io_ms": 1e3 * wait_s / steps, "comm_ms": 1e3 * dp["exchange_s"] / steps,
             "received_kb": dp["bytes_received"] / steps / 1024, "predicted_kb": predicted / 1024,
             "rows_owned": dp["rows_owned"], "rss_mb": s["peak_rss_bytes"] / 2**20,
+            "plan_mb": s.get("predicted_peak_bytes", 0) / 2**20,
             "ahead_pct": 100 * dp.get("rows_ahead", 0) / max(1, dp.get("remote_rows", 0)),
             "ckpt_s": sum(c["s"] for c in s["checkpoints"]["each"]),
             # The row pipeline's reads (a spill's pack reads included) and the spill's pack writes.
@@ -192,7 +202,11 @@ def main() -> None:
     p.add_argument("--cache-share", type=float, default=0.25,
                    help="out of core (--task lp, nc with --nc-embeddings): each rank's row cache as a share of its rows")
     p.add_argument("--max-steps", type=int, default=500,
-                   help="--task lp: steps of each run (0: the whole epoch)")
+                   help="--task lp, or dlrm with --dlrm-mlp: steps of each run (0: the whole epoch)")
+    p.add_argument("--dlrm-mlp", type=int, default=0,
+                   help="--task dlrm: MLPs of two layers this wide (bottom W, W, 16; top W, W) instead of 64 wide")
+    p.add_argument("--dlrm-budget", default="400MiB", help="--task dlrm: storage.budget of each rank")
+    p.add_argument("--before", default="", help="another build's sluice, run interleaved beside --bin in every round")
     p.add_argument("--nc-embeddings", type=int, default=0,
                    help="--task nc: learnable node embeddings of this width instead of the features (0: features)")
     p.add_argument("--nc-spill", type=int, default=0,
@@ -204,8 +218,10 @@ def main() -> None:
                    "travel while it computes; off: at their step; both: each, interleaved). The ranks here share "
                    "one machine, where auto, the default, is off")
     a = p.parse_args()
-    global EMB_DIM, NC_BUDGET
+    global EMB_DIM, NC_BUDGET, MLP, DLRM_BUDGET
+    DLRM_BUDGET = a.dlrm_budget
     EMB_DIM = a.nc_embeddings if a.task == "nc" else 0
+    MLP = a.dlrm_mlp if a.task == "dlrm" else 0
     NC_BUDGET = a.nc_budget
     ranks = [int(r) for r in a.ranks.split(",")]
     modes = ["in_memory", "out_of_core"] if a.storage == "both" else [a.storage]
@@ -215,7 +231,7 @@ def main() -> None:
 
     def sets(n: int, mode: str) -> list:
         if not mode:
-            return []
+            return [f"train.max_steps={a.max_steps}"] if MLP else []
         if mode.startswith("spill"):
             return [f"storage.spill_steps={a.nc_spill}", "storage.planner=static", "storage.io_group_gap=16KiB"]
         out = [f"storage.mode={mode}"] + ([f"train.max_steps={a.max_steps}"] if a.task == "lp" else [])
@@ -231,12 +247,13 @@ def main() -> None:
             make(data)
         cfg = conf(tmp, data, EMB_DIM) if EMB_DIM else conf(tmp, data)
         ahead = {"auto": ["auto"], "on": ["on"], "off": ["off"], "both": ["on", "off"]}[a.prefetch_rows]
-        keys = [(n, m, f) for n in ranks for m in modes for f in (ahead if n > 1 else ahead[:1])]
+        builds = {"": a.bin, "before": a.before} if a.before else {"": a.bin}
+        keys = [(n, m, f, b) for n in ranks for m in modes for f in (ahead if n > 1 else ahead[:1]) for b in builds]
         runs = {k: [] for k in keys}
         for _ in range(a.rounds):
-            for n, m, f in keys:
-                runs[(n, m, f)].append(train(a.bin, cfg, tmp / f"run{n}{m.replace(' ', '')}{f}", n, *sets(n, m),
-                                             f"dist.prefetch_rows={f}"))
+            for n, m, f, b in keys:
+                runs[(n, m, f, b)].append(train(builds[b], cfg, tmp / f"run{n}{m.replace(' ', '')}{f}{b}", n,
+                                                *sets(n, m), f"dist.prefetch_rows={f}"))
     med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in runs[k][0]} for k in keys}
     base = med[keys[0]]["samples_s"]
     if a.task == "lp":
@@ -249,16 +266,19 @@ def main() -> None:
         print(f"GraphSage 2 layers, hidden {NC_HIDDEN}, fanouts 10,5, batch {NC_B}, {V} virtual shards, {inputs}, "
               f"medians of {a.rounds} rounds; per step on rank 0 (local io: compute waiting for the pipeline)")
     else:
-        print(f"batch {B}, {S} tables x dim {DIM}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
-    print("| ranks | storage | rows ahead | units/s | vs first | compute ms | local io ms | communication ms | "
-          "received KiB/step | formula KiB/step | remote rows sent ahead % | rows owned | peak RSS MiB | checkpoint s | "
+        mlp = f"MLPs bottom {MLP}, {MLP}, {DIM} and top {MLP}, {MLP}" if MLP else "MLPs bottom 64 and top 64"
+        print(f"batch {B}, {S} tables x dim {DIM}, {mlp}, {V} virtual shards, medians of {a.rounds} rounds; per step on rank 0")
+    if a.before:
+        print(f"build: this one ({a.bin}) or before ({a.before}), interleaved in every round")
+    print("| ranks | build | storage | rows ahead | units/s | vs first | compute ms | local io ms | communication ms | "
+          "received KiB/step | formula KiB/step | remote rows sent ahead % | rows owned | peak RSS MiB | planned peak MiB | checkpoint s | "
           "MB read/step | MB spilled/step |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, mode, f in keys:
-        m = med[(n, mode, f)]
-        print(f"| {n} | {mode or '-'} | {f if n > 1 else '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | "
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, mode, f, b in keys:
+        m = med[(n, mode, f, b)]
+        print(f"| {n} | {b or 'this'} | {mode or '-'} | {f if n > 1 else '-'} | {m['samples_s']:,.0f} | {m['samples_s'] / base:.2f} | "
               f"{m['compute_ms']:.1f} | {m['io_ms']:.1f} | {m['comm_ms']:.1f} | {m['received_kb']:.1f} | "
-              f"{m['predicted_kb']:.1f} | {m['ahead_pct']:.1f} | {m['rows_owned']:,.0f} | {m['rss_mb']:.0f} | {m['ckpt_s']:.2f} | "
+              f"{m['predicted_kb']:.1f} | {m['ahead_pct']:.1f} | {m['rows_owned']:,.0f} | {m['rss_mb']:.0f} | {m['plan_mb']:.0f} | {m['ckpt_s']:.2f} | "
               f"{m['read_mb']:.1f} | {m['written_mb']:.1f} |")
 
 

@@ -146,52 +146,68 @@ Result<std::vector<float>> DataParallel::FinishAllToAll(PendingAllToAll& p) {
   return got;
 }
 
-Result<std::vector<float>> DataParallel::Exchange(std::span<const float> mine, std::span<const uint64_t> sizes) {
+namespace {
+
+// The most shards a rank computes: its part of a round is that many shards' columns.
+uint64_t MostShards(int shards, int world) {
+  uint64_t most = 0;
+  for (int r = 0; r < world; ++r) most = std::max<uint64_t>(most, static_cast<uint64_t>(shards * (r + 1) / world - shards * r / world));
+  return most;
+}
+
+}  // namespace
+
+uint64_t DataParallel::ExchangeRoundColumns(uint64_t width) const {
+  // A rank's part: its shards' columns and its stop wish.
+  const uint64_t part = kExchangeRoundFloats / static_cast<uint64_t>(world_);
+  return std::clamp<uint64_t>((part - 1) / MostShards(shards_, world_), 1, std::max<uint64_t>(width, 1));
+}
+
+uint64_t DataParallel::ExchangeBufferBytes(uint64_t width) const {
+  if (world_ == 1) return 0;
+  const uint64_t part = MostShards(shards_, world_) * ExchangeRoundColumns(width) + 1;
+  return 4 * part * (1 + static_cast<uint64_t>(world_));  // this rank's part and the gathered round
+}
+
+Status DataParallel::ExchangeShards(std::span<const float> mine, uint64_t width, const FoldShard& fold) {
   const auto start = SteadyClock::now();
   const bool stop = stop_probe_ && stop_probe_();
-  // Rank r's payload: its shards' floats, then its stop wish; padded to the longest rank's.
-  std::vector<uint64_t> length(static_cast<size_t>(world_), 1);
-  std::vector<int> owner(static_cast<size_t>(shards_));
-  for (int r = 0; r < world_; ++r) {
-    for (int v = shards_ * r / world_; v < shards_ * (r + 1) / world_; ++v) {
-      length[static_cast<size_t>(r)] += sizes[static_cast<size_t>(v)];
-      owner[static_cast<size_t>(v)] = r;
-    }
-  }
-  if (mine.size() + 1 != length[static_cast<size_t>(rank_)]) {
+  const auto own = static_cast<uint64_t>(end_shard() - first_shard());
+  if (!mine.empty() && mine.size() != own * width) {
     return FailedPrecondition("data-parallel exchange: rank " + std::to_string(rank_) + " sends " +
-                              std::to_string(mine.size()) + " floats where its shards hold " +
-                              std::to_string(length[static_cast<size_t>(rank_)] - 1));
-  }
-  const uint64_t longest = *std::max_element(length.begin(), length.end());
-  send_.assign(longest, 0.0f);
-  std::copy(mine.begin(), mine.end(), send_.begin());
-  send_[mine.size()] = stop ? 1.0f : 0.0f;
-  std::vector<float> out;
-  out.reserve(mine.size() * static_cast<size_t>(world_));
-  if (group_ == nullptr) {
-    out.assign(mine.begin(), mine.end());
-    any_stop_ = stop;
-  } else {
-    all_.resize(longest * static_cast<uint64_t>(world_));
-    SLUICE_RETURN_IF_ERROR(Collective("the shards' gradients", [this] { return group_->AllGather(send_, all_); }));
-    any_stop_ = false;
-    std::vector<uint64_t> at(static_cast<size_t>(world_), 0);  // read position in each rank's payload
-    for (int v = 0; v < shards_; ++v) {
-      const int r = owner[static_cast<size_t>(v)];
-      const float* src = all_.data() + static_cast<uint64_t>(r) * longest + at[static_cast<size_t>(r)];
-      out.insert(out.end(), src, src + sizes[static_cast<size_t>(v)]);
-      at[static_cast<size_t>(r)] += sizes[static_cast<size_t>(v)];
-    }
-    for (int r = 0; r < world_; ++r) {
-      any_stop_ = any_stop_ || all_[static_cast<uint64_t>(r) * longest + length[static_cast<size_t>(r)] - 1] != 0.0f;
-    }
-    bytes_sent_ += longest * 4;
-    bytes_received_ += longest * 4 * static_cast<uint64_t>(world_ - 1);
+                              std::to_string(mine.size()) + " floats where its " + std::to_string(own) +
+                              " shards hold " + std::to_string(own * width) + " (a bug)");
   }
   ++exchanges_;
+  any_stop_ = stop;
+  if (world_ == 1) {
+    for (uint64_t v = 0; !mine.empty() && v < own; ++v) fold(static_cast<int>(v), 0, width, mine.data() + v * width);
+    exchange_s_ += SecondsSince(start);
+    return Status::Ok();
+  }
+  if (mine.empty()) return FailedPrecondition("data-parallel exchange: rank " + std::to_string(rank_) + " sends nothing (a bug)");
+  const uint64_t most = MostShards(shards_, world_), columns = ExchangeRoundColumns(width);
+  uint64_t first = 0;
+  do {  // one round even for payloads of no column: the stop wishes travel
+    const uint64_t n = std::min(columns, width - first), part = most * n + 1;
+    send_.assign(part, 0.0f);
+    for (uint64_t j = 0; j < own; ++j) {
+      std::copy_n(mine.data() + j * width + first, n, send_.data() + j * n);
+    }
+    send_[part - 1] = stop ? 1.0f : 0.0f;
+    all_.resize(part * static_cast<uint64_t>(world_));
+    SLUICE_RETURN_IF_ERROR(Collective("the shards' gradients", [this] { return group_->AllGather(send_, all_); }));
+    for (int r = 0; r < world_; ++r) {
+      const float* from = all_.data() + static_cast<uint64_t>(r) * part;
+      for (int v = shards_ * r / world_; v < shards_ * (r + 1) / world_; ++v, from += n) fold(v, first, n, from);
+      any_stop_ = any_stop_ || all_[static_cast<uint64_t>(r + 1) * part - 1] != 0.0f;
+    }
+    bytes_sent_ += part * 4;
+    bytes_received_ += part * 4 * static_cast<uint64_t>(world_ - 1);
+    first += n;
+  } while (first < width);
   exchange_s_ += SecondsSince(start);
-  return out;
+  return Status::Ok();
 }
 
 Status CheckVirtualShards(int v, int world, int batch, const char* units) {

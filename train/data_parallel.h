@@ -92,16 +92,28 @@ class DataParallel {
   Status Collective(const char* what, const std::function<Status()>& run);
 
   // What the runner asks every step: whether this rank wants to stop after it (Ctrl-C, a test's
-  // stop hook). Exchange carries every rank's wish, so all ranks stop after the same step.
+  // stop hook). ExchangeShards carries every rank's wish, so all ranks stop after the same step.
   void set_stop_probe(std::function<bool()> probe) { stop_probe_ = std::move(probe); }
   bool any_stop() const { return any_stop_; }
 
-  // One step's exchange. `mine`: this rank's shards' payloads end to end (shard first_shard()
-  // first); `sizes[v]`: the floats of shard v's payload (every rank knows every shard's).
-  // Returns every shard's payload end to end in shard order.
-  Result<std::vector<float>> Exchange(std::span<const float> mine, std::span<const uint64_t> sizes);
+  // One step's exchange of the shards' payloads (each `width` floats: a shard's loss and dense
+  // gradients), added up in shard order without every shard's payload held at once. The
+  // payloads travel in rounds of columns: a round all-gathers columns [first, first + n) of
+  // every shard's payload (at most kExchangeRoundFloats gathered), and `fold(v, first, n, from)`
+  // takes shard v's, v = 0, 1, ... V - 1 in order, so each column adds the shards in shard order
+  // at any world size. `mine`: this rank's shards' payloads end to end (shard first_shard()
+  // first). One process: nothing travels, `mine`'s shards are folded in order (a caller that
+  // added its shards as it computed them passes none); either way the stop wishes are taken.
+  using FoldShard = std::function<void(int v, uint64_t first, uint64_t n, const float* from)>;
+  Status ExchangeShards(std::span<const float> mine, uint64_t width, const FoldShard& fold);
+  // The most floats a round of ExchangeShards gathers (every rank's part of it together).
+  static constexpr uint64_t kExchangeRoundFloats = 4ull << 20;
+  // The payload columns a round carries, and the bytes ExchangeShards holds for a step besides the
+  // caller's payload (a round's send and gathered buffers; one process: none).
+  uint64_t ExchangeRoundColumns(uint64_t width) const;
+  uint64_t ExchangeBufferBytes(uint64_t width) const;
 
-  // Bytes this rank sent and received, exchanges, and seconds spent in them (the summary).
+  // Bytes this rank sent and received, exchanges (steps), and seconds spent in them (the summary).
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t exchanges() const { return exchanges_; }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 
+#include "common/units.h"
 #include "sampler/random.h"
 #ifdef SLUICE_HAVE_TORCH_CUDA
 #include "train/accelerator.h"
@@ -28,38 +29,71 @@ uint64_t DenseFloats(const std::vector<torch::Tensor>& params) {
   return n;
 }
 
-void AppendShardPayload(std::vector<float>& out, double loss, uint64_t samples, uint64_t batch,
-                        const std::vector<torch::Tensor>& params) {
+ShardGradients::ShardGradients(DataParallel& dp, std::vector<torch::Tensor> params)
+    : dp_(dp), params_(std::move(params)), width_(1 + DenseFloats(params_)), local_(dp.world_size() == 1),
+      sum_(width_ - 1, 0.0f) {
+  if (!local_) mine_.reserve(static_cast<size_t>(dp_.end_shard() - dp_.first_shard()) * width_);
+}
+
+uint64_t ShardGradients::Bytes(const DataParallel& dp, uint64_t dense_floats) {
+  const uint64_t width = 1 + dense_floats;
+  const auto own = static_cast<uint64_t>(dp.end_shard() - dp.first_shard());
+  // The sum, and the gradients made from it beside the last shard's; across processes this
+  // rank's payloads and a round's buffers.
+  return 8 * dense_floats + (dp.world_size() == 1 ? 0 : 4 * own * width + dp.ExchangeBufferBytes(width));
+}
+
+std::string ShardGradientsNote(const DataParallel* dp) {
+  return dp == nullptr ? "" : ", shard gradients " + FormatBytes(ShardGradients::Bytes(*dp, dp->dense_floats()));
+}
+
+void ShardGradients::Fold(uint64_t first, uint64_t n, const float* from) {
+  if (first == 0 && n > 0) loss_ += static_cast<double>(from[0]), ++first, --n, ++from;
+  float* to = sum_.data() + (first - 1);
+  for (uint64_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
+void ShardGradients::Add(double loss, uint64_t samples, uint64_t batch) {
   const float share = static_cast<float>(samples) / static_cast<float>(batch);
-  out.push_back(static_cast<float>(loss * static_cast<double>(samples)));
-  for (const torch::Tensor& p : params) {
+  const float weighed = static_cast<float>(loss * static_cast<double>(samples));
+  if (local_) {
+    loss_ += static_cast<double>(weighed);
+  } else {
+    mine_.push_back(weighed);
+  }
+  uint64_t at = 1;
+  for (const torch::Tensor& p : params_) {
+    const auto n = static_cast<uint64_t>(p.numel());
     if (!p.grad().defined()) {
-      out.insert(out.end(), static_cast<size_t>(p.numel()), 0.0f);
-      continue;
+      // Locally nothing to add: the sum starts at +0 and never holds -0, so adding +0 keeps it.
+      if (!local_) mine_.insert(mine_.end(), n, 0.0f);
+    } else {
+      const torch::Tensor x = (p.grad() * share).contiguous();
+      if (local_) {
+        Fold(at, n, x.data_ptr<float>());
+      } else {
+        mine_.insert(mine_.end(), x.data_ptr<float>(), x.data_ptr<float>() + n);
+      }
     }
-    const torch::Tensor x = (p.grad() * share).contiguous();
-    out.insert(out.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    at += n;
   }
 }
 
-double SetShardGradients(std::span<const float> all, std::span<const uint64_t> sizes,
-                         const std::vector<torch::Tensor>& params) {
-  const auto dense_floats = static_cast<int64_t>(DenseFloats(params));
-  torch::Tensor sum = torch::zeros({dense_floats});
-  double loss = 0;
-  uint64_t at = 0;
-  for (const uint64_t size : sizes) {
-    float* shard = const_cast<float*>(all.data()) + at;
-    at += size;
-    loss += static_cast<double>(shard[0]);
-    sum.add_(torch::from_blob(shard + 1, {dense_floats}));
-  }
+void ShardGradients::AddEmpty() {
+  if (!local_) mine_.insert(mine_.end(), width_, 0.0f);
+}
+
+Result<double> ShardGradients::Finish() {
+  SLUICE_RETURN_IF_ERROR(dp_.ExchangeShards(mine_, width_, [this](int, uint64_t first, uint64_t n, const float* from) {
+    Fold(first, n, from);
+  }));
+  mine_ = {};
   int64_t offset = 0;
-  for (const torch::Tensor& p : params) {
-    p.mutable_grad() = sum.slice(0, offset, offset + p.numel()).view_as(p).clone();
+  for (const torch::Tensor& p : params_) {
+    p.mutable_grad() = torch::from_blob(sum_.data() + offset, p.sizes()).clone();
     offset += p.numel();
   }
-  return loss;
+  return loss_;
 }
 
 TableInput GatherUses(std::span<float* const> rows, const UseParts& parts, int64_t d,

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "sampler/random.h"
 #include "sluice/model_factory.h"
+#include "train/data_parallel.h"
 #include "train/model.h"
 #include "train/row_optimizers.h"
 
@@ -30,15 +31,37 @@ void SetOptimizerLr(torch::optim::Optimizer& optimizer, double lr);
 // Data-parallel steps (train/data_parallel.h), for every task that trains in virtual shards: a
 // shard's payload is its loss x its samples, then each parameter's gradient x the shard's share
 // of the batch (samples / batch; zeros where a parameter got none), DenseFloats(params) floats
-// after the loss. AppendShardPayload appends a computed shard's to `out`.
+// after the loss.
 uint64_t DenseFloats(const std::vector<torch::Tensor>& params);
-void AppendShardPayload(std::vector<float>& out, double loss, uint64_t samples, uint64_t batch,
-                        const std::vector<torch::Tensor>& params);
-// Every shard's payload end to end (`sizes[v]` floats each, from DataParallel::Exchange) added
-// in shard order into the parameters' gradients (replacing them); returns the summed loss x
-// samples. The same float operations whatever the world size.
-double SetShardGradients(std::span<const float> all, std::span<const uint64_t> sizes,
-                         const std::vector<torch::Tensor>& params);
+
+// One step's shards' payloads added up in shard order into the parameters' gradients: after
+// each of this rank's shards' backward pass (in shard order) Add, or AddEmpty for a shard of no
+// samples; then Finish exchanges them (DataParallel::ExchangeShards), sets every parameter's
+// gradient to the sum (replacing it) and returns the shards' losses x samples summed. The same
+// float operations in the same order whatever the world size. One process adds each shard into
+// one sum as it is computed; across processes the rank keeps its shards' payloads until the
+// exchange adds them with the others' in bounded rounds (Bytes: what a step holds for it).
+class ShardGradients {
+ public:
+  ShardGradients(DataParallel& dp, std::vector<torch::Tensor> params);
+  void Add(double loss, uint64_t samples, uint64_t batch);
+  void AddEmpty();
+  Result<double> Finish();
+  static uint64_t Bytes(const DataParallel& dp, uint64_t dense_floats);
+
+ private:
+  void Fold(uint64_t first, uint64_t n, const float* from);
+
+  DataParallel& dp_;
+  std::vector<torch::Tensor> params_;
+  uint64_t width_ = 0;  // 1 + the dense floats
+  bool local_ = false;  // one process: each shard folded as it is computed
+  double loss_ = 0;
+  std::vector<float> sum_, mine_;
+};
+
+// The memory line's ", shard gradients N MiB" (Bytes); "" when `dp` is null (whole steps).
+std::string ShardGradientsNote(const DataParallel* dp);
 
 // The uses' rows: row parts[p][i] (rows[k] is distinct row k's first float, d floats) copied
 // in order into uses [m, d] (parallel, no arithmetic: the bits do not depend on threads).

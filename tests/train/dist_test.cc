@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 
 #include "train/data_parallel.h"
 #include "train/fingerprint.h"
+#include "train/model_step.h"
 #include "train/sharded_rows.h"
 
 namespace sluice {
@@ -151,29 +153,34 @@ TEST(DataParallelTest, ShardsAndRowRangesCoverEverythingOnceInOrder) {
   }
 }
 
-// One process runs every shard: the exchange hands back its own payloads and its stop wish.
-TEST(DataParallelTest, OneProcessExchangesWithItselfAndCarriesItsStopWish) {
-  DataParallel dp(nullptr, 6);
+// One process runs every shard: the exchange folds its own payloads in shard order (or none, when
+// the caller added them as it computed them) and takes its stop wish.
+TEST(DataParallelTest, OneProcessFoldsItsOwnShardsAndCarriesItsStopWish) {
+  DataParallel dp(nullptr, 3);
   EXPECT_EQ(dp.first_shard(), 0);
-  EXPECT_EQ(dp.end_shard(), 6);
-  const std::vector<uint64_t> sizes = {2, 1, 0, 3, 1, 1};
-  const std::vector<float> mine = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(dp.end_shard(), 3);
+  EXPECT_EQ(dp.ExchangeBufferBytes(1000), 0u);
+  const std::vector<float> mine = {1, 2, 3, 4, 5, 6};
+  std::vector<std::vector<float>> folded;
+  const auto fold = [&](int v, uint64_t first, uint64_t n, const float* from) {
+    folded.push_back({static_cast<float>(v), static_cast<float>(first), static_cast<float>(n), from[0], from[1]});
+  };
   bool stop = false;
   dp.set_stop_probe([&stop] { return stop; });
-  Result<std::vector<float>> all = dp.Exchange(mine, sizes);
-  ASSERT_TRUE(all.ok()) << all.status().ToString();
-  EXPECT_EQ(*all, mine);
+  ASSERT_TRUE(dp.ExchangeShards(mine, 2, fold).ok());
+  EXPECT_EQ(folded, (std::vector<std::vector<float>>{{0, 0, 2, 1, 2}, {1, 0, 2, 3, 4}, {2, 0, 2, 5, 6}}));
   EXPECT_FALSE(dp.any_stop());
   stop = true;
-  ASSERT_TRUE(dp.Exchange(mine, sizes).ok());
+  folded.clear();
+  ASSERT_TRUE(dp.ExchangeShards({}, 2, fold).ok());
+  EXPECT_TRUE(folded.empty());
   EXPECT_TRUE(dp.any_stop());
-  // A payload that does not match the shards' sizes is a bug, said as one.
+  EXPECT_EQ(dp.exchanges(), 2u);
+  // A payload that does not match the shards' width is a bug, said as one.
   const std::vector<float> short_payload = {1, 2};
-  Result<std::vector<float>> bad = dp.Exchange(short_payload, sizes);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("sends 2 floats where its shards hold 8"), std::string::npos);
+  const Status bad = dp.ExchangeShards(short_payload, 2, fold);
+  EXPECT_NE(bad.message().find("sends 2 floats where its 3 shards hold 6"), std::string::npos) << bad.ToString();
 }
-
 
 // One process owning every row: the step's rows are its own (copied where the uses read them),
 // and each row's use gradients come back summed in use order: row 5's uses 1e8, 1, -1e8 sum to
@@ -389,6 +396,107 @@ TEST(DataParallelTest, AllGatherVRefusesAPieceOfTheWrongSize) {
   all = dp.AllGatherV(mine, std::vector<uint64_t>{2}, "the test's pieces");
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(*all, mine);
+}
+
+// Two ranks, three shards (rank 0 computes shard 0, rank 1 shards 1 and 2), payloads wider than
+// a round holds: the columns travel in three rounds, and in each round every rank folds every
+// shard's columns of it in shard order; the columns of a shard come once each, in order; rank
+// 1's stop wish reaches both; the bytes sent are the rounds' parts (two shards' columns and the
+// stop wish, rank 0's padded to rank 1's two shards).
+TEST(DataParallelTest, ShardsTravelInRoundsOfColumnsAndFoldInShardOrder) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  constexpr uint64_t kWidth = 2'500'000;
+  const auto value = [](int v, uint64_t c) { return static_cast<float>(1000 * v + static_cast<int>(c % 997)); };
+  struct Seen {
+    std::vector<std::array<uint64_t, 3>> calls;  // v, first, n
+    uint64_t wrong = 0;
+    bool stop = false;
+    uint64_t sent = 0, columns = 0, buffer = 0;
+  } seen[2];
+  const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
+    DataParallel dp(&group, 3);
+    dp.set_stop_probe([r] { return r == 1; });
+    std::vector<float> mine;
+    for (int v = dp.first_shard(); v < dp.end_shard(); ++v) {
+      for (uint64_t c = 0; c < kWidth; ++c) mine.push_back(value(v, c));
+    }
+    Seen& me = seen[r];
+    SLUICE_RETURN_IF_ERROR(dp.ExchangeShards(mine, kWidth, [&](int v, uint64_t first, uint64_t n, const float* from) {
+      me.calls.push_back({static_cast<uint64_t>(v), first, n});
+      for (uint64_t i = 0; i < n; ++i) me.wrong += from[i] != value(v, first + i);
+    }));
+    me.stop = dp.any_stop(), me.sent = dp.bytes_sent();
+    me.columns = dp.ExchangeRoundColumns(kWidth), me.buffer = dp.ExchangeBufferBytes(kWidth);
+    return Status::Ok();
+  });
+  ASSERT_EQ(error[0], "");
+  ASSERT_EQ(error[1], "");
+  const uint64_t columns = (DataParallel::kExchangeRoundFloats / 2 - 1) / 2;  // two shards a part
+  for (const Seen& me : seen) {
+    EXPECT_EQ(me.columns, columns);
+    EXPECT_EQ(me.buffer, 4 * (2 * columns + 1) * 3);
+    EXPECT_EQ(me.wrong, 0u);
+    EXPECT_TRUE(me.stop);
+    ASSERT_EQ(me.calls.size(), 9u);  // three rounds of three shards
+    for (size_t k = 0; k < me.calls.size(); ++k) {
+      const uint64_t round = k / 3, first = round * columns;
+      EXPECT_EQ(me.calls[k][0], k % 3);
+      EXPECT_EQ(me.calls[k][1], first);
+      EXPECT_EQ(me.calls[k][2], std::min(columns, kWidth - first));
+    }
+    EXPECT_EQ(me.sent, 4 * (2 * kWidth + 3));
+  }
+}
+
+// The shards' gradients summed across two ranks are the one process's bits: shard v's
+// gradients mix magnitudes (1e7 apart) so that another order of the adds would round otherwise.
+TEST(ShardGradientsTest, TwoRanksSumTheOneProcesssBits) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  const auto shard = [](int v, const std::vector<torch::Tensor>& params) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      torch::Tensor g = torch::arange(params[k].numel(), torch::kFloat32).view_as(params[k]);
+      params[k].mutable_grad() = (g.sin() * (v == 1 ? 1e7f : 1.0f)) + static_cast<float>(v * k);
+    }
+    return 0.25 * (v + 1);
+  };
+  const auto make = [] {
+    return std::vector<torch::Tensor>{torch::zeros({5, 7}, torch::requires_grad()), torch::zeros({3}, torch::requires_grad())};
+  };
+  const auto step = [&](DataParallel& dp, const std::vector<torch::Tensor>& params) -> Result<double> {
+    ShardGradients grads(dp, params);
+    for (int v = dp.first_shard(); v < dp.end_shard(); ++v) {
+      const double loss = shard(v, params);
+      grads.Add(loss, static_cast<uint64_t>(v + 1), 6);
+    }
+    return grads.Finish();
+  };
+  const std::vector<torch::Tensor> one = make();
+  DataParallel alone(nullptr, 3);
+  Result<double> want = step(alone, one);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  std::vector<torch::Tensor> ranks[2] = {make(), make()};
+  double loss[2] = {0, 0};
+  const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
+    DataParallel dp(&group, 3);
+    SLUICE_ASSIGN_OR_RETURN(loss[r], step(dp, ranks[r]));
+    return Status::Ok();
+  });
+  ASSERT_EQ(error[0], "");
+  ASSERT_EQ(error[1], "");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(loss[r], *want);
+    for (size_t k = 0; k < one.size(); ++k) {
+      EXPECT_EQ(std::memcmp(ranks[r][k].grad().data_ptr<float>(), one[k].grad().data_ptr<float>(),
+                            static_cast<size_t>(one[k].numel()) * 4),
+                0)
+          << "rank " << r << ", parameter " << k;
+    }
+  }
+  // The sum in another order (shard 2 before shard 1) differs in its bits: the test can tell.
+  ShardGradients reordered(alone, one);
+  for (const int v : {0, 2, 1}) reordered.Add(shard(v, one), static_cast<uint64_t>(v + 1), 6);
+  ASSERT_TRUE(reordered.Finish().ok());
+  EXPECT_NE(std::memcmp(ranks[0][0].grad().data_ptr<float>(), one[0].grad().data_ptr<float>(), 35 * 4), 0);
 }
 
 }  // namespace

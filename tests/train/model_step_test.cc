@@ -501,27 +501,37 @@ TEST(ModelStepTest, AModelsExceptionIsAnErrorNamingTheStep) {
   EXPECT_EQ(r.status().message(), "the model failed at epoch 3, step 17: shape mismatch");
 }
 
-TEST(ModelStepTest, ShardPayloadsAddUpInShardOrderIntoTheGradients) {
-  // Two parameters, one without a gradient; shards of 3 and 1 samples of a batch of 4.
+TEST(ModelStepTest, ShardGradientsAddUpInShardOrderIntoTheGradients) {
+  // Two parameters, one without a gradient in the first shard; shards of 3 and 1 samples of a
+  // batch of 4, then a third shard of none.
   torch::Tensor a = torch::zeros({2, 2}, torch::requires_grad()), b = torch::zeros({3}, torch::requires_grad());
   const std::vector<torch::Tensor> params{a, b};
   EXPECT_EQ(DenseFloats(params), 7u);
-  std::vector<float> all;
+  DataParallel dp(nullptr, 3);
+  EXPECT_EQ(ShardGradients::Bytes(dp, 7), 56u);  // the sum and the gradients made from it
+  ShardGradients grads(dp, params);
   a.mutable_grad() = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({2, 2});
-  AppendShardPayload(all, 0.5, 3, 4, params);  // b has no gradient: zeros
+  grads.Add(0.5, 3, 4);  // b has no gradient: nothing of it
   a.mutable_grad() = torch::tensor({4.0f, 4.0f, 4.0f, 4.0f}).view({2, 2});
   b.mutable_grad() = torch::tensor({8.0f, 0.0f, -8.0f});
-  AppendShardPayload(all, 2.0, 1, 4, params);
-  ASSERT_EQ(all.size(), 16u);
-  EXPECT_EQ(all[0], 1.5f);   // loss x samples
-  EXPECT_EQ(all[1], 0.75f);  // gradient x share 3/4
-  EXPECT_EQ(all[5], 0.0f);
-  const std::vector<uint64_t> sizes{8, 8};
-  const double loss = SetShardGradients(all, sizes, params);
-  EXPECT_EQ(loss, 3.5);
+  grads.Add(2.0, 1, 4);
+  grads.AddEmpty();
+  Result<double> loss = grads.Finish();
+  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  EXPECT_EQ(*loss, 3.5);  // 0.5 x 3 + 2 x 1
   const torch::Tensor want_a = torch::tensor({1.75f, 2.5f, 3.25f, 4.0f}).view({2, 2});
   EXPECT_TRUE(torch::equal(a.grad(), want_a)) << a.grad();
   EXPECT_TRUE(torch::equal(b.grad(), torch::tensor({2.0f, 0.0f, -2.0f}))) << b.grad();
+  EXPECT_EQ(dp.exchanges(), 1u);
+  // In shard order: 1e8, then 1, then -1e8 is (1e8 + 1) - 1e8 = 0 in float, not 1.
+  ShardGradients order(dp, params);
+  for (const float x : {1e8f, 1.0f, -1e8f}) {
+    a.mutable_grad() = torch::full({2, 2}, x);
+    b.mutable_grad() = torch::full({3}, x);
+    order.Add(0.0, 1, 1);
+  }
+  ASSERT_TRUE(order.Finish().ok());
+  EXPECT_TRUE(torch::equal(a.grad(), torch::zeros({2, 2}))) << a.grad();
 }
 
 }  // namespace

@@ -326,6 +326,7 @@ Status DlrmTask::SetUpDataParallel() {
                            "(model.ids modulo or vocab, storage.backend rowfile or storage.mode in_memory)");
   }
   dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
+  dp_->set_dense_floats(DenseFloats(net_->parameters()));
   const uint64_t total = tables_->total_rows();
   owner_bounds_.clear();
   for (int r = 0; r <= world; ++r) owner_bounds_.push_back(DataParallel::RowRange(r, world, total).first);
@@ -397,20 +398,16 @@ Status DlrmTask::GatherTrainingRows(const RowBatch& b, const RowBatch* next) {
 }
 
 Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
-                               std::vector<float>& mine, std::vector<uint64_t>& sizes) {
+                               ShardGradients& grads) {
   const auto n = static_cast<uint64_t>(b.samples), tables = static_cast<uint64_t>(rec_.sparse);
   const int64_t d = tables_->width();
-  const std::vector<torch::Tensor> params = net_->parameters();
-  const uint64_t dense_floats = DenseFloats(params);
-  dp_->set_dense_floats(dense_floats);
   const int shards = dp_->shards();
-  sizes.assign(static_cast<size_t>(shards), 1 + dense_floats);  // a shard's loss and dense gradients
   const std::span<float* const> rows = sharded_->ptrs();
   const std::span<const int64_t> uses(step_rows_.inverse);
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
     if (lo == hi) {  // a batch with fewer samples than shards
-      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      grads.AddEmpty();
       continue;
     }
     ModelInput in;
@@ -423,7 +420,7 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
     opt_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
     // The shard's mean loss weighs its share of the batch: gradients x samples / n.
-    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    grads.Add(g.loss, hi - lo, n);
     sharded_->AddUseGrads(g.use_grads[0], static_cast<float>(hi - lo) / static_cast<float>(n));
   }
   return Status::Ok();
@@ -437,13 +434,11 @@ Result<double> DlrmTask::TrainShardedStep(RowBatch& b, const RowBatch* next) {
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
   SLUICE_RETURN_IF_ERROR(GatherTrainingRows(b, next));
-  std::vector<float> mine;
-  std::vector<uint64_t> sizes;
   time_.gather_s += SecondsSince(start);
   start = SteadyClock::now();
-  SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, mine, sizes));
-  SLUICE_ASSIGN_OR_RETURN(std::vector<float> all, dp_->Exchange(mine, sizes));
-  const double loss = SetShardGradients(all, sizes, net_->parameters());
+  ShardGradients grads(*dp_, net_->parameters());
+  SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, grads));
+  SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
   time_.compute_s += SecondsSince(start);
   start = SteadyClock::now();

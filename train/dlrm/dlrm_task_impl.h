@@ -29,6 +29,7 @@
 #include "train/accelerator.h"
 #include "train/data_parallel.h"
 #include "train/device_rows.h"
+#include "train/model_step.h"
 #include "train/sharded_rows.h"
 #include "train/task.h"
 
@@ -151,10 +152,10 @@ class DlrmTask : public Task {
   // The rows a checkpoint's tables give this process: its own when sharded, else all.
   std::pair<uint64_t, uint64_t> RowsToLoad() const;
   Result<double> TrainShardedStep(RowBatch& b, const RowBatch* next);
-  // This rank's shards of step `b`: their payloads (loss x samples, dense gradients) end to
-  // end, every shard's payload size, and the uses' gradients (sharded_->use_grads()).
+  // This rank's shards of step `b`: their losses and dense gradients into `grads`, the uses'
+  // gradients into sharded_->use_grads().
   Status ComputeShards(const RowBatch& b, const torch::Tensor& dense, const torch::Tensor& labels,
-                       std::vector<float>& mine, std::vector<uint64_t>& sizes);
+                       ShardGradients& grads);
   Result<DlrmMetrics> EvaluateSamples(const std::string& split, uint64_t max_samples,
                                       std::vector<float>* scores, std::vector<float>* labels);
   // An evaluation pass's steps, each scored into `scores` and `labels` (ScoreStep): in one

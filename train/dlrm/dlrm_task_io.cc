@@ -54,6 +54,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   RowPlanInput in;
   in.budget_bytes = sc.budget.value;
   in.model_bytes = net_->StateBytes();
+  if (dp_ != nullptr) in.model_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   in.step_bytes = net_->StepBytes();
   if (acc_ != nullptr) {
     // The model's state and activations live on the device; the host holds the CUDA runtime
@@ -340,7 +341,7 @@ std::string DlrmTask::DescribePlan() const {
   }
   const uint64_t runtime = kRuntimeBytes + (acc_ != nullptr ? acc_->RuntimeHostBytes() : 0);
   s += "runtime " + FormatBytes(runtime) + ", evaluation " + FormatBytes(EvaluationBytes()) + ", dense model " +
-       FormatBytes(net_->StateBytes()) +
+       FormatBytes(net_->StateBytes()) + ShardGradientsNote(dp_.get()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
                         : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + EnumName(planner_) + " window " +

@@ -157,14 +157,12 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
   times_.gather_s += SecondsSince(start);
   start = SteadyClock::now();
   const std::span<float* const> rows = sharded_->ptrs();
-  const std::vector<torch::Tensor> params = model_->parameters();
-  std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + DenseFloats(params));
-  std::vector<float> mine;
+  ShardGradients grads(*dp_, model_->parameters());
   const bool fused = builtin_ != nullptr && builtin_->fused();
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const LinkShard& s = b.shards[static_cast<size_t>(v)];
     if (s.queries == 0) {  // a step with fewer edges than shards
-      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      grads.AddEmpty();
       continue;
     }
     const UseParts parts = ShardParts(b, s);
@@ -178,7 +176,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
     in.key = {cfg_.train.seed, epoch, step * static_cast<uint64_t>(shards) + static_cast<uint64_t>(v)};
     rel_opt_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*model_, in, fused));
-    AppendShardPayload(mine, g.loss, s.edges, b.edges, params);
+    grads.Add(g.loss, s.edges, b.edges);
     const float share = static_cast<float>(s.edges) / static_cast<float>(b.edges);
     std::vector<float>& out = sharded_->use_grads();
     for (const torch::Tensor& piece : g.use_grads[0]) {  // this shard's uses, in use order
@@ -186,8 +184,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
       out.insert(out.end(), x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
-  const double loss = SetShardGradients(all, sizes, params);
+  SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   rel_opt_->step();
   times_.compute_s += SecondsSince(start);
   start = SteadyClock::now();

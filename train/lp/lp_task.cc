@@ -694,6 +694,7 @@ PartitionPlanInput LpTask::PlanInput() const {
   // On a device the step's tensors live there; the host holds its page-locked staging and the
   // device cache's index.
   in.step_bytes = acc_ != nullptr ? DeviceHostBytes() : stepper_->model().StepBytes();
+  if (dp_ != nullptr) in.step_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   // Evaluation runs between epochs beside the buffer: its filter stays, the rest is the step's
   // memory at another time.
   const LpEvalBytes eval = EvalBytes();
@@ -763,6 +764,7 @@ RowPlanInput LpTask::RowPlanFor() const {
   const LpEvalBytes eval = EvalBytes();
   in.runtime_bytes = CurrentRssBytes() + kPartitionSlackBytes + eval.kept;
   in.model_bytes = num_relations_ * static_cast<uint64_t>(cfg_.model.dim) * 4 * 4;  // relations, grads, optimizer
+  if (dp_ != nullptr) in.model_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   // Evaluation (every node's embedding, gathered from the owners) at another time than a step.
   in.step_bytes = std::max(stepper_->model().StepBytes(), eval.transient);
   in.keys_per_step = std::min(uses, hi - lo);  // the step's rows this process owns, at most

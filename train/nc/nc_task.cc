@@ -445,6 +445,7 @@ Result<RowPlanInput> NcTask::PlanInput() {
                         KHopNodeSet::ScratchBytes(num_nodes_) + SpillStepRows() * 16;
   }
   in.model_bytes = net_->StateBytes();
+  if (dp_ != nullptr) in.model_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   in.step_bytes = net_->StepBytes();
   if (acc_ != nullptr) {
     // The model's state and activations live on the device; the host holds the device's
@@ -657,7 +658,7 @@ std::string NcTask::DescribePlan() const {
                            FormatBytes(SpillBacking::RingBytes(SpillOpts(), SpillStepRows(), row_bytes_)) + ")"
                      : std::string()) +
          ", dense model " +
-         FormatBytes(net_->StateBytes()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
+         FormatBytes(net_->StateBytes()) + ShardGradientsNote(dp_.get()) + ", activations " + FormatBytes(net_->StepBytes()) + ", pipeline " +
          FormatBytes(plan_.pipeline_bytes) + ", window " + std::to_string(plan_.window) + " steps, run-ahead " +
          std::to_string(plan_.run_ahead) + (embeddings_ ? ", embeddings " : ", features ") + FormatBytes(table) +
          " on disk; predicted peak " +

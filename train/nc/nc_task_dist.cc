@@ -123,14 +123,12 @@ std::vector<std::pair<uint64_t, int>> NcTask::ShardUnits(const Pass& pass) const
 Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t step, uint64_t& unit) {
   const uint64_t n = pass.Seeds(step).size();
   const int shards = dp_->shards();
-  const std::vector<torch::Tensor> params = net_->parameters();
-  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
-  std::vector<float> mine;
+  ShardGradients grads(*dp_, net_->parameters());
   net_->train();
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
     if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
-      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      grads.AddEmpty();
       continue;
     }
     auto start = SteadyClock::now();
@@ -143,13 +141,12 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
     start = SteadyClock::now();
     opt_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
-    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    grads.Add(g.loss, hi - lo, n);
     compute_s_ += SecondsSince(start);
     p.Computed(unit++);
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
   const auto start = SteadyClock::now();
-  const double loss = SetShardGradients(all, sizes, params);
+  SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
   compute_s_ += SecondsSince(start);
   return loss / static_cast<double>(n);
@@ -182,15 +179,13 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   exchanged = dp_->exchange_s();
   start = SteadyClock::now();
   const uint64_t n = b.rows.samples;
-  const std::vector<torch::Tensor> params = net_->parameters();
-  const std::vector<uint64_t> sizes(static_cast<size_t>(shards), 1 + dp_->dense_floats());
-  std::vector<float> mine;
+  ShardGradients grads(*dp_, net_->parameters());
   net_->train();
   const std::span<const int64_t> uses(b.uses);
   for (int v = dp_->first_shard(); v < dp_->end_shard(); ++v) {
     const auto [lo, hi] = DataParallel::ShardSamples(v, shards, n);
     if (lo == hi) {  // a batch with fewer nodes than shards: an empty shard
-      mine.insert(mine.end(), sizes[static_cast<size_t>(v)], 0.0f);
+      grads.AddEmpty();
       continue;
     }
     const auto u = static_cast<size_t>(v);
@@ -203,11 +198,10 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
     opt_->zero_grad();
     SLUICE_ASSIGN_OR_RETURN(StepGrads g, RunModel(*net_, in, /*allow_fused=*/false));
     // The shard's mean loss weighs its share of the batch: gradients x nodes / n.
-    AppendShardPayload(mine, g.loss, hi - lo, n, params);
+    grads.Add(g.loss, hi - lo, n);
     sharded_->AddUseGrads(g.use_grads[0], static_cast<float>(hi - lo) / static_cast<float>(n));
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<float> all, dp_->Exchange(mine, sizes));
-  const double loss = SetShardGradients(all, sizes, params);
+  SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   ApplyRowOptimizer(cfg_.train.embedding_optimizer, own, sums, feature_dim_,
