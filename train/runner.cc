@@ -651,9 +651,13 @@ Status Runner::Checkpoint(uint64_t epoch, uint64_t step, bool best) {
 
 Status Runner::Finish() {
   if (!leader_) {
-    std::printf("rank %d: trained %llu %s in %s s; rank 0 wrote the checkpoints, metrics and summary\n",
+    // Its memory against its own plan (each rank keeps its shard within its own storage.budget).
+    const uint64_t predicted = task_.PredictedPeakBytes();
+    const std::string memory = ", peak RSS " + FormatBytes(PeakRssBytes()) +
+                               (predicted ? " (its plan predicted " + FormatBytes(predicted) + ")" : "");
+    std::printf("rank %d: trained %llu %s in %s s%s; rank 0 wrote the checkpoints, metrics and summary\n",
                 group_->rank(), static_cast<unsigned long long>(units_), task_.unit(),
-                FormatSeconds(train_s_).c_str());
+                FormatSeconds(train_s_).c_str(), memory.c_str());
     if (interrupted_) return Aborted("interrupted: rank 0 wrote checkpoint " + latest_);
     return Status::Ok();
   }

@@ -276,6 +276,9 @@ def test_recommendation_trains_bitwise_the_same_model_at_world_sizes_1_2_and_3(s
     assert rc0 == 0 and rc1 == 0, (err0, err1)
     assert "data parallel: rank 0 of 2, 6 virtual shards a batch (this rank's: 0-2), owns table rows 0-12287 of 24576" in out0, out0
     assert "rank 1: trained 21600 samples" in out1, out1
+    # Rank 1 names its own memory against its own plan (only rank 0 writes a summary).
+    assert re.search(r"rank 1: trained 21600 samples in [\d.]+ s, peak RSS [\d.]+ MiB \(its plan predicted [\d.]+ MiB\)",
+                     out1), out1
     # The next step's rows that a step does not use travel during it (dist.prefetch_rows).
     assert_rows_travel_ahead(out0)
     out = launch(clicks_config, 3, base / "three")
