@@ -145,10 +145,11 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
     compute_s_ += SecondsSince(start);
     p.Computed(unit++);
   }
+  const double exchanged = dp_->exchange_s();  // compute_s_ leaves the exchange out
   const auto start = SteadyClock::now();
   SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
-  compute_s_ += SecondsSince(start);
+  compute_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
   return loss / static_cast<double>(n);
 }
 
