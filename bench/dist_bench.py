@@ -9,8 +9,8 @@ waiting for the slowest rank included); bytes received per step measured against
     4 [ (N-1)/N D_r w  +  (N-1)/N (B/N) S w  +  (N-1) (ceil(V/N) (1 + P) + R) ]
 
 (D_r: the distinct rows rank r's shards use, from the run; w: row width; P: dense parameters;
-B: batch; S: tables; V: virtual shards; R: the rounds the dense gradients travel in, one while
-N ceil(V/N) (1 + P) fits in 4M floats; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
+B: batch; S: tables; V: virtual shards; R: the rounds the dense gradients travel in,
+ceil((1 + P) / C) with C = (floor(4M / N) - 1) // ceil(V/N) columns a round; rows and uses spread evenly over the owners). On a 2-core machine more local ranks measure contention,
 not scaling: every rank computes on the same two cores. One checkpoint at the end of the epoch
 (rank 0's seconds: each rank writes its shard of the tables, docs/distributed.md).
 

@@ -178,6 +178,9 @@ Status DataParallel::ExchangeShards(std::span<const float> mine, uint64_t width,
                               std::to_string(mine.size()) + " floats where its " + std::to_string(own) +
                               " shards hold " + std::to_string(own * width) + " (a bug)");
   }
+  if (world_ > 1 && mine.empty()) {
+    return FailedPrecondition("data-parallel exchange: rank " + std::to_string(rank_) + " sends nothing (a bug)");
+  }
   ++exchanges_;
   any_stop_ = stop;
   if (world_ == 1) {  // the folds are the caller's time
@@ -185,11 +188,10 @@ Status DataParallel::ExchangeShards(std::span<const float> mine, uint64_t width,
     for (uint64_t v = 0; !mine.empty() && v < own; ++v) fold(static_cast<int>(v), 0, width, mine.data() + v * width);
     return Status::Ok();
   }
-  if (mine.empty()) return FailedPrecondition("data-parallel exchange: rank " + std::to_string(rank_) + " sends nothing (a bug)");
   const uint64_t most = MostShards(shards_, world_), columns = ExchangeRoundColumns(width);
   uint64_t first = 0;
   double folded_s = 0;  // the caller's additions: not the exchange's time
-  do {  // one round even for payloads of no column: the stop wishes travel
+  do {  // a payload has a column at least (the loss)
     const uint64_t n = std::min(columns, width - first), part = most * n + 1;
     send_.assign(part, 0.0f);
     for (uint64_t j = 0; j < own; ++j) {

@@ -411,7 +411,7 @@ TEST(DataParallelTest, ShardsTravelInRoundsOfColumnsAndFoldInShardOrder) {
     std::vector<std::array<uint64_t, 3>> calls;  // v, first, n
     uint64_t wrong = 0;
     bool stop = false;
-    uint64_t sent = 0, columns = 0, buffer = 0;
+    uint64_t sent = 0, received = 0, columns = 0, buffer = 0;
   } seen[2];
   const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
     DataParallel dp(&group, 3);
@@ -425,7 +425,7 @@ TEST(DataParallelTest, ShardsTravelInRoundsOfColumnsAndFoldInShardOrder) {
       me.calls.push_back({static_cast<uint64_t>(v), first, n});
       for (uint64_t i = 0; i < n; ++i) me.wrong += from[i] != value(v, first + i);
     }));
-    me.stop = dp.any_stop(), me.sent = dp.bytes_sent();
+    me.stop = dp.any_stop(), me.sent = dp.bytes_sent(), me.received = dp.bytes_received();
     me.columns = dp.ExchangeRoundColumns(kWidth), me.buffer = dp.ExchangeBufferBytes(kWidth);
     return Status::Ok();
   });
@@ -445,58 +445,76 @@ TEST(DataParallelTest, ShardsTravelInRoundsOfColumnsAndFoldInShardOrder) {
       EXPECT_EQ(me.calls[k][2], std::min(columns, kWidth - first));
     }
     EXPECT_EQ(me.sent, 4 * (2 * kWidth + 3));
+    EXPECT_EQ(me.received, 4 * (2 * kWidth + 3));  // the other rank's parts, padded alike
   }
 }
 
 // The shards' gradients summed across two ranks are the one process's bits: shard v's
-// gradients mix magnitudes (1e7 apart) so that another order of the adds would round otherwise.
+// gradients mix magnitudes (1e7 apart) so that another order of the adds would round otherwise;
+// the first parameter is wider than a round holds (three rounds, so a column past the first
+// round lands in its place), shard 1 leaves the second parameter without a gradient, and
+// shard 2 is empty (added as zeros across processes, skipped in one process).
 TEST(ShardGradientsTest, TwoRanksSumTheOneProcesssBits) {
   if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo process groups";
+  constexpr int64_t kWide = 2'200'000;
   const auto shard = [](int v, const std::vector<torch::Tensor>& params) {
     for (size_t k = 0; k < params.size(); ++k) {
+      if (v == 1 && k == 1) {
+        params[k].mutable_grad() = torch::Tensor();
+        continue;
+      }
       torch::Tensor g = torch::arange(params[k].numel(), torch::kFloat32).view_as(params[k]);
-      params[k].mutable_grad() = (g.sin() * (v == 1 ? 1e7f : 1.0f)) + static_cast<float>(v * k);
+      params[k].mutable_grad() = (g.sin() * (v == 1 ? 1e7f : 1.0f)) + static_cast<float>(v * (k + 1));
     }
     return 0.25 * (v + 1);
   };
   const auto make = [] {
-    return std::vector<torch::Tensor>{torch::zeros({5, 7}, torch::requires_grad()), torch::zeros({3}, torch::requires_grad())};
+    return std::vector<torch::Tensor>{torch::zeros({kWide}, torch::requires_grad()),
+                                      torch::zeros({5, 7}, torch::requires_grad())};
   };
-  const auto step = [&](DataParallel& dp, const std::vector<torch::Tensor>& params) -> Result<double> {
+  const auto step = [&](DataParallel& dp, const std::vector<torch::Tensor>& params,
+                        const std::vector<int>& order) -> Result<double> {
     ShardGradients grads(dp, params);
-    for (int v = dp.first_shard(); v < dp.end_shard(); ++v) {
+    for (const int v : order) {
+      if (v < dp.first_shard() || v >= dp.end_shard()) continue;
+      if (v == 3) {
+        grads.AddEmpty();
+        continue;
+      }
       const double loss = shard(v, params);
       grads.Add(loss, static_cast<uint64_t>(v + 1), 6);
     }
     return grads.Finish();
   };
+  const std::vector<int> in_order = {0, 1, 2, 3};
   const std::vector<torch::Tensor> one = make();
-  DataParallel alone(nullptr, 3);
-  Result<double> want = step(alone, one);
+  DataParallel alone(nullptr, 4);
+  Result<double> want = step(alone, one, in_order);
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   std::vector<torch::Tensor> ranks[2] = {make(), make()};
   double loss[2] = {0, 0};
+  uint64_t columns = 0;
   const std::array<std::string, 2> error = OnTwoRanks([&](int r, DistGroup& group) -> Status {
-    DataParallel dp(&group, 3);
-    SLUICE_ASSIGN_OR_RETURN(loss[r], step(dp, ranks[r]));
+    DataParallel dp(&group, 4);
+    if (r == 0) columns = dp.ExchangeRoundColumns(1 + DenseFloats(ranks[r]));
+    SLUICE_ASSIGN_OR_RETURN(loss[r], step(dp, ranks[r], in_order));
     return Status::Ok();
   });
   ASSERT_EQ(error[0], "");
   ASSERT_EQ(error[1], "");
+  EXPECT_EQ((1 + DenseFloats(one) + columns - 1) / columns, 3u);  // rounds
+  const auto same = [](const std::vector<torch::Tensor>& x, const std::vector<torch::Tensor>& y, size_t k) {
+    return std::memcmp(x[k].grad().data_ptr<float>(), y[k].grad().data_ptr<float>(),
+                       static_cast<size_t>(x[k].numel()) * 4) == 0;
+  };
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(loss[r], *want);
-    for (size_t k = 0; k < one.size(); ++k) {
-      EXPECT_EQ(std::memcmp(ranks[r][k].grad().data_ptr<float>(), one[k].grad().data_ptr<float>(),
-                            static_cast<size_t>(one[k].numel()) * 4),
-                0)
-          << "rank " << r << ", parameter " << k;
-    }
+    for (size_t k = 0; k < one.size(); ++k) EXPECT_TRUE(same(ranks[r], one, k)) << "rank " << r << ", parameter " << k;
   }
   // The sum in another order (shard 2 before shard 1) differs in its bits: the test can tell.
-  ShardGradients reordered(alone, one);
-  for (const int v : {0, 2, 1}) reordered.Add(shard(v, one), static_cast<uint64_t>(v + 1), 6);
-  ASSERT_TRUE(reordered.Finish().ok());
-  EXPECT_NE(std::memcmp(ranks[0][0].grad().data_ptr<float>(), one[0].grad().data_ptr<float>(), 35 * 4), 0);
+  ASSERT_TRUE(step(alone, one, {0, 2, 1, 3}).ok());
+  EXPECT_FALSE(same(ranks[0], one, 0));
+  EXPECT_TRUE(same(ranks[0], one, 1));  // shard 1 has none of the second: the same two adds
 }
 
 }  // namespace

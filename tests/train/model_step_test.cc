@@ -502,10 +502,10 @@ TEST(ModelStepTest, AModelsExceptionIsAnErrorNamingTheStep) {
 }
 
 TEST(ModelStepTest, ShardGradientsAddUpInShardOrderIntoTheGradients) {
-  // Two parameters, one without a gradient in the first shard; shards of 3 and 1 samples of a
-  // batch of 4, then a third shard of none.
-  torch::Tensor a = torch::zeros({2, 2}, torch::requires_grad()), b = torch::zeros({3}, torch::requires_grad());
-  const std::vector<torch::Tensor> params{a, b};
+  // Two parameters, the first without a gradient in the first shard (the second's floats must
+  // still land in their place); shards of 3 and 1 samples of a batch of 4, then one of none.
+  torch::Tensor b = torch::zeros({3}, torch::requires_grad()), a = torch::zeros({2, 2}, torch::requires_grad());
+  const std::vector<torch::Tensor> params{b, a};
   EXPECT_EQ(DenseFloats(params), 7u);
   DataParallel dp(nullptr, 3);
   EXPECT_EQ(ShardGradients::Bytes(dp, 7), 56u);  // the sum and the gradients made from it
@@ -523,15 +523,17 @@ TEST(ModelStepTest, ShardGradientsAddUpInShardOrderIntoTheGradients) {
   EXPECT_TRUE(torch::equal(a.grad(), want_a)) << a.grad();
   EXPECT_TRUE(torch::equal(b.grad(), torch::tensor({2.0f, 0.0f, -2.0f}))) << b.grad();
   EXPECT_EQ(dp.exchanges(), 1u);
-  // In shard order: 1e8, then 1, then -1e8 is (1e8 + 1) - 1e8 = 0 in float, not 1.
+  // In shard order 1e8, -1e8, 1 add up to (1e8 - 1e8) + 1 = 1; every other order gives 0 in
+  // float ((1e8 + 1) - 1e8, (1 - 1e8) + 1e8, ...).
   ShardGradients order(dp, params);
-  for (const float x : {1e8f, 1.0f, -1e8f}) {
+  for (const float x : {1e8f, -1e8f, 1.0f}) {
     a.mutable_grad() = torch::full({2, 2}, x);
     b.mutable_grad() = torch::full({3}, x);
     order.Add(0.0, 1, 1);
   }
   ASSERT_TRUE(order.Finish().ok());
-  EXPECT_TRUE(torch::equal(a.grad(), torch::zeros({2, 2}))) << a.grad();
+  EXPECT_TRUE(torch::equal(a.grad(), torch::ones({2, 2}))) << a.grad();
+  EXPECT_TRUE(torch::equal(b.grad(), torch::ones({3}))) << b.grad();
 }
 
 }  // namespace

@@ -694,11 +694,12 @@ PartitionPlanInput LpTask::PlanInput() const {
   // On a device the step's tensors live there; the host holds its page-locked staging and the
   // device cache's index.
   in.step_bytes = acc_ != nullptr ? DeviceHostBytes() : stepper_->model().StepBytes();
-  if (dp_ != nullptr) in.step_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   // Evaluation runs between epochs beside the buffer: its filter stays, the rest is the step's
   // memory at another time.
   const LpEvalBytes eval = EvalBytes();
   in.runtime_bytes += eval.kept;
+  // The shards' gradients: the exchange's buffers stay between steps, evaluation included.
+  if (dp_ != nullptr) in.runtime_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
   in.step_bytes = std::max(in.step_bytes, eval.transient);
   in.ring_bytes = BlockPipeline<LinkBatch>::Capacity(static_cast<uint32_t>(cfg_.storage.run_ahead)) *
                   LinkBatchBytes(static_cast<uint64_t>(cfg_.train.batch), BatchOptions());
