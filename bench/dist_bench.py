@@ -182,7 +182,7 @@ def train(binary, cfg: pathlib.Path, run_dir: pathlib.Path, ranks: int, *sets: s
         predicted = row_bytes(dp, ranks, dp["uses_per_step"], EMB_DIM) if EMB_DIM else dense_bytes(dp, ranks)
         return figures(s, predicted, c["gather_s"] + c["model_s"], s["pipeline"]["compute_wait_s"])
     t = s["time"]
-    sharded = t["gather_s"] + t["compute_s"] + t["update_s"] - dp["exchange_s"]
+    sharded = t["gather_s"] + t["compute_s"] + t["update_s"]  # each without the exchanges in it
     if "sampler_busy_s" in t:  # link prediction: a step's row uses are its queries' and negatives'
         uses = 2 * (2 * LP_B) + V * math.ceil(LP_CHUNKS / V) * LP_NEG
         return figures(s, row_bytes(dp, ranks, uses, LP_DIM), sharded, t["pipeline_wait_s"])

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "train/device_config.h"
 #include "train/dist.h"
@@ -145,6 +146,23 @@ class DataParallel {
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, exchanges_ = 0;
   uint64_t dense_floats_ = 0, rows_needed_ = 0, uses_ = 0, row_fetches_ = 0, remote_rows_ = 0, rows_ahead_ = 0;
   double exchange_s_ = 0;
+};
+
+// Times the parts of a data-parallel step without the exchanges in them (those are the data
+// parallel line's time): Lap adds to `seconds` the time since the previous lap (or the timer's
+// start) less the exchanges' seconds in it.
+class StepTimer {
+ public:
+  explicit StepTimer(const DataParallel& dp) : dp_(dp), start_(SteadyClock::now()), exchanged_(dp.exchange_s()) {}
+  void Lap(double& seconds) {
+    seconds += SecondsSince(start_) - (dp_.exchange_s() - exchanged_);
+    start_ = SteadyClock::now(), exchanged_ = dp_.exchange_s();
+  }
+
+ private:
+  const DataParallel& dp_;
+  SteadyClock::time_point start_;
+  double exchanged_;
 };
 
 // Whether a step's next rows travel during it (dist.prefetch_rows; auto: when the ranks span

@@ -430,22 +430,20 @@ Status DlrmTask::ComputeShards(const RowBatch& b, const torch::Tensor& dense, co
 // added in shard order; each use gradient goes to its row's owner (all-to-all), which adds each
 // row's in global use order and updates the row.
 Result<double> DlrmTask::TrainShardedStep(RowBatch& b, const RowBatch* next) {
-  auto start = SteadyClock::now();
+  StepTimer timer(*dp_);
   torch::Tensor dense, labels;
   SLUICE_RETURN_IF_ERROR(ReadBatch(b, "train", dense, labels));
   SLUICE_RETURN_IF_ERROR(GatherTrainingRows(b, next));
-  time_.gather_s += SecondsSince(start);
-  start = SteadyClock::now();
+  timer.Lap(time_.gather_s);
   ShardGradients grads(*dp_, net_->parameters());
   SLUICE_RETURN_IF_ERROR(ComputeShards(b, dense, labels, grads));
   SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
-  time_.compute_s += SecondsSince(start);
-  start = SteadyClock::now();
+  timer.Lap(time_.compute_s);
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   const std::span<float* const> rows(reinterpret_cast<float* const*>(b.rows.data()), b.rows.size());
   ApplyRowOptimizer(tables_->optimizer(), rows, sums, tables_->width(), static_cast<float>(cfg_.train.lr * lr_scale_));
-  time_.update_s += SecondsSince(start);
+  timer.Lap(time_.update_s);
   return loss / static_cast<double>(b.samples);
 }
 

@@ -133,7 +133,7 @@ Status LpStepper::DropPrefetch() { return sharded_ != nullptr ? sharded_->DropPr
 // shard's loss and gradients through the model seam, its use gradients weighed by its share of
 // the step's edges; then the exchange (train/data_parallel.h, train/sharded_rows.h).
 Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t step) {
-  auto start = SteadyClock::now();
+  StepTimer timer(*dp_);
   const int64_t d = cfg_.model.dim;
   const int shards = dp_->shards();
   if (b.shards.size() != static_cast<size_t>(shards)) {
@@ -154,8 +154,7 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
                                               next_.own_rows));
     next_batch_ = nullptr;
   }
-  times_.gather_s += SecondsSince(start);
-  start = SteadyClock::now();
+  timer.Lap(times_.gather_s);
   const std::span<float* const> rows = sharded_->ptrs();
   ShardGradients grads(*dp_, model_->parameters());
   const bool fused = builtin_ != nullptr && builtin_->fused();
@@ -186,11 +185,10 @@ Result<double> LpStepper::TrainSharded(LinkBatch& b, uint64_t epoch, uint64_t st
   }
   SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   rel_opt_->step();
-  times_.compute_s += SecondsSince(start);
-  start = SteadyClock::now();
+  timer.Lap(times_.compute_s);
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   ApplyRowOptimizer(RowOptimizer::kAdagrad, cur_.own, sums, d, RowLr());
-  times_.update_s += SecondsSince(start);
+  timer.Lap(times_.update_s);
   return loss / static_cast<double>(b.edges);
 }
 

@@ -145,11 +145,10 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
     compute_s_ += SecondsSince(start);
     p.Computed(unit++);
   }
-  const double exchanged = dp_->exchange_s();  // compute_s_ leaves the exchange out
-  const auto start = SteadyClock::now();
+  StepTimer timer(*dp_);
   SLUICE_ASSIGN_OR_RETURN(const double loss, grads.Finish());
   opt_->step();
-  compute_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
+  timer.Lap(compute_s_);
   return loss / static_cast<double>(n);
 }
 
@@ -157,8 +156,7 @@ Result<double> NcTask::TrainShardedStep(Pipeline& p, const Pass& pass, uint64_t 
 // Its time goes to gather_s_ (the rows) and compute_s_ without the exchanges (the summary's
 // data-parallel line has those).
 Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uint64_t step, const Batch* next) {
-  double exchanged = dp_->exchange_s();
-  auto start = SteadyClock::now();
+  StepTimer timer(*dp_);
   const int world = dp_->world_size(), shards = dp_->shards();
   // A step's uses per rank, and its rows this rank owns (their numbers in own_rows).
   const auto plan = [&](const Batch& x, std::vector<uint64_t>& use_begin, std::vector<uint64_t>& own_rows) {
@@ -176,9 +174,7 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
     const std::span<float* const> next_rows = plan(*next, next_begin, next_own);
     SLUICE_RETURN_IF_ERROR(sharded_->Prefetch(step + 1, next->step_rows, next->uses, next_begin, next_rows, next_own));
   }
-  gather_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
-  exchanged = dp_->exchange_s();
-  start = SteadyClock::now();
+  timer.Lap(gather_s_);
   const uint64_t n = b.rows.samples;
   ShardGradients grads(*dp_, net_->parameters());
   net_->train();
@@ -207,7 +203,7 @@ Result<double> NcTask::TrainRowShardedStep(const Batch& b, const Pass& pass, uin
   SLUICE_ASSIGN_OR_RETURN(const torch::Tensor sums, sharded_->SumOwnGrads());
   ApplyRowOptimizer(cfg_.train.embedding_optimizer, own, sums, feature_dim_,
                     static_cast<float>(cfg_.train.embedding_lr * lr_scale_));
-  compute_s_ += SecondsSince(start) - (dp_->exchange_s() - exchanged);
+  timer.Lap(compute_s_);
   return loss / static_cast<double>(n);
 }
 
