@@ -40,7 +40,8 @@ bool InRowSample(const RowKey& key, uint32_t every) {
 }
 
 double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t capacity, uint64_t staged,
-                        bool fresh) {
+                        bool fresh, double* evictions) {
+  if (evictions != nullptr) *evictions = 0;
   if (steps.empty()) return 0;
   std::unordered_map<RowKey, bool, KeyHash> seen;  // rows evicted before (true) or only used
   std::list<RowKey> order;  // most recent first
@@ -48,7 +49,7 @@ double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t 
   std::deque<RowKey> fifo;  // evicted rows, oldest first (a row may appear again once reloaded)
   std::unordered_map<RowKey, uint32_t, KeyHash> in_fifo;  // row -> its entries in fifo
   const size_t counted_from = steps.size() / 2;
-  uint64_t reads = 0;
+  uint64_t reads = 0, evicted = 0;
   for (size_t t = 0; t < steps.size(); ++t) {
     for (const RowKey& k : steps[t]) {
       auto it = where.find(k);
@@ -71,6 +72,7 @@ double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t 
       where.erase(old);
       order.pop_back();
       seen[old] = true;
+      if (t >= counted_from) ++evicted;
       if (staged == 0) continue;
       fifo.push_back(old);
       ++in_fifo[old];
@@ -81,7 +83,14 @@ double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t 
       }
     }
   }
-  return static_cast<double>(reads) / static_cast<double>(steps.size() - counted_from);
+  const auto counted = static_cast<double>(steps.size() - counted_from);
+  if (evictions != nullptr) *evictions = static_cast<double>(evicted) / counted;
+  return static_cast<double>(reads) / counted;
+}
+
+double WriteBackSeconds(double evictions, uint64_t staged, uint64_t table_bytes, double bytes_per_s) {
+  if (staged == 0 || bytes_per_s <= 0) return 0;
+  return 2 * static_cast<double>(table_bytes) * std::min(1.0, evictions / static_cast<double>(staged)) / bytes_per_s;
 }
 
 LookaheadChoice ChooseLookahead(const LookaheadInput& in) {
@@ -89,27 +98,38 @@ LookaheadChoice ChooseLookahead(const LookaheadInput& in) {
   c.disk = in.disk;
   c.read_ahead_rows = in.read_ahead_rows;
   const uint32_t every = std::max<uint32_t>(in.sample_every, 1);
-  auto reads = [&](uint64_t cache, uint64_t staged) {
-    return every * SimulateLruReads(in.steps, cache / every, staged / every, in.fresh);
+  auto reads = [&](uint64_t cache, uint64_t staged, double& evictions) {
+    const double r = every * SimulateLruReads(in.steps, cache / every, staged / every, in.fresh, &evictions);
+    evictions *= every;
+    return r;
   };
-  c.reads_plain = reads(in.cache_rows_plain, in.staged_rows_plain);
-  c.reads_read_ahead = reads(in.cache_rows_read_ahead, in.staged_rows_read_ahead);
+  c.reads_plain = reads(in.cache_rows_plain, in.staged_rows_plain, c.evictions_plain);
+  c.reads_read_ahead = reads(in.cache_rows_read_ahead, in.staged_rows_read_ahead, c.evictions_read_ahead);
   const double iops = std::max(in.disk.random_reads_per_s, 1.0);
   const double bw = std::max(in.disk.sequential_bytes_per_s, 1.0);
   const double horizon = std::max<double>(in.horizon, 1);
-  c.random_s = c.reads_plain / iops;
+  c.write_back_plain_s = WriteBackSeconds(c.evictions_plain, in.staged_rows_plain, in.table_bytes, bw);
+  c.write_back_read_ahead_s = WriteBackSeconds(c.evictions_read_ahead, in.staged_rows_read_ahead, in.table_bytes, bw);
+  c.random_s = c.reads_plain / iops + c.write_back_plain_s;
   // Each region is read once per horizon, so a row read ahead waits half a horizon on average
   // before its step takes it: read-ahead holds reads x horizon / 2 rows, or covers that share.
   const double uncovered =
       std::max(0.0, c.reads_read_ahead - static_cast<double>(in.read_ahead_rows) / (horizon / 2));
-  c.read_ahead_s = static_cast<double>(in.table_bytes) / horizon / bw + uncovered / iops;
+  c.read_ahead_s = static_cast<double>(in.table_bytes) / horizon / bw + uncovered / iops + c.write_back_read_ahead_s;
   c.read_ahead = in.read_ahead_rows > 0 && c.read_ahead_s < c.random_s;
   c.planner = c.read_ahead ? PlannerKind::kLru : PlannerKind::kOracle;
-  const std::string random = Ms(c.random_s) + " of random reads (" + Count(c.reads_plain) +
-                             " disk reads a step at " + Count(iops) + " reads/s)";
-  const std::string sweeps = Ms(c.read_ahead_s) + " of read-ahead (" +
+  const auto write_backs = [&](double s, double evictions, uint64_t staged) {
+    return staged == 0 ? std::string()
+                       : " and " + Ms(s) + " of write-back sweeps (" + Count(evictions) + " rows a step into " +
+                             Count(static_cast<double>(staged)) + ")";
+  };
+  const std::string random = Ms(c.random_s) + ": random reads (" + Count(c.reads_plain) +
+                             " disk reads a step at " + Count(iops) + " reads/s)" +
+                             write_backs(c.write_back_plain_s, c.evictions_plain, in.staged_rows_plain);
+  const std::string sweeps = Ms(c.read_ahead_s) + ": read-ahead (" +
                              FormatBytes(in.table_bytes) + " swept every " + std::to_string(in.horizon) +
-                             " steps at " + FormatBytes(static_cast<uint64_t>(bw)) + "/s)";
+                             " steps at " + FormatBytes(static_cast<uint64_t>(bw)) + "/s)" +
+                             write_backs(c.write_back_read_ahead_s, c.evictions_read_ahead, in.staged_rows_read_ahead);
   c.reason = c.read_ahead ? "read-ahead with LRU: predicted io per step " + sweeps + " against " + random
                           : "oracle without read-ahead: predicted io per step " + random + " against " + sweeps;
   return c;
@@ -141,25 +161,32 @@ double SimulateOracleLoads(const std::vector<std::vector<RowKey>>& steps, uint64
 }
 
 WindowChoice ChooseWindow(const std::vector<std::vector<RowKey>>& steps, uint32_t sample_every, uint32_t protect,
-                          std::vector<WindowCandidate> candidates) {
+                          std::vector<WindowCandidate> candidates, const DiskProbe& disk, uint64_t table_bytes) {
   WindowChoice c;
   const uint32_t every = std::max<uint32_t>(sample_every, 1);
+  const bool costed = disk.sequential_bytes_per_s > 0 && disk.random_reads_per_s > 0;
   const WindowCandidate* best = nullptr;
+  auto cost = [&](const WindowCandidate& w) { return costed ? w.cost_s : w.loads; };
   for (WindowCandidate& w : candidates) {
     w.loads = every * SimulateOracleLoads(steps, w.cache_rows / every, w.window, protect);
-    if (best == nullptr || w.loads < 0.99 * best->loads) best = &w;
+    w.cost_s = w.loads / std::max(disk.random_reads_per_s, 1.0) +
+               WriteBackSeconds(w.loads, w.staged_rows, table_bytes, disk.sequential_bytes_per_s);
+    if (best == nullptr || cost(w) < 0.99 * cost(*best)) best = &w;
   }
   std::string loads;
   for (const WindowCandidate& w : candidates) {
     loads += (loads.empty() ? "" : ", ") + std::to_string(w.window) + ": " +
-             (std::isinf(w.loads) ? std::string("does not fit") : Count(w.loads));
+             (std::isinf(w.loads) ? std::string("does not fit")
+                                  : Count(w.loads) + (costed ? " (" + Ms(w.cost_s) + ")" : std::string()));
   }
   if (best == nullptr || std::isinf(best->loads)) {
     c.window = candidates.empty() ? 0 : candidates.front().window;
     c.reason = "window " + std::to_string(c.window) + " steps (auto: no window's cache holds the steps in flight)";
   } else {
     c.window = best->window;
-    c.reason = "window " + std::to_string(c.window) + " steps (auto: the fewest simulated loads a step among the "
+    c.reason = "window " + std::to_string(c.window) + " steps (auto: " +
+               (costed ? "the least io a step, loads as random reads and write-back sweeps, among the "
+                       : "the fewest simulated loads a step among the ") +
                "windows whose ring fits the budget, " + loads + ")";
   }
   c.candidates = std::move(candidates);

@@ -16,6 +16,14 @@
 // so the oracle's fewer loads save little, while LRU keeps more rows (no window ring) and plans
 // faster. Without it the oracle: every load it avoids is a random read saved.
 //
+// Both pay for write-backs: every row a step evicts was updated, so it goes to the write-back
+// buffer, whose sweeps read and rewrite a region's touched extents. At worst the file is read
+// and rewritten once per buffer's worth of write-backs: 2 x table bytes x min(1, evictions a
+// step / buffer rows) / bandwidth (WriteBackSeconds). Without it a plan that starves the buffer
+// (the oracle's window ring takes its memory at a tight budget) looked free of io and swept the
+// file every step. Without read-ahead the buffer is the oracle's (its plan at the shortest
+// window), not LRU's.
+//
 // Compute time per step is not in the model: loads that a pipeline hides behind compute still
 // cost this 2-core machine's CPU in completions, and the measured ranking of the variants
 // followed their disk requests (docs/benchmarks.md). The model counts every row as written
@@ -35,8 +43,8 @@ struct LookaheadInput {
   std::vector<std::vector<RowKey>> steps;  // the first steps' distinct rows (a sample of the rows: see below)
   uint32_t sample_every = 1;           // steps hold the rows whose hash falls in 1 of this many
   bool fresh = true;                   // no row written yet (else every row was)
-  uint64_t cache_rows_plain = 0;       // LRU's cache without read-ahead
-  uint64_t staged_rows_plain = 0;      // its write-back buffer
+  uint64_t cache_rows_plain = 0;       // the oracle's cache without read-ahead
+  uint64_t staged_rows_plain = 0;      // its write-back buffer (0: write-backs not modelled)
   uint64_t cache_rows_read_ahead = 0;  // LRU's cache with read-ahead's share taken
   uint64_t staged_rows_read_ahead = 0;
   uint64_t read_ahead_rows = 0;        // rows read-ahead can hold
@@ -49,7 +57,9 @@ struct LookaheadChoice {
   bool read_ahead = false;
   PlannerKind planner = PlannerKind::kOracle;
   double reads_plain = 0, reads_read_ahead = 0;  // disk reads per step, simulated
-  double random_s = 0, read_ahead_s = 0;         // predicted io per step
+  double evictions_plain = 0, evictions_read_ahead = 0;  // write-backs per step, simulated
+  double random_s = 0, read_ahead_s = 0;         // predicted io per step, write-backs included
+  double write_back_plain_s = 0, write_back_read_ahead_s = 0;  // of which write-back sweeps
   std::string reason;                            // one line for the summary
   DiskProbe disk;                                // what the model was given
   uint64_t read_ahead_rows = 0;
@@ -60,7 +70,13 @@ struct LookaheadChoice {
 // (a load of a staged row reads nothing), averaged over the second half (the first warms the
 // cache). A load reads when its row was evicted before, or, unless `fresh`, on its first use.
 double SimulateLruReads(const std::vector<std::vector<RowKey>>& steps, uint64_t capacity, uint64_t staged,
-                        bool fresh = false);
+                        bool fresh = false, double* evictions = nullptr);
+// `evictions`, when given: rows evicted per step over the same steps (each a write-back).
+
+// Seconds a step's write-backs cost in sweeps: `evictions` rows a step into a buffer of
+// `staged` rows over a row file of `table_bytes`, read and written at `bytes_per_s`. 0 when
+// `staged` is 0 (not modelled).
+double WriteBackSeconds(double evictions, uint64_t staged, uint64_t table_bytes, double bytes_per_s);
 // Whether `key` is in the spatial sample of 1 in `every` rows (SHARDS: the rows whose hash falls
 // in the sample keep their reuse pattern, so a cache of capacity / every over them misses at
 // the rate the whole cache would).
@@ -83,6 +99,8 @@ struct WindowCandidate {
   uint32_t window = 0;
   uint64_t cache_rows = 0;  // the plan's cache with that window's ring
   double loads = 0;         // per step, simulated (filled by ChooseWindow)
+  uint64_t staged_rows = 0;  // the plan's write-back buffer
+  double cost_s = 0;         // predicted io per step (filled by ChooseWindow when given a disk)
 };
 struct WindowChoice {
   uint32_t window = 0;
@@ -90,7 +108,11 @@ struct WindowChoice {
   std::string reason;  // one line for the summary
 };
 // `sample_every`: steps hold the rows of 1 in that many (InRowSample); capacities are scaled.
+// Given a disk (`disk` with a bandwidth, `table_bytes`), a window's cost is its io per step: its
+// loads as random reads and its evictions (as many as its loads) in write-back sweeps
+// (WriteBackSeconds), and the cheapest wins (by at least 1%); without one, the fewest loads.
 WindowChoice ChooseWindow(const std::vector<std::vector<RowKey>>& steps, uint32_t sample_every, uint32_t protect,
-                          std::vector<WindowCandidate> candidates);
+                          std::vector<WindowCandidate> candidates, const DiskProbe& disk = {},
+                          uint64_t table_bytes = 0);
 
 }  // namespace sluice

@@ -169,6 +169,16 @@ Status ShardedRows::DropPrefetch() {
   return dp_->FinishAllToAll(ahead_op_).status();
 }
 
+uint64_t ShardedRows::StepBytes(uint64_t uses, uint64_t my_uses, uint64_t width, int world, uint64_t total_rows) {
+  const uint64_t rows = uses, n = static_cast<uint64_t>(world);
+  const uint64_t grads = (2 * my_uses + uses + rows) * width * 4;  // gathered, sent, received; sums
+  const uint64_t fetched = world > 1 ? 2 * rows * width * 4 : 0;
+  // Per use: its distinct row, its row in the sums (int64 each); per distinct row: its number
+  // now and ahead, owner, place among the own rows, pointer, travels-ahead flag and who needs it.
+  const uint64_t book = uses * 16 + rows * (8 + 8 + 4 + 8 + 8 + 1 + n) + total_rows / 8;
+  return grads + fetched + book;
+}
+
 Result<torch::Tensor> ShardedRows::SumOwnGrads() {
   const int world = dp_->world_size(), me = dp_->rank();
   const uint64_t w = width_;

@@ -34,6 +34,13 @@ class ShardedRows {
   // floats of a row the model reads (the rest of a row, its optimizer state, stays with its owner).
   ShardedRows(DataParallel* dp, std::vector<uint64_t> bounds, uint64_t width);
 
+  // The most a step holds here, for the memory plan: `uses` a step's uses (every rank's), of
+  // which `my_uses` this rank's shards', `width` floats a row, `total_rows` in the table. At
+  // most a distinct row per use; the uses' gradients as gathered, sent and received (this rank's
+  // rows may take every use), the sums; across processes the fetched rows twice (as received
+  // and in place); the step's bookkeeping.
+  static uint64_t StepBytes(uint64_t uses, uint64_t my_uses, uint64_t width, int world, uint64_t total_rows);
+
   int OwnerOf(uint64_t row) const;
   const std::vector<uint64_t>& bounds() const { return bounds_; }
   DataParallel* dp() const { return dp_; }

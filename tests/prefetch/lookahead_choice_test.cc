@@ -34,6 +34,24 @@ TEST(LookaheadChoiceTest, AFreshTableReadsOnlyRowsWrittenBack) {
   EXPECT_DOUBLE_EQ(SimulateLruReads(steps, 2, 0, /*fresh=*/false), 1.0);
 }
 
+TEST(LookaheadChoiceTest, LruSimulationCountsTheSecondHalfsEvictions) {
+  // Capacity 2: step 1 evicts 2, step 2 evicts 1 and 3; the second half (steps 1-2) averages 1.5.
+  const std::vector<std::vector<RowKey>> steps = {{K(1), K(2)}, {K(1), K(3)}, {K(2), K(4)}};
+  double evictions = -1;
+  SimulateLruReads(steps, 2, 0, false, &evictions);
+  EXPECT_DOUBLE_EQ(evictions, 1.5);
+  SimulateLruReads(steps, 10, 0, false, &evictions);
+  EXPECT_DOUBLE_EQ(evictions, 0);
+}
+
+TEST(LookaheadChoiceTest, WriteBacksCostTheFileReadAndWrittenOncePerBufferOfEvictions) {
+  // 1,000 evictions a step into 4,000 rows: a quarter of a 64 MiB file read and written a step.
+  EXPECT_DOUBLE_EQ(WriteBackSeconds(1000, 4000, 64 << 20, 1e9), 2.0 * (64 << 20) / 4 / 1e9);
+  // A buffer smaller than a step's evictions: the whole file, at most, each step.
+  EXPECT_DOUBLE_EQ(WriteBackSeconds(9000, 4000, 64 << 20, 1e9), 2.0 * (64 << 20) / 1e9);
+  EXPECT_DOUBLE_EQ(WriteBackSeconds(1000, 0, 64 << 20, 1e9), 0);  // no buffer: not modelled
+}
+
 TEST(LookaheadChoiceTest, TheRowSampleKeepsAboutOneInEvery) {
   uint64_t kept = 0;
   for (uint64_t id = 0; id < 16000; ++id) kept += InRowSample(RowKey{id, static_cast<uint32_t>(id % 26)}, 16);
@@ -68,6 +86,26 @@ TEST(LookaheadChoiceTest, TheWindowWithFewerLoadsWinsWhenItSavesAtLeastOnePercen
   c = ChooseWindow({{K(1), K(2)}, {K(3), K(4)}}, 1, 1, {{2, 3, 0}});
   EXPECT_EQ(c.window, 2u);
   EXPECT_NE(c.reason.find("no window's cache"), std::string::npos) << c.reason;
+}
+
+TEST(LookaheadChoiceTest, AWindowThatStarvesTheWriteBackBufferLosesGivenADisk) {
+  const std::vector<std::vector<RowKey>> steps = {{K(1)}, {K(2)}, {K(3)}, {K(4)}, {K(1)}};
+  // The longer window loads a third fewer rows, but its ring leaves its write-back buffer one
+  // row against the short window's 20: evictions (as many as loads) sweep much more of the file.
+  WindowCandidate short_window{1, 2, 0}, long_window{4, 2, 0};
+  short_window.staged_rows = 20;
+  long_window.staged_rows = 1;  // 2/3 of a row evicted a step: two thirds of the file swept
+  DiskProbe disk;
+  disk.random_reads_per_s = 1000, disk.sequential_bytes_per_s = 1e9;
+  WindowChoice c = ChooseWindow(steps, 1, 0, {short_window, long_window}, disk, 64 << 20);
+  EXPECT_EQ(c.window, 1u) << c.reason;
+  EXPECT_NEAR(c.candidates[0].cost_s, 1.0 / 1000 + 2.0 * (64 << 20) / 20 / 1e9, 1e-9);
+  EXPECT_NE(c.reason.find("write-back sweeps"), std::string::npos) << c.reason;
+  // Without a disk, the fewest loads, as before.
+  EXPECT_EQ(ChooseWindow(steps, 1, 0, {short_window, long_window}).window, 4u);
+  // With a buffer as large as the short window's, the longer window's fewer loads win again.
+  long_window.staged_rows = 20;
+  EXPECT_EQ(ChooseWindow(steps, 1, 0, {short_window, long_window}, disk, 64 << 20).window, 4u);
 }
 
 LookaheadInput Input(double reads_per_s, double bytes_per_s) {
@@ -105,6 +143,26 @@ TEST(LookaheadChoiceTest, FastRandomReadsOrASlowSweepKeepTheOracle) {
   LookaheadInput none = Input(10000, 1e9);
   none.read_ahead_rows = 0;
   EXPECT_FALSE(ChooseLookahead(none).read_ahead);
+}
+
+TEST(LookaheadChoiceTest, AStarvedWriteBackBufferCostsTheOracleItsFreeReads) {
+  // A fresh table: no disk reads either way, so reads alone kept the oracle. Its buffer holds
+  // a tenth of a step's evictions (1,000 a step once the cache is full): it sweeps the whole
+  // file each step, against read-ahead's buffer of 20 steps of them.
+  LookaheadInput in = Input(10000, 1e9);
+  in.fresh = true;
+  in.staged_rows_plain = 100, in.staged_rows_read_ahead = 20000;
+  const LookaheadChoice c = ChooseLookahead(in);
+  EXPECT_DOUBLE_EQ(c.reads_plain, 0);
+  EXPECT_DOUBLE_EQ(c.evictions_plain, 1000);
+  EXPECT_NEAR(c.write_back_plain_s, 2.0 * (64 << 20) / 1e9, 1e-9);
+  EXPECT_NEAR(c.write_back_read_ahead_s, 2.0 * (64 << 20) / 20 / 1e9, 1e-9);
+  EXPECT_NEAR(c.random_s, c.write_back_plain_s, 1e-9);
+  EXPECT_TRUE(c.read_ahead) << c.reason;
+  EXPECT_NE(c.reason.find("write-back sweeps (1,000 rows a step into 100)"), std::string::npos) << c.reason;
+  // A buffer as large as read-ahead's: the oracle's reads stay free and it wins.
+  in.staged_rows_plain = 20000;
+  EXPECT_FALSE(ChooseLookahead(in).read_ahead);
 }
 
 TEST(LookaheadChoiceTest, LoadsReadAheadCannotHoldStayRandomReads) {

@@ -26,18 +26,27 @@ struct DlrmNetImpl : Model {
   // The logits of a step's input [B].
   torch::Tensor Predict(const ModelInput& input) override;
   torch::Tensor Loss(const ModelInput& input) override;
-  // Activations and their gradients: gathered rows and their sums, the embedding batch and its
-  // gradient, interactions, MLP layers (kept for backward), each a few times.
+  // The most tensor bytes a step holds at once: a training step of `step_samples` (its
+  // input: the gathered rows, dense features, labels; what autograd keeps for backward; the
+  // most the backward pass holds beside it, through the top MLP, the interaction or the bottom
+  // MLP; or after it the rows' gradient sums), or an evaluation step of `batch`.
   uint64_t StepBytes() const override;
+  uint64_t TrainingStepBytes(int64_t samples) const;
+  uint64_t EvaluationStepBytes(int64_t samples) const;
 
   bool has_dense;
   bool linear;
   int64_t dim_;
   int64_t features = 0;
-  int64_t batch = 0;
-  uint64_t layer_widths = 0;  // dim plus the MLPs' hidden widths
+  int64_t batch = 0;         // samples of a step (evaluation computes them at once)
+  int64_t step_samples = 0;  // samples a training step computes at once: the batch, or a shard's
+  int dense_ = 0;
+  std::vector<int> bottom_widths, top_widths;
   torch::nn::Sequential bottom, top;
   torch::Tensor x0, pairs;
+
+ private:
+  uint64_t InputFloats() const;  // per sample
 };
 TORCH_MODULE(DlrmNet);
 

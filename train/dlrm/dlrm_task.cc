@@ -327,6 +327,11 @@ Status DlrmTask::SetUpDataParallel() {
   }
   dp_ = std::make_unique<DataParallel>(group_, cfg_.train.virtual_shards);
   dp_->set_dense_floats(DenseFloats(net_->parameters()));
+  // A training step computes a shard at a time (the built-in network's estimate knows; a
+  // user's model is planned for the whole batch).
+  if (auto* dlrm = dynamic_cast<DlrmNetImpl*>(net_.get())) {
+    dlrm->step_samples = (cfg_.train.batch + cfg_.train.virtual_shards - 1) / cfg_.train.virtual_shards;
+  }
   const uint64_t total = tables_->total_rows();
   owner_bounds_.clear();
   for (int r = 0; r <= world; ++r) owner_bounds_.push_back(DataParallel::RowRange(r, world, total).first);

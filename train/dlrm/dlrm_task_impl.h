@@ -90,6 +90,7 @@ class DlrmTask : public Task {
   // storage.planner: auto: the cost model's choice of planner and read-ahead, written into `in`
   // (prefetch/lookahead_choice.h); creates the row file it probes.
   Status ChoosePlanner(bool fresh, const std::string& rows_from, RowPlanInput& in);
+  static constexpr uint32_t kShortestWindow = 2;  // the oracle's, storage.window 0
   // storage.window 0: the oracle's window from the budget and the first steps (ChooseWindow in
   // prefetch/lookahead_choice.h); sets in.window.
   Status SizeWindow(RowPlanInput& in);
@@ -112,6 +113,9 @@ class DlrmTask : public Task {
   // What evaluating the largest split holds per sample (scores, labels, the ranking), for the
   // memory plan.
   uint64_t EvaluationBytes() const;
+  // A step's tensors (the model's estimate) and, in shards, what the rows' exchange holds
+  // (ShardedRows::StepBytes), for the memory plan.
+  uint64_t StepBytes() const;
   Status RestoreTables(const std::string& checkpoint_dir);
   Result<uint64_t> SampleDistinctRowsPerStep();
   Result<RecordSource> Source(const std::string& split, uint64_t max_records) const;

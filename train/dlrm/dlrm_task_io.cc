@@ -14,6 +14,7 @@
 #include "storage/disk_probe.h"
 #include "storage/io_session.h"
 #include "train/dist.h"
+#include "train/allocator.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/npy.h"
 #include "train/row_checkpoint.h"
@@ -40,7 +41,7 @@ Status DlrmTask::SetUpInMemory(const std::string& rows_from) {
   if (!rows_from.empty()) SLUICE_RETURN_IF_ERROR(LoadMemoryRows(rows_from));
   run_ahead_ = static_cast<uint32_t>(cfg_.storage.run_ahead);
   plan_.predicted_bytes = kRuntimeBytes + net_->StateBytes() + memory_->bytes() +
-                         (acc_ != nullptr ? DeviceHostBytes() + acc_->RuntimeHostBytes() : net_->StepBytes());
+                         (acc_ != nullptr ? DeviceHostBytes() + acc_->RuntimeHostBytes() : StepBytes());
   memory_plan_ = "in memory: " +
                  std::string(tables_->raw_ids()
                                  ? "rows created on first use"
@@ -55,7 +56,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
   in.budget_bytes = sc.budget.value;
   in.model_bytes = net_->StateBytes();
   if (dp_ != nullptr) in.model_bytes += ShardGradients::Bytes(*dp_, dp_->dense_floats());
-  in.step_bytes = net_->StepBytes();
+  in.step_bytes = StepBytes();
   if (acc_ != nullptr) {
     // The model's state and activations live on the device; the host holds the CUDA runtime
     // (measured), the page-locked staging and the device cache's index.
@@ -115,6 +116,9 @@ Status DlrmTask::SetUpStorage(bool fresh, const std::string& rows_from) {
     if (kept_steps_ > 0) co.keep = &kept_;
     co.keep_offsets = &tables_->offsets();
   }
+  // The start-up simulations' memory, freed, goes back before the cache takes its own: the
+  // allocator keeps free pages (train/allocator.h), and they would stay resident beside it.
+  ReleaseFreeHeap();
   cache_ = std::make_unique<RowCache>(co);
   arena_ = AlignedBuffer(plan_.cache_rows * tables_->row_bytes(), 4096);
   SLUICE_RETURN_IF_ERROR(OpenBacking(fresh, rows_from));
@@ -259,7 +263,14 @@ Status DlrmTask::ChoosePlanner(bool fresh, const std::string& rows_from, RowPlan
   li.sample_every = static_cast<uint32_t>(std::clamp<uint64_t>(p->cache_rows / 20000, 1, 64));
   li.fresh = fresh;
   SLUICE_ASSIGN_OR_RETURN(li.steps, FirstStepsRows(512, li.sample_every));
-  li.cache_rows_plain = p->cache_rows, li.staged_rows_plain = p->staging_rows;
+  // Without read-ahead the planner is the oracle: its cache and write-back buffer beside its
+  // shortest window's ring (the most it leaves them), else LRU's.
+  RowPlanInput oracle = plain;
+  oracle.oracle = true;
+  oracle.window = cfg_.storage.window != 0 ? static_cast<uint32_t>(cfg_.storage.window) : kShortestWindow;
+  Result<RowMemoryPlan> o = PlanRowMemory(oracle);
+  const RowMemoryPlan& op = o.ok() ? *o : *p;
+  li.cache_rows_plain = op.cache_rows, li.staged_rows_plain = op.staging_rows;
   li.cache_rows_read_ahead = a->cache_rows, li.staged_rows_read_ahead = a->staging_rows;
   li.read_ahead_rows = a->preload_rows;
   li.horizon = static_cast<uint32_t>(cfg_.storage.preload_horizon);
@@ -286,7 +297,7 @@ Status DlrmTask::SizeWindow(RowPlanInput& in) {
   in.window = kDefault;  // the plan shrinks it when its ring does not fit
   if (!in.oracle) return Status::Ok();
   std::vector<WindowCandidate> candidates;
-  for (const uint32_t w : {2u, 4u, 8u, 16u, 32u, 64u}) {
+  for (const uint32_t w : {kShortestWindow, 4u, 8u, 16u, 32u, 64u}) {
     RowPlanInput t = in;
     t.window = w;
     Result<RowMemoryPlan> p = PlanRowMemory(t);
@@ -295,14 +306,20 @@ Status DlrmTask::SizeWindow(RowPlanInput& in) {
       window_line_ = "window " + std::to_string(kDefault) + " steps (auto: the cache holds every row)";
       return Status::Ok();
     }
-    candidates.push_back(WindowCandidate{w, p->cache_rows, 0});
+    WindowCandidate c{w, p->cache_rows, 0};
+    c.staged_rows = p->staging_rows;
+    candidates.push_back(c);
   }
   if (candidates.empty()) return Status::Ok();  // the plan says what does not fit
   const auto start = std::chrono::steady_clock::now();
   // A sample of about 20,000 cached rows keeps their reuse (SHARDS) over the first 512 steps.
   const auto every = static_cast<uint32_t>(std::clamp<uint64_t>(candidates.back().cache_rows / 20000, 1, 64));
   SLUICE_ASSIGN_OR_RETURN(auto steps, FirstStepsRows(512, every));
-  window_choice_ = ChooseWindow(steps, every, in.run_ahead, std::move(candidates));
+  // The disk as the lookahead's choice measured it (none when the planner was not chosen:
+  // the fewest loads then).
+  const DiskProbe disk = choice_ ? choice_->disk : DiskProbe{};
+  window_choice_ = ChooseWindow(steps, every, in.run_ahead, std::move(candidates), disk,
+                                RowFile::FileBytes(tables_->row_bytes(), tables_->total_rows()));
   in.window = window_choice_->window;
   char took[48];
   std::snprintf(took, sizeof took, " (%.1f s at start-up)",
@@ -324,6 +341,15 @@ uint64_t DlrmTask::EvaluationBytes() const {
   return most * kSampleBytes;
 }
 
+uint64_t DlrmTask::StepBytes() const {
+  if (dp_ == nullptr) return net_->StepBytes();
+  const auto batch = static_cast<uint64_t>(cfg_.train.batch), tables = static_cast<uint64_t>(rec_.sparse);
+  const auto v = static_cast<uint64_t>(dp_->shards()), mine = static_cast<uint64_t>(dp_->end_shard() - dp_->first_shard());
+  const uint64_t my_uses = std::min(batch, mine * ((batch + v - 1) / v)) * tables;
+  return net_->StepBytes() + ShardedRows::StepBytes(batch * tables, my_uses, static_cast<uint64_t>(tables_->width()),
+                                                    dp_->world_size(), tables_->total_rows());
+}
+
 std::string DlrmTask::DescribePlan() const {
   const RowMemoryPlan& p = plan_;
   const uint64_t budget = cfg_.storage.budget.value;
@@ -343,7 +369,7 @@ std::string DlrmTask::DescribePlan() const {
   s += "runtime " + FormatBytes(runtime) + ", evaluation " + FormatBytes(EvaluationBytes()) + ", dense model " +
        FormatBytes(net_->StateBytes()) + ShardGradientsNote(dp_.get()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
-                        : ", activations " + FormatBytes(net_->StepBytes())) + ", pipeline " +
+                        : ", activations " + FormatBytes(StepBytes())) + ", pipeline " +
        FormatBytes(p.pipeline_bytes) + ", " + EnumName(planner_) + " window " +
        std::to_string(p.window) + " steps, run-ahead " + std::to_string(p.run_ahead);
   if (rocksdb_) s += ", RocksDB caches " + FormatBytes(p.kv_bytes);
