@@ -46,7 +46,7 @@ def config(tmp: pathlib.Path, data: pathlib.Path, a) -> pathlib.Path:
 
 
 def run(binary: str, cfg: pathlib.Path, budget: str) -> dict:
-    out = subprocess.run([binary, "train", str(cfg), "--set", f"storage.budget={budget}"],
+    out = subprocess.run([binary, "train", str(cfg), "--overwrite", "--set", f"storage.budget={budget}"],
                          capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": (out.stderr.strip() or out.stdout.strip()).splitlines()[-1]}

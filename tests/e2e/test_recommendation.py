@@ -212,9 +212,15 @@ def test_out_of_core_equals_in_memory_bitwise(sluice_bin, clicks, tmp_path, thre
     assert "write-back buffer:" not in stdout["direct"]
     assert len(tables["mem"]) == 6
     chosen = re.search(r"lookahead: (oracle without read-ahead|read-ahead with LRU): predicted io per step "
-                       r"[\d.]+ ms .* against [\d.]+ ms .*\(auto, [\d.]+ s at start-up\)", stdout["auto"])
+                       r"[\d.]+ ms: .* against [\d.]+ ms: .*\(auto, [\d.]+ s at start-up\)", stdout["auto"])
     assert chosen, stdout["auto"]
     assert ("read-ahead:" in stdout["auto"]) == (chosen.group(1) == "read-ahead with LRU")
+    # Both options pay for their write-backs: a 700-row buffer under a cache that evicts.
+    look = json.loads((tmp_path / "auto/summary.json").read_text())["lookahead"]
+    assert look["simulated_evictions_per_step"] > 0 and look["predicted_write_back_s"] > 0, look
+    assert look["predicted_random_s"] >= look["predicted_write_back_s"], look
+    assert look["predicted_read_ahead_s"] >= look["predicted_write_back_read_ahead_s"] > 0, look
+    assert re.search(r"and [\d.]+ ms of write-back sweeps \([\d,]+ rows a step into 700\)", stdout["auto"]), stdout["auto"]
     assert "lookahead: oracle (configured)" in stdout["rowfile"]
 
 

@@ -13,8 +13,8 @@
 #include "common/units.h"
 #include "storage/disk_probe.h"
 #include "storage/io_session.h"
-#include "train/dist.h"
 #include "train/allocator.h"
+#include "train/dist.h"
 #include "train/dlrm/dlrm_task_impl.h"
 #include "train/npy.h"
 #include "train/row_checkpoint.h"
@@ -64,7 +64,7 @@ Result<RowPlanInput> DlrmTask::PlanInput() {
     in.model_bytes = 0;
     in.step_bytes = DeviceHostBytes();
   }
-  in.runtime_bytes += EvaluationBytes();
+  in.runtime_bytes += EvaluationBytes() + RowSlackBytes(in.budget_bytes);
   in.keys_per_step = static_cast<uint64_t>(cfg_.train.batch) * tables_->tables();
   in.step_record_bytes = static_cast<uint64_t>(cfg_.train.batch) * rec_.bytes();
   in.row_bytes = tables_->row_bytes();
@@ -366,7 +366,8 @@ std::string DlrmTask::DescribePlan() const {
          std::to_string(cfg_.storage.preload_horizon) + " steps (" + FormatBytes(p.preload_bytes) + "), ";
   }
   const uint64_t runtime = kRuntimeBytes + (acc_ != nullptr ? acc_->RuntimeHostBytes() : 0);
-  s += "runtime " + FormatBytes(runtime) + ", evaluation " + FormatBytes(EvaluationBytes()) + ", dense model " +
+  s += "runtime " + FormatBytes(runtime) + ", slack " + FormatBytes(RowSlackBytes(budget)) + ", evaluation " +
+       FormatBytes(EvaluationBytes()) + ", dense model " +
        FormatBytes(net_->StateBytes()) + ShardGradientsNote(dp_.get()) +
        (acc_ != nullptr ? ", device staging " + FormatBytes(DeviceHostBytes())
                         : ", activations " + FormatBytes(StepBytes())) + ", pipeline " +
@@ -635,6 +636,10 @@ void DlrmTask::SummarizeLookahead(RunSummary& s) const {
     s.Set("lookahead", "predicted_read_ahead_s", choice_->read_ahead_s);
     s.Set("lookahead", "simulated_reads_per_step", choice_->reads_plain);
     s.Set("lookahead", "simulated_reads_per_step_read_ahead", choice_->reads_read_ahead);
+    s.Set("lookahead", "predicted_write_back_s", choice_->write_back_plain_s);
+    s.Set("lookahead", "predicted_write_back_read_ahead_s", choice_->write_back_read_ahead_s);
+    s.Set("lookahead", "simulated_evictions_per_step", choice_->evictions_plain);
+    s.Set("lookahead", "simulated_evictions_per_step_read_ahead", choice_->evictions_read_ahead);
     s.Set("lookahead", "read_ahead_rows", choice_->read_ahead_rows);
     s.Set("lookahead", "disk_random_reads_per_s", choice_->disk.random_reads_per_s);
     s.Set("lookahead", "disk_bytes_per_s", choice_->disk.sequential_bytes_per_s);
