@@ -26,10 +26,13 @@ namespace sluice {
 inline constexpr uint64_t kRuntimeBytes = 192ull << 20;
 // Allocator slack the partition plan keeps free.
 inline constexpr uint64_t kPartitionSlackBytes = 32ull << 20;
-// What recommendation's row plan keeps free of its budget: the resident set beyond the planned
-// parts (the allocator's free pages, BLAS's packing buffers beside a step's matmuls) measured
-// 0.5-1.6% of the budget once the parts were planned as measured (docs/benchmarks.md).
-inline uint64_t RowSlackBytes(uint64_t budget_bytes) { return budget_bytes / 50; }
+// What recommendation's row plan keeps free of its budget: 3% of what the budget holds beyond
+// the runtime, for the resident set beyond the planned parts (the allocator's free pages,
+// BLAS's packing buffers beside a step's matmuls), measured at 1.4-7 MiB over budgets of 300 to
+// 500 MiB once the parts were planned as measured (docs/benchmarks.md).
+inline uint64_t RowSlackBytes(uint64_t budget_bytes) {
+  return budget_bytes > kRuntimeBytes ? (budget_bytes - kRuntimeBytes) * 3 / 100 : 0;
+}
 
 struct PartitionPlanInput {
   uint64_t budget_bytes = 0;
