@@ -20,30 +20,40 @@ struct NetShape {
   int64_t batch;
 };
 
+// A table of 5,000 rows and a step's uses of them, `batch` samples of every table (made before
+// any measure starts: the task's rows live in its cache, not in the step's tensors).
+struct StepRows {
+  StepRows(const NetShape& s, int64_t batch)
+      : width(s.dim + (s.linear ? 1 : 0)), table(torch::rand({kRows, width})), ids(static_cast<size_t>(batch * s.tables)) {
+    for (int64_t r = 0; r < kRows; ++r) ptrs.push_back(table.data_ptr<float>() + r * width);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % kRows);
+  }
+  static constexpr int64_t kRows = 5000;
+  int64_t width;
+  torch::Tensor table;
+  std::vector<float*> ptrs;
+  std::vector<int64_t> ids;
+};
+
 // The most tensor bytes alive at once over one training step of `batch` samples as the task
 // runs it: the dense features and labels, the gathered uses, the loss and its backward pass,
 // and the rows' gradient sums.
 int64_t MeasuredStepBytes(DlrmNetImpl& net, const NetShape& s, int64_t batch) {
-  const int64_t width = s.dim + (s.linear ? 1 : 0), rows = 5000;
   torch::manual_seed(1);
-  const torch::Tensor table = torch::rand({rows, width});
-  std::vector<float*> ptrs;
-  for (int64_t r = 0; r < rows; ++r) ptrs.push_back(table.data_ptr<float>() + r * width);
-  std::vector<int64_t> ids(static_cast<size_t>(batch * s.tables));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % rows);
-  const UseParts parts{ids};
+  const StepRows t(s, batch);
+  const UseParts parts{t.ids};
   auto step = [&] {
     ModelInput in;
     in.dense = torch::rand({batch, s.dense});
     in.labels = (torch::rand({batch}) > 0.5).to(torch::kFloat);
-    in.tables.push_back(GatherUses(ptrs, parts, width, true));
+    in.tables.push_back(GatherUses(t.ptrs, parts, t.width, true));
     in.training = true;
     for (torch::Tensor& p : net.parameters()) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
     Result<StepGrads> g = RunModel(net, in, false);
     EXPECT_TRUE(g.ok());
-    const torch::Tensor sums = SumRowGrads(parts, g->use_grads[0], rows, width);
+    const torch::Tensor sums = SumRowGrads(parts, g->use_grads[0], StepRows::kRows, t.width);
   };
   step();  // the parameters' gradients (the model's state) exist from here
   TensorPeak peak;
@@ -54,12 +64,7 @@ int64_t MeasuredStepBytes(DlrmNetImpl& net, const NetShape& s, int64_t batch) {
 
 // The same for an evaluation step: the gathered uses and the logits, without gradients.
 int64_t MeasuredEvalBytes(DlrmNetImpl& net, const NetShape& s, int64_t batch) {
-  const int64_t width = s.dim + (s.linear ? 1 : 0), rows = 5000;
-  const torch::Tensor table = torch::rand({rows, width});
-  std::vector<float*> ptrs;
-  for (int64_t r = 0; r < rows; ++r) ptrs.push_back(table.data_ptr<float>() + r * width);
-  std::vector<int64_t> ids(static_cast<size_t>(batch * s.tables));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % rows);
+  const StepRows t(s, batch);
   torch::NoGradGuard no_grad;
   TensorPeak peak;
   const int64_t before = TensorPeak::live();
@@ -67,7 +72,7 @@ int64_t MeasuredEvalBytes(DlrmNetImpl& net, const NetShape& s, int64_t batch) {
     ModelInput in;
     in.dense = torch::rand({batch, s.dense});
     in.labels = (torch::rand({batch}) > 0.5).to(torch::kFloat);
-    in.tables.push_back(GatherUses(ptrs, {ids}, width, false));
+    in.tables.push_back(GatherUses(t.ptrs, {t.ids}, t.width, false));
     const torch::Tensor prob = torch::sigmoid(net.Predict(in));
   }
   return TensorPeak::peak() - before;
